@@ -1,0 +1,101 @@
+"""Buffer management: per-class admission thresholds of the shared buffer.
+
+A buffer policy is a pure function `thresholds(view, params) -> [P] float`
+giving, for each class, the queue length up to which arriving packets are
+admitted.  The switch additionally enforces each class's FIFO cap and the shared
+buffer size B.  Policies live in a registry; `params.policy_id` picks one at run
+time (`lax.switch`), so a batch of simulators can mix policies.  A new policy
+plugs in with `register_policy` and nothing else changes.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class BufferView(NamedTuple):
+    """What a policy may look at, at the start of a tick."""
+
+    queue_pkts: jnp.ndarray  # [P] current length of each class FIFO
+    occupancy_pkts: jnp.ndarray  # [] total packets in the shared buffer (Q)
+    drain_norm: jnp.ndarray  # [P] measured dequeue rate / link rate, last RTT window
+    rl_alpha: jnp.ndarray  # [P] the agent's last action (used by "rl")
+
+
+def _static(view, p):
+    """Thesis "SB": threshold_p = alpha_p * B / sum(alpha)."""
+    return p.alpha * p.buffer_pkts / jnp.maximum(jnp.sum(p.alpha), 1e-9)
+
+
+def _droptail(view, p):
+    return p.class_cap_pkts.astype(jnp.float32)
+
+
+def _dynamic_thresholds(view, p):
+    """Dynamic Thresholds (Choudhury & Hahne): alpha_p * (B - Q)."""
+    return p.alpha * (p.buffer_pkts - view.occupancy_pkts)
+
+
+def _abm(view, p):
+    """ABM: alpha_p / n_p * (B - Q) * mu_p / b, drain rate clamped to [1/P, 1].
+
+    One queue per priority at this port, so n_p (congested queues of priority p) is 1."""
+    nprio = view.queue_pkts.shape[0]
+    mu = jnp.clip(view.drain_norm, 1.0 / nprio, 1.0)
+    return p.alpha * (p.buffer_pkts - view.occupancy_pkts) * mu
+
+
+def _rl(view, p):
+    """Thesis RL formulation: threshold = action * beta * free buffer."""
+    return view.rl_alpha * p.beta * (p.buffer_pkts - view.occupancy_pkts)
+
+
+class Policy(NamedTuple):
+    name: str
+    thresholds: Callable
+    default_alpha: tuple
+
+
+_REGISTRY: list[Policy] = [
+    Policy("droptail", _droptail, (1.0,)),
+    Policy("sb-naive", _static, (1.0, 1.0)),
+    Policy("sb-sophisticated", _static, (8.0, 1.0)),
+    Policy("dt", _dynamic_thresholds, (1.0, 1.0)),
+    Policy("abm", _abm, (1.0, 1.0)),
+    Policy("rl", _rl, (1.0, 1.0)),
+]
+POLICY_NAMES: tuple = tuple(p.name for p in _REGISTRY)
+DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
+
+
+def register_policy(name: str, thresholds: Callable, default_alpha=(1.0, 1.0)) -> int:
+    """Add a buffer policy; returns its id.  Call before building params and jitting."""
+    global POLICY_NAMES, DEFAULT_ALPHA
+    if name in POLICY_NAMES:
+        raise ValueError(f"policy {name!r} is already registered")
+    _REGISTRY.append(Policy(name, thresholds, tuple(default_alpha)))
+    POLICY_NAMES = tuple(p.name for p in _REGISTRY)
+    DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
+    return len(_REGISTRY) - 1
+
+
+def thresholds(view: BufferView, params) -> jnp.ndarray:
+    """Per-class admission threshold [P] of the selected policy, capped by the class FIFO cap."""
+    branches = [lambda v, p, f=pol.thresholds: f(v, p).astype(jnp.float32) for pol in _REGISTRY]
+    thr = jax.lax.switch(params.policy_id, branches, view, params)
+    return jnp.minimum(jnp.maximum(thr, 0.0), params.class_cap_pkts.astype(jnp.float32))
+
+
+def admit(arrivals_pkts, queue_pkts, thr, buffer_free_pkts):
+    """How many of each class's arriving packets are admitted this tick.
+
+    arrivals_pkts [P]: packets arriving per class.  Class c admits up to
+    floor(thr_c) - q_c, and all classes together no more than the free shared
+    buffer (classes take the free space in index order).  Returns admitted [P].
+    """
+    room = jnp.maximum(jnp.floor(thr).astype(jnp.int32) - queue_pkts, 0)
+    want = jnp.minimum(arrivals_pkts, room)
+    before = jnp.cumsum(want) - want
+    return jnp.clip(buffer_free_pkts - before, 0, want)

@@ -1,0 +1,144 @@
+"""Measurements taken inside `jit`: counters, histograms and the flow-completion log.
+
+Counters since t = 0 (`*_total`) serve packet conservation.  Time averages and
+rates (`*_warm`) cover only ticks after `params.warmup_s`.  Completed flows go to
+a fixed-size log; completions beyond its size are counted in `log_overflow`,
+never dropped silently.  `summarize` turns a final state into the report
+fields (jit-able, vmappable).
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import struct
+
+LOG_FIELDS = ("size_bytes", "cls", "fct_s", "slowdown", "start_s")
+
+
+@struct.dataclass
+class Metrics:
+    tx_total: jnp.ndarray  # [] transmissions offered to the switch
+    drop_total: jnp.ndarray  # [] dropped at admission
+    deq_total: jnp.ndarray  # [] sent on the bottleneck wire
+    sink_total: jnp.ndarray  # [] received by the sink
+    arrive_warm: jnp.ndarray  # [P] arrivals at the buffer after warm-up
+    drop_warm: jnp.ndarray  # [P] drops after warm-up
+    deq_warm: jnp.ndarray  # [] packets on the wire after warm-up
+    sink_warm: jnp.ndarray  # [] packets delivered after warm-up (all distinct: goodput)
+    ticks_warm: jnp.ndarray  # []
+    queue_sum: jnp.ndarray  # [P] float sum of per-tick queue lengths
+    queue_hist: jnp.ndarray  # [P, R+1] ticks spent at each queue length
+    occ_hist: jnp.ndarray  # [P*R+1] ticks spent at each total occupancy
+    probe_rtt_sum_s: jnp.ndarray  # [] sum of the RTT a class-0 probe would see
+    probe_rtt_max_s: jnp.ndarray  # []
+    flows_started: jnp.ndarray  # []
+    flows_completed: jnp.ndarray  # []
+    flows_refused: jnp.ndarray  # []
+    rto_total: jnp.ndarray  # [] retransmission timeouts
+    events_deferred: jnp.ndarray  # [] timer/send work postponed a tick (event slots full)
+    log: jnp.ndarray  # [L, 5] completion records (LOG_FIELDS)
+    log_count: jnp.ndarray  # [] records written
+    log_overflow: jnp.ndarray  # [] completions that found the log full
+
+
+def init_metrics(num_classes: int, capacity: int, log_size: int) -> Metrics:
+    zi = jnp.zeros((), jnp.int32)
+    return Metrics(
+        tx_total=zi, drop_total=zi, deq_total=zi, sink_total=zi,
+        arrive_warm=jnp.zeros((num_classes,), jnp.int32), drop_warm=jnp.zeros((num_classes,), jnp.int32),
+        deq_warm=zi, sink_warm=zi, ticks_warm=zi,
+        queue_sum=jnp.zeros((num_classes,), jnp.float32),
+        queue_hist=jnp.zeros((num_classes, capacity + 1), jnp.int32),
+        occ_hist=jnp.zeros((num_classes * capacity + 1,), jnp.int32),
+        probe_rtt_sum_s=jnp.zeros((), jnp.float32), probe_rtt_max_s=jnp.zeros((), jnp.float32),
+        flows_started=zi, flows_completed=zi, flows_refused=zi, rto_total=zi, events_deferred=zi,
+        log=jnp.zeros((log_size, len(LOG_FIELDS)), jnp.float32), log_count=zi, log_overflow=zi,
+    )
+
+
+@struct.dataclass
+class Interval:
+    """Accumulators of one agent interval; the env zeroes them after each step."""
+
+    sink_pkts: jnp.ndarray  # []
+    drops: jnp.ndarray  # []
+    deq: jnp.ndarray  # [P]
+    flows_done: jnp.ndarray  # []
+    worst_slowdown: jnp.ndarray  # [] 0 when no flow finished
+
+
+def init_interval(num_classes: int) -> Interval:
+    zi = jnp.zeros((), jnp.int32)
+    return Interval(sink_pkts=zi, drops=zi, deq=jnp.zeros((num_classes,), jnp.int32), flows_done=zi,
+                    worst_slowdown=jnp.zeros((), jnp.float32))
+
+
+def log_completions(m: Metrics, iv: Interval, done, records) -> tuple[Metrics, Interval]:
+    """Append the [F, 5] records where done [F] is true."""
+    L = m.log.shape[0]
+    rank = jnp.cumsum(done) - done
+    pos = jnp.where(done, m.log_count + rank, L)
+    n = jnp.sum(done, dtype=jnp.int32)
+    log = m.log.at[pos].set(records, mode="drop")
+    written = jnp.minimum(n, jnp.maximum(L - m.log_count, 0))
+    slow = jnp.max(jnp.where(done, records[:, 3], 0.0))
+    m = m.replace(log=log, log_count=m.log_count + written, log_overflow=m.log_overflow + n - written,
+                  flows_completed=m.flows_completed + n)
+    iv = iv.replace(flows_done=iv.flows_done + n, worst_slowdown=jnp.maximum(iv.worst_slowdown, slow))
+    return m, iv
+
+
+def _hist_quantile(hist, q):
+    c = jnp.cumsum(hist)
+    total = c[-1]
+    return jnp.argmax(c >= q * jnp.maximum(total, 1)).astype(jnp.float32)
+
+
+def _masked_quantile(x, mask, q):
+    n = jnp.sum(mask)
+    xs = jnp.sort(jnp.where(mask, x, jnp.inf))
+    pos = q * jnp.maximum(n - 1, 0).astype(jnp.float32)
+    lo = jnp.floor(pos).astype(jnp.int32)
+    hi = jnp.minimum(lo + 1, jnp.maximum(n - 1, 0))
+    frac = pos - lo
+    v = xs[lo] * (1 - frac) + jnp.where(frac > 0, xs[hi], 0.0) * frac
+    return jnp.where(n > 0, v, jnp.nan)
+
+
+def summarize(m: Metrics, params) -> dict:
+    """Report fields of one run (scalars; jit- and vmap-able)."""
+    dur = jnp.maximum(m.ticks_warm, 1).astype(jnp.float32) * params.tick_s
+    cap_pkts = dur * params.bottleneck_rate_bps / params.data_pkt_bits
+    arrivals = jnp.sum(m.arrive_warm)
+    drops = jnp.sum(m.drop_warm)
+    rec = m.log
+    valid = (jnp.arange(rec.shape[0]) < m.log_count) & (rec[:, 4] >= params.warmup_s)
+    fct, slow = rec[:, 2], rec[:, 3]
+    nvalid = jnp.maximum(jnp.sum(valid), 1)
+    queue_mean = m.queue_sum / jnp.maximum(m.ticks_warm, 1)
+    out = {
+        "util_wire": m.deq_warm / cap_pkts,
+        "goodput_bps": m.sink_warm * params.mss_bytes * 8.0 / dur,
+        "drop_rate": drops / jnp.maximum(arrivals, 1),
+        "queue_mean_pkts": jnp.sum(queue_mean),
+        "queue_p99_pkts": _hist_quantile(m.occ_hist, 0.99),
+        "buffer_p99_pkts": _hist_quantile(m.occ_hist, 0.99),
+        "fct_mean_s": jnp.where(jnp.sum(valid) > 0, jnp.sum(jnp.where(valid, fct, 0.0)) / nvalid, jnp.nan),
+        "fct_p99_s": _masked_quantile(fct, valid, 0.99),
+        "slowdown_p50": _masked_quantile(slow, valid, 0.50),
+        "slowdown_p99": _masked_quantile(slow, valid, 0.99),
+        "probe_rtt_mean_s": m.probe_rtt_sum_s / jnp.maximum(m.ticks_warm, 1),
+        "probe_rtt_max_s": m.probe_rtt_max_s,
+        "flows_started": m.flows_started,
+        "flows_completed": m.flows_completed,
+        "flows_refused": m.flows_refused,
+        "log_overflow": m.log_overflow,
+        "rto_count": m.rto_total,
+        "events_deferred": m.events_deferred,
+        "measured_s": dur,
+    }
+    for c in range(params.num_classes):
+        out[f"queue_mean_pkts_c{c}"] = queue_mean[c]
+        out[f"queue_p99_pkts_c{c}"] = _hist_quantile(m.queue_hist[c], 0.99)
+        out[f"arrivals_c{c}"] = m.arrive_warm[c]
+        out[f"drops_c{c}"] = m.drop_warm[c]
+    return out

@@ -1,0 +1,401 @@
+"""Simulator parameters: one pytree holding every model choice.
+
+Dynamic fields (rates, delays, loads, TCP constants, policy choice, ...) are
+array leaves, so a batch of differently-configured simulators is one `vmap`.
+Fields that fix array shapes (flow slots, ring capacities, classes, packets per
+tick) are static: they live in the pytree structure and must agree across a
+batch.
+
+`make_params` builds a validated instance; `validate` raises a ValueError that
+names the offending field for any bad value.  Names carry units.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from rlbm_jax.env import traffic
+
+# Integer codes of the categorical choices (dynamic, so they can be vmapped).
+TCP_NAMES = ("newreno", "cubic")
+SCHEDULER_NAMES = ("rr", "strict")
+ARRIVAL_NAMES = ("load", "thesis-code")
+
+DATA_HEADER_BYTES = 54  # TCP with timestamps (32) + IPv4 (20) + PPP (2)
+ACK_BYTES = 54
+
+
+@struct.dataclass
+class SimParams:
+    """Every parameter of the simulator.  Shapes in brackets; P = classes, S = senders."""
+
+    # ---- topology -------------------------------------------------------
+    access_rate_bps: jnp.ndarray  # [] each sender's access link rate
+    access_delay_s: jnp.ndarray  # [] access link one-way propagation delay
+    bottleneck_rate_bps: jnp.ndarray  # [] switch -> sink link rate
+    bottleneck_delay_s: jnp.ndarray  # [] switch -> sink one-way propagation delay
+    # ---- buffer ---------------------------------------------------------
+    buffer_pkts: jnp.ndarray  # [] shared buffer size B (all classes)
+    class_cap_pkts: jnp.ndarray  # [P] FIFO cap of each class
+    policy_id: jnp.ndarray  # [] index into buffer.POLICY_NAMES
+    alpha: jnp.ndarray  # [P] policy weights (SB / DT / ABM alphas)
+    beta: jnp.ndarray  # [P] RL threshold weights (threshold = a * beta * free)
+    scheduler_id: jnp.ndarray  # [] 0 round robin, 1 strict priority
+    class_threshold_bytes: jnp.ndarray  # [P-1] flow size above which class rises
+    # ---- TCP -------------------------------------------------------------
+    tcp_id: jnp.ndarray  # [] 0 NewReno, 1 CUBIC
+    mss_bytes: jnp.ndarray  # [] payload per data packet
+    initial_cwnd_pkts: jnp.ndarray  # []
+    min_rto_s: jnp.ndarray  # []
+    max_rto_s: jnp.ndarray  # []
+    rto_granularity_s: jnp.ndarray  # [] clock granularity term of the RTO
+    delayed_ack: jnp.ndarray  # [] 1 or 2 segments per ACK
+    dupthresh: jnp.ndarray  # [] duplicate ACKs that declare a loss
+    cubic_beta: jnp.ndarray  # []
+    cubic_c: jnp.ndarray  # []
+    cubic_fast_convergence: jnp.ndarray  # [] bool
+    hystart: jnp.ndarray  # [] bool
+    hystart_low_window_pkts: jnp.ndarray  # []
+    hystart_min_samples: jnp.ndarray  # []
+    hystart_ack_delta_s: jnp.ndarray  # []
+    hystart_delay_min_s: jnp.ndarray  # []
+    hystart_delay_max_s: jnp.ndarray  # []
+    # ---- traffic ---------------------------------------------------------
+    arrival_id: jnp.ndarray  # [] 0: lambda = load*C/(8E[size]); 1: thesis code
+    load: jnp.ndarray  # [] offered load as a fraction of bottleneck capacity
+    arrival_stop_s: jnp.ndarray  # [] no new flows after this time
+    long_flows: jnp.ndarray  # [] K long-lived flows started at t = 0
+    long_flow_start_spread_s: jnp.ndarray  # [] long flows start uniformly in [0, spread)
+    cdf_size_bytes: jnp.ndarray  # [M] flow-size table (padded)
+    cdf_prob: jnp.ndarray  # [M]
+    # ---- measurement -------------------------------------------------------
+    warmup_s: jnp.ndarray  # [] excluded from time-averaged metrics
+    # ---- static shapes -----------------------------------------------------
+    num_senders: int = struct.field(pytree_node=False, default=10)
+    num_classes: int = struct.field(pytree_node=False, default=2)
+    num_flow_slots: int = struct.field(pytree_node=False, default=64)
+    queue_capacity_pkts: int = struct.field(pytree_node=False, default=1000)
+    pkts_per_tick: int = struct.field(pytree_node=False, default=1)
+    delay_line_ticks: int = struct.field(pytree_node=False, default=64)
+    completion_log_size: int = struct.field(pytree_node=False, default=1024)
+
+    # ---- derived quantities (pure functions of the leaves) ---------------
+    @property
+    def data_pkt_bits(self):
+        return (self.mss_bytes + DATA_HEADER_BYTES) * 8.0
+
+    @property
+    def tick_s(self):
+        """Tick length: `pkts_per_tick` data packets' serialisation at the bottleneck."""
+        return self.pkts_per_tick * self.data_pkt_bits / self.bottleneck_rate_bps
+
+    @property
+    def base_rtt_s(self):
+        """Propagation + serialisation RTT of an empty path (data one way, ACK back)."""
+        ser_data = self.data_pkt_bits / self.access_rate_bps + self.data_pkt_bits / self.bottleneck_rate_bps
+        ser_ack = ACK_BYTES * 8.0 / self.access_rate_bps + ACK_BYTES * 8.0 / self.bottleneck_rate_bps
+        return 2.0 * (self.access_delay_s + self.bottleneck_delay_s) + ser_data + ser_ack
+
+    @property
+    def access_offset_s(self):
+        """Sender -> switch time of a data packet.  The simulator runs senders on the
+        switch's clock shifted by this constant (the access path is uncongested)."""
+        return self.data_pkt_bits / self.access_rate_bps + self.access_delay_s
+
+    @property
+    def sink_delay_ticks(self):
+        """Ticks from a packet's dequeue tick to its arrival at the sink."""
+        return jnp.maximum(jnp.round(self.bottleneck_delay_s / self.tick_s).astype(jnp.int32) + 1, 1)
+
+    @property
+    def ack_delay_ticks(self):
+        """Ticks from a packet's dequeue tick to its ACK reaching the sender
+        (on the shifted sender clock), so that the empty-path RTT equals base_rtt_s."""
+        rest = self.base_rtt_s - self.data_pkt_bits / self.bottleneck_rate_bps
+        return jnp.maximum(jnp.round(rest / self.tick_s).astype(jnp.int32) + 1, 1)
+
+    @property
+    def event_slots(self) -> int:
+        """Flows that get full per-tick work: every flow named by this tick's ACK records
+        (k at most), the new flow, and two more with due timers or open windows (any
+        further ones wait a tick and are counted in `events_deferred`)."""
+        return min(self.num_flow_slots, self.pkts_per_tick + 3)
+
+    @property
+    def bdp_pkts(self):
+        return self.bottleneck_rate_bps * self.base_rtt_s / self.data_pkt_bits
+
+
+# ---------------------------------------------------------------------------
+# construction and validation
+# ---------------------------------------------------------------------------
+
+THESIS_DEFAULTS = dict(
+    num_senders=10,
+    access_rate_bps=100e6,
+    access_delay_s=0.1e-3,
+    bottleneck_rate_bps=10e6,
+    bottleneck_delay_s=10e-3,
+    buffer_per_class_pkts=100,
+    num_classes=2,
+    tcp="cubic",
+    mss_bytes=1000,
+    initial_cwnd_pkts=10,
+    min_rto_s=0.010,
+    delayed_ack=1,
+    load=0.7,
+    arrival_stop_s=45.0,
+    cdf="websearch",
+    class_threshold_bytes=2_000_000,
+    policy="sb-naive",
+    scheduler="rr",
+    warmup_s=0.0,
+)
+
+
+def _as_f32(x):
+    return jnp.asarray(x, dtype=jnp.float32)
+
+
+def _as_i32(x):
+    return jnp.asarray(x, dtype=jnp.int32)
+
+
+def make_params(
+    *,
+    num_senders: int = 10,
+    num_classes: int = 2,
+    num_flow_slots: int = 64,
+    pkts_per_tick: int = 1,
+    access_rate_bps: float = 100e6,
+    access_delay_s: float = 0.1e-3,
+    bottleneck_rate_bps: float = 10e6,
+    bottleneck_delay_s: float = 10e-3,
+    buffer_per_class_pkts: int | Sequence[int] = 100,
+    buffer_pkts: int | None = None,
+    queue_capacity_pkts: int | None = None,
+    policy: str = "sb-naive",
+    alpha: Sequence[float] | None = None,
+    beta: Sequence[float] | None = None,
+    scheduler: str = "rr",
+    class_threshold_bytes: float | Sequence[float] = 2_000_000,
+    tcp: str = "cubic",
+    mss_bytes: int = 1000,
+    initial_cwnd_pkts: int = 10,
+    min_rto_s: float = 0.010,
+    max_rto_s: float = 60.0,
+    rto_granularity_s: float = 0.001,
+    delayed_ack: int = 1,
+    dupthresh: int = 3,
+    cubic_beta: float = 0.7,
+    cubic_c: float = 0.4,
+    cubic_fast_convergence: bool = True,
+    hystart: bool = True,
+    hystart_low_window_pkts: int = 16,
+    hystart_min_samples: int = 8,
+    hystart_ack_delta_s: float = 0.002,
+    hystart_delay_min_s: float = 0.004,
+    hystart_delay_max_s: float = 1.0,
+    arrival: str = "load",
+    load: float = 0.7,
+    arrival_stop_s: float = math.inf,
+    long_flows: int = 0,
+    long_flow_start_spread_s: float = 0.0,
+    cdf: str | traffic.SizeTable = "websearch",
+    warmup_s: float = 0.0,
+    delay_line_ticks: int | None = None,
+    completion_log_size: int = 1024,
+) -> SimParams:
+    """Build validated `SimParams`.
+
+    `buffer_per_class_pkts` is each class's FIFO cap (a list gives one per class);
+    the shared buffer `buffer_pkts` defaults to their sum, as in the thesis.
+    `policy` is a name from `rlbm_jax.env.buffer.POLICY_NAMES`.
+    """
+    from rlbm_jax.env import buffer  # local: buffer imports nothing from here
+
+    _check_int("num_senders", num_senders, 1)
+    _check_int("num_classes", num_classes, 1)
+    _check_int("pkts_per_tick", pkts_per_tick, 1)
+    _check_int("num_flow_slots", num_flow_slots, 1)
+    if num_flow_slots < num_senders:
+        raise ValueError(
+            f"num_flow_slots must be >= num_senders ({num_senders}), got {num_flow_slots}"
+        )
+    for name, val in (
+        ("access_rate_bps", access_rate_bps),
+        ("bottleneck_rate_bps", bottleneck_rate_bps),
+        ("mss_bytes", mss_bytes),
+        ("min_rto_s", min_rto_s),
+        ("max_rto_s", max_rto_s),
+        ("cubic_c", cubic_c),
+    ):
+        if not (np.isfinite(val) and val > 0):
+            raise ValueError(f"{name} must be a positive finite number, got {val!r}")
+    for name, val in (("access_delay_s", access_delay_s), ("bottleneck_delay_s", bottleneck_delay_s),
+                      ("warmup_s", warmup_s), ("long_flow_start_spread_s", long_flow_start_spread_s)):
+        if not (np.isfinite(val) and val >= 0):
+            raise ValueError(f"{name} must be a non-negative finite number, got {val!r}")
+    if not (0 < cubic_beta < 1):
+        raise ValueError(f"cubic_beta must be in (0, 1), got {cubic_beta!r}")
+    if not (np.isfinite(load) and load >= 0):
+        raise ValueError(f"load must be a non-negative number, got {load!r}")
+    if not (arrival_stop_s >= 0):
+        raise ValueError(f"arrival_stop_s must be >= 0, got {arrival_stop_s!r}")
+    _check_int("initial_cwnd_pkts", initial_cwnd_pkts, 1)
+    _check_int("dupthresh", dupthresh, 1)
+    if delayed_ack not in (1, 2):
+        raise ValueError(f"delayed_ack must be 1 or 2 segments per ACK, got {delayed_ack!r}")
+    _check_int("long_flows", long_flows, 0)
+    if long_flows > num_flow_slots:
+        raise ValueError(f"long_flows ({long_flows}) must not exceed num_flow_slots ({num_flow_slots})")
+    _check_int("completion_log_size", completion_log_size, 1)
+
+    caps = np.broadcast_to(np.asarray(buffer_per_class_pkts), (num_classes,)).astype(np.int64)
+    if np.any(caps <= 0):
+        raise ValueError(f"buffer_per_class_pkts must be positive, got {buffer_per_class_pkts!r}")
+    if buffer_pkts is None:
+        buffer_pkts = int(caps.sum())
+    _check_int("buffer_pkts", buffer_pkts, 1)
+    if queue_capacity_pkts is None:
+        queue_capacity_pkts = int(caps.max())
+    if caps.max() > queue_capacity_pkts:
+        raise ValueError(
+            f"buffer_per_class_pkts ({int(caps.max())}) exceeds queue_capacity_pkts ({queue_capacity_pkts}),"
+            " the static ring size; raise queue_capacity_pkts"
+        )
+
+    tcp_id = _lookup("tcp", tcp, TCP_NAMES)
+    sched_id = _lookup("scheduler", scheduler, SCHEDULER_NAMES)
+    arrival_id = _lookup("arrival", arrival, ARRIVAL_NAMES)
+    policy_id = _lookup("policy", policy, buffer.POLICY_NAMES)
+    if alpha is None:
+        alpha = buffer.DEFAULT_ALPHA[buffer.POLICY_NAMES[policy_id]]
+    alpha = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (num_classes,))
+    if np.any(alpha < 0) or not np.all(np.isfinite(alpha)):
+        raise ValueError(f"alpha must be non-negative, got {alpha.tolist()}")
+    if beta is None:
+        beta = np.ones(num_classes)
+    beta = np.broadcast_to(np.asarray(beta, dtype=np.float64), (num_classes,))
+    if np.any(beta < 0):
+        raise ValueError(f"beta must be non-negative, got {beta.tolist()}")
+    thr = np.broadcast_to(np.asarray(class_threshold_bytes, dtype=np.float64), (max(num_classes - 1, 0),))
+
+    table = traffic.load_table(cdf) if isinstance(cdf, str) else cdf
+    sizes, probs = traffic.pad_table(table)
+
+    data_pkt_bits = (mss_bytes + DATA_HEADER_BYTES) * 8.0
+    tick_s = pkts_per_tick * data_pkt_bits / bottleneck_rate_bps
+    base_rtt = (2 * (access_delay_s + bottleneck_delay_s) + data_pkt_bits / access_rate_bps
+                + data_pkt_bits / bottleneck_rate_bps + ACK_BYTES * 8 * (1 / access_rate_bps + 1 / bottleneck_rate_bps))
+    need = int(math.ceil(base_rtt / tick_s)) + 3
+    if delay_line_ticks is None:
+        delay_line_ticks = need
+    if delay_line_ticks < need:
+        raise ValueError(
+            f"delay_line_ticks ({delay_line_ticks}) must be >= {need} for a base RTT of {base_rtt * 1e3:.2f} ms"
+        )
+
+    return SimParams(
+        access_rate_bps=_as_f32(access_rate_bps),
+        access_delay_s=_as_f32(access_delay_s),
+        bottleneck_rate_bps=_as_f32(bottleneck_rate_bps),
+        bottleneck_delay_s=_as_f32(bottleneck_delay_s),
+        buffer_pkts=_as_i32(buffer_pkts),
+        class_cap_pkts=_as_i32(caps),
+        policy_id=_as_i32(policy_id),
+        alpha=_as_f32(alpha),
+        beta=_as_f32(beta),
+        scheduler_id=_as_i32(sched_id),
+        class_threshold_bytes=_as_f32(thr),
+        tcp_id=_as_i32(tcp_id),
+        mss_bytes=_as_f32(mss_bytes),
+        initial_cwnd_pkts=_as_f32(initial_cwnd_pkts),
+        min_rto_s=_as_f32(min_rto_s),
+        max_rto_s=_as_f32(max_rto_s),
+        rto_granularity_s=_as_f32(rto_granularity_s),
+        delayed_ack=_as_i32(delayed_ack),
+        dupthresh=_as_i32(dupthresh),
+        cubic_beta=_as_f32(cubic_beta),
+        cubic_c=_as_f32(cubic_c),
+        cubic_fast_convergence=jnp.asarray(bool(cubic_fast_convergence)),
+        hystart=jnp.asarray(bool(hystart)),
+        hystart_low_window_pkts=_as_f32(hystart_low_window_pkts),
+        hystart_min_samples=_as_i32(hystart_min_samples),
+        hystart_ack_delta_s=_as_f32(hystart_ack_delta_s),
+        hystart_delay_min_s=_as_f32(hystart_delay_min_s),
+        hystart_delay_max_s=_as_f32(hystart_delay_max_s),
+        arrival_id=_as_i32(arrival_id),
+        load=_as_f32(load),
+        arrival_stop_s=_as_f32(min(arrival_stop_s, 3.0e38)),
+        long_flows=_as_i32(long_flows),
+        long_flow_start_spread_s=_as_f32(long_flow_start_spread_s),
+        cdf_size_bytes=_as_f32(sizes),
+        cdf_prob=_as_f32(probs),
+        warmup_s=_as_f32(warmup_s),
+        num_senders=int(num_senders),
+        num_classes=int(num_classes),
+        num_flow_slots=int(num_flow_slots),
+        queue_capacity_pkts=int(queue_capacity_pkts),
+        pkts_per_tick=int(pkts_per_tick),
+        delay_line_ticks=int(delay_line_ticks),
+        completion_log_size=int(completion_log_size),
+    )
+
+
+def thesis_params(**overrides) -> SimParams:
+    """The thesis scenario (REFERENCE section 1) with any field overridden."""
+    kw = dict(THESIS_DEFAULTS)
+    kw.update(overrides)
+    return make_params(**kw)
+
+
+def long_flow_params(n_flows: int, buffer_bdp: float, **overrides) -> SimParams:
+    """K long-lived flows through one droptail FIFO of `buffer_bdp` x BDP packets."""
+    kw = dict(num_senders=max(1, n_flows), num_classes=1, load=0.0, long_flows=n_flows,
+              num_flow_slots=max(1, n_flows), policy="droptail", access_rate_bps=1e9,
+              bottleneck_rate_bps=100e6, bottleneck_delay_s=10e-3, access_delay_s=0.0,
+              tcp="newreno", mss_bytes=1000, min_rto_s=0.2, completion_log_size=16)
+    kw.update(overrides)
+    probe = make_params(**{**kw, "buffer_per_class_pkts": 1})
+    bdp = float(probe.bdp_pkts)
+    return make_params(**{**kw, "buffer_per_class_pkts": max(1, int(round(buffer_bdp * bdp)))})
+
+
+def validate(params: SimParams) -> None:
+    """Re-check a (possibly hand-modified) unbatched instance; raise ValueError naming the field."""
+    leaves = {k: np.asarray(getattr(params, k)) for k in params.__dataclass_fields__
+              if isinstance(getattr(params, k), (jnp.ndarray, np.ndarray))}
+    for name in ("access_rate_bps", "bottleneck_rate_bps", "mss_bytes", "min_rto_s", "buffer_pkts"):
+        if np.any(leaves[name] <= 0):
+            raise ValueError(f"{name} must be positive, got {leaves[name].tolist()}")
+    if np.any(leaves["class_cap_pkts"] <= 0):
+        raise ValueError(f"class_cap_pkts must be positive, got {leaves['class_cap_pkts'].tolist()}")
+    if np.any(leaves["class_cap_pkts"] > params.queue_capacity_pkts):
+        raise ValueError("class_cap_pkts exceeds queue_capacity_pkts (the static ring size)")
+    from rlbm_jax.env import buffer
+    if np.any((leaves["policy_id"] < 0) | (leaves["policy_id"] >= len(buffer.POLICY_NAMES))):
+        raise ValueError(f"policy_id out of range: {leaves['policy_id'].tolist()}")
+    if np.any((leaves["tcp_id"] < 0) | (leaves["tcp_id"] >= len(TCP_NAMES))):
+        raise ValueError(f"tcp_id out of range: {leaves['tcp_id'].tolist()}")
+    traffic.check_cdf(leaves["cdf_size_bytes"], leaves["cdf_prob"])
+    if params.num_flow_slots < params.num_senders:
+        raise ValueError("num_flow_slots must be >= num_senders")
+    need = int(np.ceil(np.max(np.asarray(params.base_rtt_s) / np.asarray(params.tick_s)))) + 3
+    if params.delay_line_ticks < need:
+        raise ValueError(f"delay_line_ticks ({params.delay_line_ticks}) must be >= {need}")
+
+
+def _check_int(name, val, lo):
+    if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {val!r}")
+
+
+def _lookup(field, name, names):
+    if name not in names:
+        raise ValueError(f"unknown {field} {name!r}; choose one of {', '.join(names)}")
+    return names.index(name)

@@ -1,0 +1,40 @@
+"""Bottleneck scheduler: how the tick's k transmission slots are shared by the classes.
+
+Round robin serves one packet per non-empty class in turn, starting from the
+class after the last one served (per-packet RR, as a multi-queue QueueDisc
+does); strict priority empties lower class indices first.  Both are
+work-conserving.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def strict_priority(queue_pkts, k):
+    before = jnp.cumsum(queue_pkts) - queue_pkts
+    return jnp.clip(k - before, 0, queue_pkts)
+
+
+def round_robin(queue_pkts, k, rr_next):
+    """Per-packet round robin over k slots.  Returns (served [P], next class to serve)."""
+    P = queue_pkts.shape[0]
+    levels = jnp.arange(k + 1, dtype=jnp.int32)
+    served_at = jnp.sum(jnp.minimum(queue_pkts[None, :], levels[:, None]), axis=1)  # [k+1]
+    rounds = jnp.max(jnp.where(served_at <= k, levels, 0))
+    base = jnp.minimum(queue_pkts, rounds)
+    left = k - jnp.sum(base)
+    eligible = queue_pkts > rounds
+    cyc = (jnp.arange(P) - rr_next) % P  # position in this round's service order
+    order_rank = jnp.sum(eligible[None, :] & (cyc[None, :] < cyc[:, None]), axis=1)
+    extra = eligible & (order_rank < left)
+    served = base + extra.astype(jnp.int32)
+    last = jnp.max(jnp.where(extra, cyc, -1))
+    nxt = jnp.where(last >= 0, (rr_next + last + 1) % P, rr_next)
+    return served, nxt.astype(jnp.int32)
+
+
+def serve(queue_pkts, k, rr_next, scheduler_id):
+    rr, nxt = round_robin(queue_pkts, k, rr_next)
+    sp = strict_priority(queue_pkts, k)
+    is_rr = scheduler_id == 0
+    return jnp.where(is_rr, rr, sp), jnp.where(is_rr, nxt, rr_next)

@@ -1,0 +1,349 @@
+"""The simulator: `init` and the pure `tick`, plus `run` (a `lax.scan` of ticks).
+
+One tick covers `params.pkts_per_tick` packet times of the bottleneck.  Order
+inside a tick (docs/DESIGN.md):
+  1. ACKs of packets that left the bottleneck ack_delay_ticks ago reach senders (tcp.on_acks)
+  2. packets that left sink_delay_ticks ago reach the sink (delivery, FCT log)
+  3. retransmission timers fire (tcp.on_timeouts)
+  4. at most one new flow starts (traffic)
+  5. senders transmit what cwnd and the access link allow (tcp.wanted)
+  6. the buffer policy sets class thresholds; arrivals are admitted or dropped (buffer)
+  7. the scheduler picks up to k packets; they leave the class FIFOs (scheduler, queue)
+     and enter the delay line that carries them to the sink and their ACKs back
+  8. metrics
+Senders run on the switch's clock shifted by the (uncongested) access-path delay,
+so a packet a sender emits in tick t is at the switch in tick t.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from rlbm_jax.env import buffer, metrics as mx, queue as qm, scheduler, tcp, traffic
+from rlbm_jax.env.params import SimParams
+
+# Fields of a delay-line record: the queue's run record (FLOW, COUNT, NRETX, TX0, ENQ).
+WIRE_FIELDS = qm.RUN_FIELDS
+
+
+@struct.dataclass
+class SimState:
+    tick: jnp.ndarray  # [] int32
+    seed: jnp.ndarray  # [] uint32, drives the per-tick hash randomness
+    flows: tcp.FlowTable  # [F] rows (tcp.unpack gives the named fields)
+    delivered: jnp.ndarray  # [F] packets of each flow received by the sink
+    done_sink: jnp.ndarray  # [F] bool: the flow's last packet arrived (FCT logged)
+    queue: qm.QueueState
+    wire: jnp.ndarray  # [L, k, 5] departed runs by departure tick (ring)
+    next_arrival_s: jnp.ndarray  # [] time of the next flow arrival
+    access_credit: jnp.ndarray  # [S] packets each access link may still send
+    rr_next: jnp.ndarray  # [] next class for round robin
+    rl_alpha: jnp.ndarray  # [P] agent action (used by the "rl" policy)
+    drain_norm: jnp.ndarray  # [P] dequeue rate / link rate over the last base RTT
+    drain_window: jnp.ndarray  # [P] dequeues in the current window
+    drain_window_start: jnp.ndarray  # [] tick
+    thresholds: jnp.ndarray  # [P] admission thresholds used in the last tick
+    metrics: mx.Metrics
+    interval: mx.Interval
+
+
+def init(key, params: SimParams) -> SimState:
+    P, F, S = params.num_classes, params.num_flow_slots, params.num_senders
+    k = params.pkts_per_tick
+    k_seed, k_arr, k_long = jax.random.split(key, 3)
+    tick_s = params.tick_s
+    rate = traffic.arrival_rate_per_s(params)
+    flows = tcp.init_flows(F)
+    # K long-lived flows in slots 0..K-1, one per sender in turn.
+    slots = jnp.arange(F, dtype=jnp.int32)
+    is_long = slots < params.long_flows
+    start = jax.random.uniform(k_long, (F,)) * params.long_flow_start_spread_s
+    long_cls = jnp.full((F,), params.num_classes - 1, jnp.int32)
+    hs = params.base_rtt_s + params.access_offset_s
+    flows = flows.replace(
+        active=is_long, sender=slots % S, cls=long_cls, size_pkts=jnp.where(is_long, tcp.BIG_PKTS, 0),
+        size_bytes=jnp.where(is_long, jnp.inf, 0.0).astype(jnp.float32), start_s=start,
+        data_tick=jnp.ceil((start + hs) / tick_s).astype(jnp.int32),
+        cwnd=jnp.full((F,), 1.0, jnp.float32) * params.initial_cwnd_pkts,
+        ssthresh=jnp.full((F,), 1e9, jnp.float32),
+        srtt_s=jnp.full((F,), 1.0, jnp.float32) * params.base_rtt_s,
+        rttvar_s=jnp.full((F,), 0.5, jnp.float32) * params.base_rtt_s,
+        rto_s=jnp.clip(params.base_rtt_s + jnp.maximum(params.rto_granularity_s, 2 * params.base_rtt_s),
+                       params.min_rto_s, params.max_rto_s) * jnp.ones((F,), jnp.float32),
+    )
+    m = mx.init_metrics(P, params.queue_capacity_pkts, params.completion_log_size)
+    m = m.replace(flows_started=jnp.asarray(params.long_flows, jnp.int32))
+    return SimState(
+        tick=jnp.zeros((), jnp.int32),
+        seed=jax.random.bits(k_seed, (), jnp.uint32),
+        flows=tcp.pack(flows),
+        delivered=jnp.zeros((F,), jnp.int32),
+        done_sink=jnp.zeros((F,), bool),
+        queue=qm.init_queue(P, params.queue_capacity_pkts),
+        wire=jnp.zeros((params.delay_line_ticks, k, WIRE_FIELDS), jnp.int32),
+        next_arrival_s=traffic.next_gap_s(k_arr, rate).astype(jnp.float32),
+        access_credit=jnp.zeros((S,), jnp.float32),
+        rr_next=jnp.zeros((), jnp.int32),
+        rl_alpha=jnp.ones((P,), jnp.float32),
+        drain_norm=jnp.ones((P,), jnp.float32),
+        drain_window=jnp.zeros((P,), jnp.int32),
+        drain_window_start=jnp.zeros((), jnp.int32),
+        thresholds=jnp.zeros((P,), jnp.float32),
+        metrics=m,
+        interval=mx.init_interval(P),
+    )
+
+
+def _rotated_exclusive_cumsum(x, offset):
+    """Exclusive prefix sum of x [E, ...] taken in the order offset, offset+1, ... (cyclic)."""
+    rolled = jnp.roll(x, -offset, axis=0)
+    excl = jnp.cumsum(rolled, axis=0) - rolled
+    return jnp.roll(excl, offset, axis=0)
+
+
+def _select_events(table, rec_flows, rec_count, new_slot, t, num_events):
+    """Pick the flows that need work this tick: the flows named by this tick's ACK
+    records and the new flow (they always have a place), then the first flows whose
+    timer is due or whose window lets them send.  Returns ([E] slot ids, F marking an
+    empty entry; number of flows deferred to the next tick)."""
+    F = table.ints.shape[1]
+    k = rec_flows.shape[0]
+    col = lambda n: tcp.column(table, n)
+    active = col("active")
+    started = t >= col("data_tick")
+    unsettled = (col("outstanding") + col("ghost") + col("retx_out") + col("lost_q") + col("retx_dropped"))
+    timer = (unsettled > 0) & (t >= col("rto_deadline"))
+    window = jnp.floor(col("cwnd")).astype(jnp.int32) > col("outstanding")
+    data = (col("lost_q") > 0) | (col("next_new") < col("size_pkts"))
+    has = rec_count > 0
+    earlier_same = (rec_flows[None, :] == rec_flows[:, None]) & has[None, :] & (jnp.arange(k)[None, :] < jnp.arange(k)[:, None])
+    rec = jnp.where(has & ~jnp.any(earlier_same, axis=1), rec_flows, F)  # [k], duplicates -> F
+    must = jnp.zeros((F + 1,), bool).at[rec].set(True)[:F] | (jnp.arange(F) == new_slot)
+    other = active & started & (timer | (window & data)) & ~must
+    picks = []
+    for _ in range(num_events - k - 1):
+        i = jnp.argmax(other).astype(jnp.int32)
+        ok = other[i]
+        picks.append(jnp.where(ok, i, F))
+        other = other & (jnp.arange(F) != i)
+    idx = jnp.concatenate([rec, jnp.asarray(new_slot, jnp.int32)[None], jnp.stack(picks)]) if picks else \
+        jnp.concatenate([rec, jnp.asarray(new_slot, jnp.int32)[None]])
+    return idx, jnp.sum(other, dtype=jnp.int32)
+
+
+def _compact(records, k):
+    """Keep the (at most k) non-empty records of [n, 5], in order, in a [k, 5] array."""
+    has = records[:, qm.COUNT] > 0
+    pos = jnp.where(has, jnp.cumsum(has) - 1, k)
+    return jnp.zeros((k, WIRE_FIELDS), jnp.int32).at[pos].set(records, mode="drop")
+
+
+def _deliver(table, delivered, done_sink, rows, sink_tick, m, iv, params):
+    """Packets of `rows` [k, 5] (departed in sink_tick) reach the sink: count them per flow,
+    and log each flow whose last packet arrived."""
+    k = rows.shape[0]
+    F = delivered.shape[0]
+    flow, cnt = rows[:, qm.FLOW], rows[:, qm.COUNT]
+    has = cnt > 0
+    delivered = delivered.at[jnp.where(has, flow, F)].add(cnt, mode="drop")
+    # one decision per flow: the last record of each flow in this batch
+    later_same = (flow[None, :] == flow[:, None]) & has[None, :] & (jnp.arange(k)[None, :] > jnp.arange(k)[:, None])
+    last = has & ~jnp.any(later_same, axis=1)
+    g = jnp.minimum(flow, F - 1)
+    col = lambda name: tcp.column(table, name)[g]
+    size_b = col("size_bytes")
+    done = last & col("active") & ~done_sink[g] & (delivered[g] >= col("size_pkts"))
+    done_sink = done_sink.at[jnp.where(done, flow, F)].set(True, mode="drop")
+    arrive_s = (sink_tick + 1).astype(jnp.float32) * params.tick_s + params.bottleneck_delay_s
+    fct = arrive_s - col("start_s")
+    ideal = params.base_rtt_s + size_b * 8.0 / params.bottleneck_rate_bps
+    log_rec = jnp.stack([size_b, col("cls").astype(jnp.float32), fct, fct / ideal, col("start_s")], axis=-1)
+    m, iv = mx.log_completions(m, iv, done, log_rec)
+    return delivered, done_sink, m, iv, jnp.sum(cnt)
+
+
+def _aggregate(records, idx):
+    """One-hot [n, E] matching records (COUNT > 0) to the event flows idx [E]."""
+    return (records[:, qm.FLOW][:, None] == idx[None, :]) & (records[:, qm.COUNT][:, None] > 0)
+
+
+def tick(state: SimState, params: SimParams) -> SimState:
+    P, F, S = params.num_classes, params.num_flow_slots, params.num_senders
+    k = params.pkts_per_tick
+    L = params.delay_line_ticks
+    E = params.event_slots
+    t = state.tick
+    tick_s = params.tick_s
+    now_s = t.astype(jnp.float32) * tick_s
+    warm = now_s >= params.warmup_s
+    m = state.metrics
+    iv = state.interval
+    u = traffic.hash_uniform(state.seed, t, 4)  # gap, size, sender, FIFO order
+
+    # ---- 1. packets reach the sink (a column update of the flow table) ------------------
+    sink_tick = t - params.sink_delay_ticks
+    sink_rows = jnp.where(sink_tick >= 0, state.wire[sink_tick % L], 0)  # [k, 5]
+    table = state.flows
+    delivered, done_sink, m, iv, n_sink = _deliver(table, state.delivered, state.done_sink, sink_rows,
+                                                   sink_tick, m, iv, params)
+
+    # ---- 2. ACK records, the flow that may start, the event flows ---------------------------
+    ack_rows = state.wire[(t - params.ack_delay_ticks) % L]  # [k, 5]
+    ack_rows = jnp.where(t >= params.ack_delay_ticks, ack_rows, 0)
+    rate = traffic.arrival_rate_per_s(params)
+    due = (state.next_arrival_s <= now_s + tick_s) & (state.next_arrival_s < params.arrival_stop_s)
+    slot, free = traffic.free_slot(tcp.column(table, "active"))
+    idx, deferred = _select_events(table, ack_rows[:, qm.FLOW], ack_rows[:, qm.COUNT],
+                                   jnp.where(due & free, slot, F), t, E)
+    valid = idx < F
+    gidx = jnp.minimum(idx, F - 1)
+    fl = tcp.unpack(table.rows(gidx))
+    fl = fl.replace(active=fl.active & valid)
+
+    # ACKs reach the senders
+    oh = _aggregate(ack_rows, idx)  # [k, E]
+    cnt = ack_rows[:, qm.COUNT]
+    tx_last = ack_rows[:, qm.TX0] + cnt - 1
+    pick = lambda v: jnp.sum(jnp.where(oh, v[None, :], 0), axis=1)  # per record, its flow's value
+    undet_tx_e = pick(fl.undet_tx)
+    holes_e = pick((fl.undet > 0).astype(jnp.int32)) > 0
+    in_rec_e = pick((fl.state == tcp.RECOVERY).astype(jnp.int32)) > 0
+    new_e = cnt - ack_rows[:, qm.NRETX]
+    dup_e = jnp.where(in_rec_e, new_e, jnp.where(holes_e, jnp.clip(tx_last - undet_tx_e, 0, new_e), 0))
+    agg = lambda v: jnp.sum(jnp.where(oh, v[:, None], 0), axis=0)  # per event flow, summed
+    acked = agg(cnt)
+    max_tx = jnp.max(jnp.where(oh, tx_last[:, None], -1), axis=0)
+    last_enq = jnp.max(jnp.where(oh, ack_rows[:, qm.ENQ][:, None], -1), axis=0)
+    rtt_s = (t - last_enq).astype(jnp.float32) * tick_s
+    fl = tcp.on_acks(fl, t, acked, agg(ack_rows[:, qm.NRETX]), agg(dup_e), max_tx, rtt_s, params, tick_s)
+    finished = fl.active & (fl.acked >= fl.size_pkts)
+    fl = fl.replace(active=fl.active & ~finished)
+
+    # ---- 3. retransmission timeouts ----------------------------------------------------
+    fl, fired = tcp.on_timeouts(fl, t, params, tick_s)
+
+    # ---- 4. a new flow (at most one per tick) ------------------------------------------
+    is_new = valid & (idx == slot) & due & free
+    start = jnp.any(is_new)
+    size_b = traffic.sample_size_bytes(u[1], params.cdf_size_bytes, params.cdf_prob)
+    cls = jnp.minimum(traffic.flow_class(size_b, params.class_threshold_bytes), P - 1)
+    sender = jnp.minimum((u[2] * S).astype(jnp.int32), S - 1)
+    qdelay = state.queue.pkts[cls].astype(jnp.float32) * params.data_pkt_bits / params.bottleneck_rate_bps
+    hs_rtt = params.base_rtt_s + qdelay
+    t_arr = state.next_arrival_s
+    fl = tcp.start_flow(
+        fl, is_new, sender=sender, cls=cls, size_pkts=jnp.ceil(size_b / params.mss_bytes).astype(jnp.int32),
+        size_bytes=size_b, start_s=t_arr,
+        data_tick=jnp.ceil((t_arr + hs_rtt + params.access_offset_s) / tick_s).astype(jnp.int32),
+        handshake_rtt_s=hs_rtt, params=params)
+    reuse = (jnp.arange(F) == slot) & start
+    delivered = jnp.where(reuse, 0, delivered)
+    done_sink = done_sink & ~reuse
+    gap = jnp.where(rate > 0, -jnp.log(jnp.maximum(1.0 - u[0], 1e-12)) / jnp.maximum(rate, 1e-30), jnp.inf)
+    advance = due & (start | ~free)  # an arrival that found no free slot is refused
+    next_arrival = jnp.where(advance, t_arr + gap, state.next_arrival_s)
+    m = m.replace(flows_started=m.flows_started + start, flows_refused=m.flows_refused + (due & ~free),
+                  rto_total=m.rto_total + jnp.sum(fired), events_deferred=m.events_deferred + deferred)
+
+    # ---- 5. senders transmit -------------------------------------------------------------
+    n_retx, n_new = tcp.wanted(fl, t)
+    want = n_retx + n_new
+    per_tick = params.access_rate_bps * tick_s / params.data_pkt_bits
+    credit = jnp.minimum(state.access_credit + per_tick, jnp.maximum(per_tick, 1.0))
+    by_sender = fl.sender[:, None] == jnp.arange(S)[None, :]  # [E, S]
+    want_s = jnp.sum(jnp.where(by_sender, want[:, None], 0), axis=0)
+    budget = jnp.floor(credit).astype(jnp.int32)
+    scale = jnp.where(want_s > budget, budget / jnp.maximum(want_s, 1), 1.0)
+    send = jnp.floor(want * jnp.sum(jnp.where(by_sender, scale[None, :], 0.0), axis=1) + 1e-6).astype(jnp.int32)
+    send = jnp.minimum(send, want)
+    n_retx = jnp.minimum(n_retx, send)
+    n_new = send - n_retx
+    credit = credit - jnp.sum(jnp.where(by_sender, send[:, None], 0), axis=0)
+
+    # ---- 6. buffer admission ---------------------------------------------------------------
+    q = state.queue
+    occ = jnp.sum(q.pkts)
+    view = buffer.BufferView(queue_pkts=q.pkts, occupancy_pkts=occ, drain_norm=state.drain_norm,
+                             rl_alpha=state.rl_alpha)
+    thr = buffer.thresholds(view, params)
+    by_cls = fl.cls[:, None] == jnp.arange(P)[None, :]  # [E, P]
+    a_ec = jnp.where(by_cls, send[:, None], 0)
+    arr_c = jnp.sum(a_ec, axis=0)
+    adm_c = buffer.admit(arr_c, q.pkts, thr, params.buffer_pkts - occ)
+    offset = jnp.minimum((u[3] * E).astype(jnp.int32), E - 1)  # random FIFO order of this tick's senders
+    before = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(a_ec, offset), 0), axis=1)
+    adm = jnp.clip(adm_c[fl.cls] - before, 0, send)
+    has_run = (adm > 0)[:, None] & by_cls
+    rank = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(has_run.astype(jnp.int32), offset), 0), axis=1)
+    queue = qm.enqueue(q, gidx, fl.cls, adm, jnp.minimum(n_retx, adm), fl.tx_next, rank, t)
+    fl = tcp.on_sent(fl, t, n_retx, n_new, adm, params, tick_s)
+    drops_c = arr_c - adm_c
+    table = table.set_rows(idx, tcp.pack(fl))
+
+    # ---- 7. scheduling and departure -------------------------------------------------------
+    served, rr_next = scheduler.serve(queue.pkts, k, state.rr_next, params.scheduler_id)
+    queue, departed = qm.dequeue(queue, served, k)
+    wire = state.wire.at[t % L].set(_compact(departed.reshape(P * k, WIRE_FIELDS), k))
+    n_deq = jnp.sum(served)
+
+    # ---- 8. metrics ----------------------------------------------------------------------
+    qlen = queue.pkts
+    occ_after = jnp.sum(qlen)
+    ser = params.data_pkt_bits / params.bottleneck_rate_bps
+    ahead = jnp.where(params.scheduler_id == 0, qlen[0] + jnp.sum(jnp.minimum(qlen[1:], qlen[0] + 1)), qlen[0])
+    probe = params.base_rtt_s + ahead.astype(jnp.float32) * ser
+    w = warm.astype(jnp.int32)
+    cap = params.queue_capacity_pkts
+    m = m.replace(
+        tx_total=m.tx_total + jnp.sum(send), drop_total=m.drop_total + jnp.sum(drops_c),
+        deq_total=m.deq_total + n_deq, sink_total=m.sink_total + n_sink,
+        arrive_warm=m.arrive_warm + w * arr_c, drop_warm=m.drop_warm + w * drops_c,
+        deq_warm=m.deq_warm + w * n_deq, sink_warm=m.sink_warm + w * n_sink, ticks_warm=m.ticks_warm + w,
+        queue_sum=m.queue_sum + w * qlen.astype(jnp.float32),
+        queue_hist=m.queue_hist.at[jnp.arange(P), jnp.minimum(qlen, cap)].add(w),
+        occ_hist=m.occ_hist.at[jnp.minimum(occ_after, P * cap)].add(w),
+        probe_rtt_sum_s=m.probe_rtt_sum_s + w * probe,
+        probe_rtt_max_s=jnp.maximum(m.probe_rtt_max_s, jnp.where(warm, probe, 0.0)),
+    )
+    iv = iv.replace(sink_pkts=iv.sink_pkts + n_sink, drops=iv.drops + jnp.sum(drops_c), deq=iv.deq + served)
+
+    # drain rate per class, refreshed once per base RTT (ABM's mu_p / b)
+    win = jnp.maximum(jnp.round(params.base_rtt_s / tick_s).astype(jnp.int32), 1)
+    dwin = state.drain_window + served
+    roll = (t + 1 - state.drain_window_start) >= win
+    drain_norm = jnp.where(roll, dwin.astype(jnp.float32) / (win * k), state.drain_norm)
+
+    return SimState(
+        tick=t + 1, seed=state.seed, flows=table, delivered=delivered, done_sink=done_sink, queue=queue, wire=wire, next_arrival_s=next_arrival,
+        access_credit=credit, rr_next=rr_next, rl_alpha=state.rl_alpha, drain_norm=drain_norm,
+        drain_window=jnp.where(roll, 0, dwin), drain_window_start=jnp.where(roll, t + 1, state.drain_window_start),
+        thresholds=thr, metrics=m, interval=iv,
+    )
+
+
+def run(state: SimState, params: SimParams, num_ticks: int, trace_fn=None):
+    """Advance `num_ticks` ticks (static).  With `trace_fn(state) -> pytree`, also return
+    its value after every tick (stacked)."""
+    def body(s, _):
+        s = tick(s, params)
+        return s, (trace_fn(s) if trace_fn is not None else None)
+
+    return jax.lax.scan(body, state, None, length=num_ticks)
+
+
+def ticks_for(seconds: float, params: SimParams) -> int:
+    """Number of ticks covering `seconds` (Python int, for static scan lengths)."""
+    import numpy as np
+
+    return int(np.ceil(seconds / float(np.max(np.asarray(params.tick_s)))))
+
+
+def on_wire(state: SimState, params: SimParams):
+    """Packets that left the bottleneck but have not reached the sink yet."""
+    L = params.delay_line_ticks
+    ago = (state.tick - 1 - jnp.arange(L)) % L  # row written `a` ticks ago sits at (t-1-a) % L
+    rows = state.wire[ago]  # [L, n, 5]; rows[a] departed in tick t-1-a
+    a = jnp.arange(L)
+    in_flight = (a < params.sink_delay_ticks) & (state.tick - 1 - a >= 0)
+    return jnp.sum(jnp.where(in_flight[:, None], rows[:, :, qm.COUNT], 0))

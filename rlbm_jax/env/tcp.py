@@ -1,0 +1,385 @@
+"""TCP senders: NewReno and CUBIC as in ns-3.37, vectorised over flow slots.
+
+Packets are counted, not numbered.  Each transmission of a flow gets the next
+transmission id; a flow's transmissions cross the network in order (one FIFO per
+class, losses only at the bottleneck's admission), so ids tell which ACKs are
+duplicates and when a loss is detected.
+
+Per flow the sender keeps:
+  outstanding  transmissions sent whose fate the sender does not know yet
+               (RFC 6675 "pipe": in flight plus undetected drops)
+  undet        dropped new-data transmissions not yet detected, the first of
+               them having id `undet_tx`; detected when a transmission with id
+               >= undet_tx + dupthresh is ACKed (3 SACKed segments above a hole),
+               or by the RTO
+  lost_q       detected losses waiting for retransmission (sent before new data)
+  retx_out     retransmissions in flight; retx_dropped: retransmissions dropped
+               (like ns-3.37, only the RTO recovers a lost retransmission)
+  ghost        transmissions in flight when the RTO fired; the RTO empties the
+               pipe and their later ACKs count as new ACKs
+States: OPEN, RECOVERY (fast recovery with PRR, ns-3.37's default), LOSS (after RTO).
+NewReno grows per ACK (+1 segment in slow start, +1/cwnd in congestion
+avoidance); CUBIC follows ns-3.37 (beta 0.7, C 0.4, fast convergence, HyStart
+with ACK-train and delay detection, no Reno-friendly region).
+Not modelled (documented in DESIGN.md): spurious retransmissions after an RTO,
+the delayed-ACK timer (an odd segment is ACKed with the next or when the pipe
+empties), losses of SYN packets.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+OPEN, RECOVERY, LOSS = 0, 1, 2
+NEWRENO, CUBIC = 0, 1
+BIG_PKTS = 1 << 30  # size of a long-lived flow
+
+
+@struct.dataclass
+class FlowState:
+    """Flow-slot table; every field has shape [F]."""
+
+    active: jnp.ndarray  # bool
+    sender: jnp.ndarray  # int32
+    cls: jnp.ndarray  # int32 class at the bottleneck
+    size_pkts: jnp.ndarray  # int32 (BIG_PKTS for long-lived)
+    size_bytes: jnp.ndarray  # float32
+    start_s: jnp.ndarray  # float32 arrival time (real clock)
+    data_tick: jnp.ndarray  # int32 first tick it may send data (after the handshake)
+    next_new: jnp.ndarray  # int32 new packets sent
+    tx_next: jnp.ndarray  # int32 id of the next transmission
+    acked: jnp.ndarray  # int32 packets the sender knows delivered
+    cwnd: jnp.ndarray  # float32 segments
+    ssthresh: jnp.ndarray  # float32 segments
+    outstanding: jnp.ndarray  # int32
+    undet: jnp.ndarray  # int32
+    undet_tx: jnp.ndarray  # int32
+    lost_q: jnp.ndarray  # int32
+    retx_out: jnp.ndarray  # int32
+    retx_dropped: jnp.ndarray  # int32
+    ghost: jnp.ndarray  # int32
+    state: jnp.ndarray  # int32 OPEN / RECOVERY / LOSS
+    recover_tx: jnp.ndarray  # int32
+    prr_delivered: jnp.ndarray  # int32
+    prr_out: jnp.ndarray  # int32
+    recover_fs: jnp.ndarray  # float32
+    srtt_s: jnp.ndarray  # float32
+    rttvar_s: jnp.ndarray  # float32
+    rto_s: jnp.ndarray  # float32
+    rto_deadline: jnp.ndarray  # int32 tick
+    da_parity: jnp.ndarray  # int32 delayed-ACK segments held by the receiver
+    w_max: jnp.ndarray  # float32 CUBIC
+    epoch_start: jnp.ndarray  # int32 tick, -1 = no epoch
+    cubic_k_s: jnp.ndarray  # float32
+    cubic_origin: jnp.ndarray  # float32
+    delay_min_s: jnp.ndarray  # float32, 0 = none yet
+    hs_round_end_tx: jnp.ndarray  # int32 HyStart round
+    hs_round_start: jnp.ndarray  # int32 tick
+    hs_last_ack: jnp.ndarray  # int32 tick
+    hs_curr_rtt_s: jnp.ndarray  # float32
+    hs_samples: jnp.ndarray  # int32
+    hs_found: jnp.ndarray  # bool
+
+
+FLOAT_FIELDS = ("size_bytes", "start_s", "cwnd", "ssthresh", "recover_fs", "srtt_s", "rttvar_s", "rto_s",
+                "w_max", "cubic_k_s", "cubic_origin", "delay_min_s", "hs_curr_rtt_s")
+BOOL_FIELDS = ("active", "hs_found")
+INT_FIELDS = tuple(n for n in FlowState.__dataclass_fields__ if n not in FLOAT_FIELDS)
+_COL = {n: i for i, n in enumerate(INT_FIELDS)} | {n: i for i, n in enumerate(FLOAT_FIELDS)}
+
+
+@struct.dataclass
+class FlowTable:
+    """The flow-slot table as stored, field-major: scanning one field of every slot
+    reads contiguous memory, and the few flows that have events in a tick are
+    gathered and scattered back with one operation per array."""
+
+    ints: jnp.ndarray  # [len(INT_FIELDS), F] int32 (bools as 0/1)
+    floats: jnp.ndarray  # [len(FLOAT_FIELDS), F] float32
+
+    def rows(self, idx):
+        """The sub-table of slots idx (clipped into range)."""
+        return FlowTable(ints=self.ints[:, idx], floats=self.floats[:, idx])
+
+    def set_rows(self, idx, sub):
+        """Write sub back at slots idx; indices out of range are skipped."""
+        return FlowTable(ints=self.ints.at[:, idx].set(sub.ints, mode="drop"),
+                         floats=self.floats.at[:, idx].set(sub.floats, mode="drop"))
+
+
+def pack(fl: FlowState) -> FlowTable:
+    ints = jnp.stack([getattr(fl, n).astype(jnp.int32) for n in INT_FIELDS], axis=0)
+    floats = jnp.stack([getattr(fl, n).astype(jnp.float32) for n in FLOAT_FIELDS], axis=0)
+    return FlowTable(ints=ints, floats=floats)
+
+
+def unpack(tb: FlowTable) -> FlowState:
+    cols = {n: tb.ints[i] for i, n in enumerate(INT_FIELDS)}
+    cols.update({n: tb.floats[i] for i, n in enumerate(FLOAT_FIELDS)})
+    for n in BOOL_FIELDS:
+        cols[n] = cols[n] > 0
+    return FlowState(**cols)
+
+
+def column(tb: FlowTable, name: str):
+    """One field of every slot, without unpacking the rest."""
+    if name in FLOAT_FIELDS:
+        return tb.floats[_COL[name]]
+    col = tb.ints[_COL[name]]
+    return col > 0 if name in BOOL_FIELDS else col
+
+
+def unsettled(fl):
+    """Transmissions whose fate is open: the RTO timer runs while this is > 0."""
+    return fl.outstanding + fl.ghost + fl.retx_out + fl.lost_q + fl.retx_dropped
+
+
+def init_flows(num_slots: int) -> FlowState:
+    zi = jnp.zeros((num_slots,), jnp.int32)
+    zf = jnp.zeros((num_slots,), jnp.float32)
+    zb = jnp.zeros((num_slots,), bool)
+    return FlowState(
+        active=zb, sender=zi, cls=zi, size_pkts=zi, size_bytes=zf, start_s=zf, data_tick=zi,
+        next_new=zi, tx_next=zi, acked=zi, cwnd=zf, ssthresh=zf,
+        outstanding=zi, undet=zi, undet_tx=zi, lost_q=zi, retx_out=zi, retx_dropped=zi, ghost=zi,
+        state=zi, recover_tx=zi, prr_delivered=zi, prr_out=zi, recover_fs=zf, srtt_s=zf,
+        rttvar_s=zf, rto_s=zf, rto_deadline=zi, da_parity=zi, w_max=zf, epoch_start=zi - 1,
+        cubic_k_s=zf, cubic_origin=zf, delay_min_s=zf, hs_round_end_tx=zi, hs_round_start=zi,
+        hs_last_ack=zi, hs_curr_rtt_s=zf + jnp.inf, hs_samples=zi, hs_found=zb,
+    )
+
+
+def start_flow(fl: FlowState, mask, *, sender, cls, size_pkts, size_bytes, start_s, data_tick,
+               handshake_rtt_s, params) -> FlowState:
+    """Occupy the slots where `mask` [F] is true with a fresh connection (scalar attributes)."""
+    fresh = init_flows(fl.active.shape[0])
+    srtt = jnp.asarray(handshake_rtt_s, jnp.float32)
+    fresh = fresh.replace(
+        active=fresh.active | True, sender=fresh.sender + sender, cls=fresh.cls + cls,
+        size_pkts=fresh.size_pkts + size_pkts, size_bytes=fresh.size_bytes + size_bytes,
+        start_s=fresh.start_s + start_s, data_tick=fresh.data_tick + data_tick,
+        cwnd=fresh.cwnd + params.initial_cwnd_pkts, ssthresh=fresh.ssthresh + 1e9,
+        srtt_s=fresh.srtt_s + srtt, rttvar_s=fresh.rttvar_s + srtt / 2,
+        rto_s=fresh.rto_s + _rto(srtt, srtt / 2, params),
+    )
+    return jax.tree.map(lambda new, old: jnp.where(mask, new.astype(old.dtype), old), fresh, fl)
+
+
+def _rto(srtt, rttvar, params):
+    rto = srtt + jnp.maximum(params.rto_granularity_s, 4.0 * rttvar)
+    return jnp.clip(rto, params.min_rto_s, params.max_rto_s)
+
+
+def _ticks(seconds, tick_s):
+    return jnp.ceil(seconds / tick_s).astype(jnp.int32)
+
+
+def _loss_ssthresh(fl, flight, params):
+    """ssthresh and CUBIC's W_max after a loss (ns-3.37 GetSsThresh)."""
+    reno = jnp.maximum(2.0, flight / 2.0)
+    cub = jnp.maximum(2.0, fl.cwnd * params.cubic_beta)
+    fc = params.cubic_fast_convergence & (fl.cwnd < fl.w_max)
+    w_max = jnp.where(fc, fl.cwnd * (1.0 + params.cubic_beta) / 2.0, fl.cwnd)
+    is_cubic = params.tcp_id == CUBIC
+    return jnp.where(is_cubic, cub, reno), jnp.where(is_cubic, w_max, fl.w_max)
+
+
+def _cubic_increment(fl, t, params, tick_s):
+    """Segments CUBIC adds per ACK in congestion avoidance, and the epoch bookkeeping."""
+    new_epoch = fl.epoch_start < 0
+    below = fl.w_max > fl.cwnd
+    k_new = jnp.where(below, jnp.cbrt(jnp.maximum(fl.w_max - fl.cwnd, 0.0) / params.cubic_c), 0.0)
+    origin_new = jnp.where(below, fl.w_max, fl.cwnd)
+    epoch = jnp.where(new_epoch, t, fl.epoch_start)
+    k = jnp.where(new_epoch, k_new, fl.cubic_k_s)
+    origin = jnp.where(new_epoch, origin_new, fl.cubic_origin)
+    el = (t - epoch).astype(jnp.float32) * tick_s + fl.delay_min_s - k
+    target = origin + params.cubic_c * el * el * el
+    cnt = jnp.where(target > fl.cwnd, fl.cwnd / jnp.maximum(target - fl.cwnd, 1e-6), 100.0 * fl.cwnd)
+    cnt = jnp.where((fl.w_max == 0) & (cnt > 20.0), 20.0, cnt)
+    cnt = jnp.maximum(cnt, 2.0)
+    return 1.0 / cnt, epoch, k, origin
+
+
+def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s) -> FlowState:
+    """Apply one tick's ACKs.  All arguments are [F]: transmissions ACKed, of which
+    retransmissions, of which duplicate ACKs (a hole below them), the highest id
+    ACKed, and an RTT sample (valid where acked > 0)."""
+    has = acked > 0
+    is_cubic = params.tcp_id == CUBIC
+
+    g = jnp.minimum(acked, fl.ghost)
+    ghost = fl.ghost - g
+    outstanding = fl.outstanding - (acked - g)
+    retx_out = fl.retx_out - acked_retx
+    n_acked = fl.acked + acked
+
+    # RTT estimator (RFC 6298, ns-3 RttMeanDeviation), one sample per tick.
+    first = fl.srtt_s <= 0
+    rttvar = jnp.where(first, rtt_s / 2, 0.75 * fl.rttvar_s + 0.25 * jnp.abs(fl.srtt_s - rtt_s))
+    srtt = jnp.where(first, rtt_s, 0.875 * fl.srtt_s + 0.125 * rtt_s)
+    srtt = jnp.where(has, srtt, fl.srtt_s)
+    rttvar = jnp.where(has, rttvar, fl.rttvar_s)
+    rto_s = jnp.where(has, _rto(srtt, rttvar, params), fl.rto_s)
+    delay_min = jnp.where(has & ((fl.delay_min_s <= 0) | (rtt_s < fl.delay_min_s)), rtt_s, fl.delay_min_s)
+
+    # ACK count the receiver generated (delayed ACK: out-of-order segments are ACKed at once).
+    in_order = acked - n_dup
+    two = params.delayed_ack == 2
+    pairs = (fl.da_parity + in_order) // 2
+    parity = (fl.da_parity + in_order) % 2
+    flush = two & (parity == 1) & (outstanding + ghost <= 0)
+    n_acks = jnp.where(two, n_dup + pairs + flush.astype(jnp.int32), acked)
+    da_parity = jnp.where(two & ~flush, parity, 0)
+
+    # Loss detection by duplicate ACKs (SACK scoreboard: dupthresh segments above the hole).
+    seen = has & (fl.undet > 0) & (max_tx >= fl.undet_tx + params.dupthresh)
+    same_episode = (fl.state == OPEN) | (fl.undet_tx < fl.recover_tx)
+    detect = seen & same_episode
+    lost_q = fl.lost_q + jnp.where(detect, fl.undet, 0)
+    outstanding = outstanding - jnp.where(detect, fl.undet, 0)
+    undet = jnp.where(detect, 0, fl.undet)
+
+    enter = detect & (fl.state == OPEN)
+    ss_new, wmax_new = _loss_ssthresh(fl, outstanding.astype(jnp.float32), params)
+    ssthresh = jnp.where(enter, ss_new, fl.ssthresh)
+    w_max = jnp.where(enter & is_cubic, wmax_new, fl.w_max)
+    epoch_start = jnp.where(enter, -1, fl.epoch_start)
+    state = jnp.where(enter, RECOVERY, fl.state)
+    recover_tx = jnp.where(enter, fl.tx_next, fl.recover_tx)
+    prr_delivered = jnp.where(enter, 0, fl.prr_delivered)
+    prr_out = jnp.where(enter, 0, fl.prr_out)
+    recover_fs = jnp.where(enter, (outstanding + lost_q).astype(jnp.float32), fl.recover_fs)
+
+    # ---- window growth in OPEN and LOSS ---------------------------------------
+    grow = has & ((state == OPEN) | (state == LOSS)) & ~enter
+    growth_acks = jnp.maximum(n_acks - jnp.where(state == OPEN, n_dup, 0), 0).astype(jnp.float32)
+    cwnd = fl.cwnd
+    # slow start: +1 per ACK up to ssthresh (ns-3 adds whole segments), the rest in CA
+    room = jnp.maximum(jnp.ceil(ssthresh - cwnd), 0.0)
+    ss_acks = jnp.where(cwnd < ssthresh, jnp.minimum(growth_acks, room), 0.0)
+    ca_acks = growth_acks - ss_acks
+    cwnd_ss = cwnd + ss_acks
+    inc_cubic, ep_c, k_c, or_c = _cubic_increment(fl.replace(cwnd=cwnd_ss, w_max=w_max, epoch_start=epoch_start,
+                                                             delay_min_s=delay_min), t, params, tick_s)
+    inc = jnp.where(is_cubic, inc_cubic, 1.0 / jnp.maximum(cwnd_ss, 1.0))
+    ca_on = grow & (ca_acks > 0)
+    cwnd_grown = cwnd_ss + ca_acks * inc
+    cwnd = jnp.where(grow, cwnd_grown, cwnd)
+    epoch_start = jnp.where(ca_on & is_cubic, ep_c, epoch_start)
+    cubic_k = jnp.where(ca_on & is_cubic, k_c, fl.cubic_k_s)
+    cubic_origin = jnp.where(ca_on & is_cubic, or_c, fl.cubic_origin)
+
+    # ---- HyStart (CUBIC, slow start, cwnd >= low window) ------------------------
+    round_over = has & (max_tx >= fl.hs_round_end_tx)
+    hs_round_end = jnp.where(round_over, fl.tx_next, fl.hs_round_end_tx)
+    hs_round_start = jnp.where(round_over, t, fl.hs_round_start)
+    hs_last_ack = jnp.where(round_over, t, fl.hs_last_ack)
+    hs_curr = jnp.where(round_over, jnp.inf, fl.hs_curr_rtt_s)
+    hs_samples = jnp.where(round_over, 0, fl.hs_samples)
+    hs_on = (has & is_cubic & params.hystart & (state == OPEN) & (cwnd < ssthresh)
+             & (cwnd >= params.hystart_low_window_pkts) & ~fl.hs_found)
+    train = hs_on & ((t - hs_last_ack).astype(jnp.float32) * tick_s <= params.hystart_ack_delta_s)
+    hs_last_ack = jnp.where(train, t, hs_last_ack)
+    found_train = train & ((t - hs_round_start).astype(jnp.float32) * tick_s > delay_min)
+    sampling = hs_on & (hs_samples < params.hystart_min_samples)
+    hs_curr = jnp.where(sampling, jnp.minimum(hs_curr, rtt_s), hs_curr)
+    hs_samples = hs_samples + sampling.astype(jnp.int32)
+    thresh = jnp.clip(delay_min / 8.0, params.hystart_delay_min_s, params.hystart_delay_max_s)
+    found_delay = hs_on & ~sampling & (hs_curr > delay_min + thresh)
+    found = found_train | found_delay
+    ssthresh = jnp.where(found, cwnd, ssthresh)
+    hs_found = fl.hs_found | found
+
+    # ---- PRR in RECOVERY (RFC 6937, ns-3.37 TcpPrrRecovery, SSRB) ---------------
+    in_rec = has & (state == RECOVERY)
+    prr_delivered = prr_delivered + jnp.where(in_rec, acked, 0)
+    pipe = outstanding.astype(jnp.float32)
+    prop = jnp.ceil(prr_delivered * ssthresh / jnp.maximum(recover_fs, 1.0)) - prr_out
+    ssrb = jnp.minimum(ssthresh - pipe, jnp.maximum(prr_delivered - prr_out, acked).astype(jnp.float32) + 1.0)
+    sndcnt = jnp.maximum(jnp.where(pipe > ssthresh, prop, ssrb), 0.0)
+    sndcnt = jnp.where(enter, jnp.maximum(sndcnt, 1.0), sndcnt)  # the fast retransmission goes out
+    cwnd = jnp.where(in_rec, pipe + sndcnt, cwnd)
+
+    # ---- leaving RECOVERY / LOSS once every hole of the episode is repaired --------
+    pending_old = (undet > 0) & (fl.undet_tx < recover_tx)
+    repaired = (lost_q == 0) & (retx_out == 0) & (fl.retx_dropped == 0) & ~pending_old
+    leave_rec = has & (state == RECOVERY) & repaired
+    leave_loss = has & (state == LOSS) & repaired & (ghost == 0)
+    cwnd = jnp.where(leave_rec, ssthresh, cwnd)
+    epoch_start = jnp.where(leave_rec, -1, epoch_start)
+    state = jnp.where(leave_rec | leave_loss, OPEN, state)
+
+    # RTO timer restarts on any ACK that is not a pure duplicate.
+    progress = has & (n_dup < acked)
+    rto_deadline = jnp.where(progress, t + _ticks(rto_s, tick_s), fl.rto_deadline)
+
+    return fl.replace(
+        ghost=ghost, outstanding=outstanding, retx_out=retx_out, acked=n_acked, srtt_s=srtt, rttvar_s=rttvar,
+        rto_s=rto_s, delay_min_s=delay_min, da_parity=da_parity, lost_q=lost_q, undet=undet,
+        ssthresh=ssthresh, w_max=w_max, epoch_start=epoch_start, state=state, recover_tx=recover_tx,
+        prr_delivered=prr_delivered, prr_out=prr_out, recover_fs=recover_fs, cwnd=jnp.maximum(cwnd, 1.0),
+        cubic_k_s=cubic_k, cubic_origin=cubic_origin, hs_round_end_tx=hs_round_end,
+        hs_round_start=hs_round_start, hs_last_ack=hs_last_ack, hs_curr_rtt_s=hs_curr,
+        hs_samples=hs_samples, hs_found=hs_found, rto_deadline=rto_deadline,
+    )
+
+
+def on_timeouts(fl: FlowState, t, params, tick_s):
+    """Retransmission timeouts: cwnd = 1, ssthresh cut, every known or undetected loss
+    queued for retransmission, the pipe emptied, RTO doubled.  Returns (state, fired [F])."""
+    fire = fl.active & (unsettled(fl) > 0) & (t >= fl.rto_deadline) & (t >= fl.data_tick)
+    ss_new, wmax_new = _loss_ssthresh(fl, fl.outstanding.astype(jnp.float32), params)
+    in_flight = fl.outstanding - fl.undet - fl.retx_dropped
+    rto_s = jnp.minimum(fl.rto_s * 2.0, params.max_rto_s)
+    w = lambda new, old: jnp.where(fire, new, old)
+    fl = fl.replace(
+        ssthresh=w(ss_new, fl.ssthresh),
+        w_max=w(0.0, fl.w_max),  # ns-3.37 CubicReset on entering LOSS
+        cwnd=w(jnp.ones_like(fl.cwnd), fl.cwnd),
+        state=w(LOSS, fl.state),
+        recover_tx=w(fl.tx_next, fl.recover_tx),
+        lost_q=w(fl.lost_q + fl.undet + fl.retx_dropped, fl.lost_q),
+        undet=w(0, fl.undet), retx_dropped=w(0, fl.retx_dropped),
+        ghost=w(fl.ghost + in_flight, fl.ghost), outstanding=w(0, fl.outstanding),
+        rto_s=w(rto_s, fl.rto_s), rto_deadline=w(t + _ticks(rto_s, tick_s), fl.rto_deadline),
+        epoch_start=w(-1, fl.epoch_start), delay_min_s=w(0.0, fl.delay_min_s),
+        hs_found=w(False, fl.hs_found), hs_round_end_tx=w(fl.tx_next, fl.hs_round_end_tx),
+        hs_samples=w(0, fl.hs_samples), hs_curr_rtt_s=w(jnp.inf, fl.hs_curr_rtt_s),
+    )
+    return fl, fire
+
+
+def wanted(fl: FlowState, t):
+    """Retransmissions and new packets each flow's window lets it send now ([F] each)."""
+    ready = fl.active & (t >= fl.data_tick)
+    allow = jnp.maximum(jnp.floor(fl.cwnd).astype(jnp.int32) - fl.outstanding, 0)
+    allow = jnp.where(ready, allow, 0)
+    n_retx = jnp.minimum(allow, fl.lost_q)
+    n_new = jnp.clip(allow - n_retx, 0, jnp.maximum(fl.size_pkts - fl.next_new, 0))
+    return n_retx, n_new
+
+
+def on_sent(fl: FlowState, t, n_retx, n_new, adm, params, tick_s) -> FlowState:
+    """Book this tick's transmissions: n_retx retransmissions then n_new new packets,
+    of which the first `adm` entered the switch and the rest were dropped."""
+    sent = n_retx + n_new
+    drop_retx = jnp.maximum(n_retx - adm, 0)
+    drop_new = sent - adm - drop_retx
+    idle = unsettled(fl) == 0
+    first_drop = fl.tx_next + jnp.maximum(adm, n_retx)
+    undet_tx = jnp.where((drop_new > 0) & (fl.undet == 0), first_drop, fl.undet_tx)
+    deadline = jnp.where(idle & (sent > 0), t + _ticks(fl.rto_s, tick_s), fl.rto_deadline)
+    return fl.replace(
+        outstanding=fl.outstanding + sent,
+        lost_q=fl.lost_q - n_retx,
+        retx_out=fl.retx_out + n_retx - drop_retx,
+        retx_dropped=fl.retx_dropped + drop_retx,
+        undet=fl.undet + drop_new,
+        undet_tx=undet_tx,
+        next_new=fl.next_new + n_new,
+        tx_next=fl.tx_next + sent,
+        prr_out=fl.prr_out + jnp.where(fl.state == RECOVERY, sent, 0),
+        rto_deadline=deadline,
+    )

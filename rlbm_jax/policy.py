@@ -1,0 +1,69 @@
+"""Deployable agent policies: a small file format and a jittable loader.
+
+A policy directory holds `policy.json` (architecture, action mapping, observation
+normalisation, the env it was trained for) and `policy.npz` (layer weights
+`w0, b0, w1, b1, ...`).  The deterministic action is the network's mean output
+mapped into [0, 1]: "tanh01" maps x to (tanh(x) + 1) / 2, "clip01" clips x.
+The trainer writes this format; `scripts/simulate.py --policy DIR` reads it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+FORMAT = "rlbm-policy-v1"
+ACTIVATIONS = {"tanh": jnp.tanh, "relu": lambda x: jnp.maximum(x, 0.0)}
+ACTION_MAPS = {"tanh01": lambda x: (jnp.tanh(x) + 1.0) / 2.0, "clip01": lambda x: jnp.clip(x, 0.0, 1.0)}
+
+
+def save_policy(path, weights, *, obs_mean, obs_std, activation="tanh", action_map="tanh01", env=None):
+    """weights: list of (W [in, out], b [out]) for each dense layer."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    arrays = {}
+    for i, (w, b) in enumerate(weights):
+        arrays[f"w{i}"] = np.asarray(w, np.float32)
+        arrays[f"b{i}"] = np.asarray(b, np.float32)
+    np.savez(path / "policy.npz", **arrays)
+    meta = {"format": FORMAT, "layers": len(weights), "activation": activation, "action_map": action_map,
+            "obs_dim": int(np.asarray(weights[0][0]).shape[0]), "act_dim": int(np.asarray(weights[-1][0]).shape[1]),
+            "obs_mean": np.asarray(obs_mean, np.float32).tolist(), "obs_std": np.asarray(obs_std, np.float32).tolist(),
+            "env": env or {}}
+    (path / "policy.json").write_text(json.dumps(meta, indent=2))
+    return path
+
+
+def load_policy(path, obs_dim: int | None = None, act_dim: int | None = None):
+    """Return (fn(obs [..., obs_dim]) -> action [..., act_dim], metadata); checks the shapes."""
+    path = Path(path)
+    meta_f = path / "policy.json"
+    if not meta_f.is_file():
+        raise ValueError(f"policy: {path} is not a policy directory (no policy.json)")
+    meta = json.loads(meta_f.read_text())
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"policy: {meta_f} has format {meta.get('format')!r}, expected {FORMAT!r}")
+    if meta["activation"] not in ACTIVATIONS or meta["action_map"] not in ACTION_MAPS:
+        raise ValueError(f"policy: unknown activation or action_map in {meta_f}")
+    data = np.load(path / "policy.npz")
+    layers = [(jnp.asarray(data[f"w{i}"]), jnp.asarray(data[f"b{i}"])) for i in range(meta["layers"])]
+    if obs_dim is not None and layers[0][0].shape[0] != obs_dim:
+        raise ValueError(f"policy: expects observations of width {layers[0][0].shape[0]}, the env gives {obs_dim}")
+    if act_dim is not None and layers[-1][0].shape[1] != act_dim:
+        raise ValueError(f"policy: produces {layers[-1][0].shape[1]} actions, the env takes {act_dim}")
+    mean = jnp.asarray(meta["obs_mean"], jnp.float32)
+    std = jnp.asarray(meta["obs_std"], jnp.float32)
+    act = ACTIVATIONS[meta["activation"]]
+    out_map = ACTION_MAPS[meta["action_map"]]
+
+    def fn(obs):
+        x = (obs - mean) / jnp.maximum(std, 1e-8)
+        for i, (w, b) in enumerate(layers):
+            x = x @ w + b
+            if i < len(layers) - 1:
+                x = act(x)
+        return out_map(x)
+
+    return fn, meta

@@ -1,0 +1,126 @@
+"""Python API: run a scenario with a buffer policy (a baseline or an agent) over seeds.
+
+`run_scenario` vmaps the simulator over seeds, advances it in equal jitted chunks
+(one compilation, a progress bar between chunks) and returns the report fields
+per seed, their mean and standard deviation, and timings.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlbm_jax.env import buffer, metrics as mx, sim
+from rlbm_jax.env.params import SimParams
+from rlbm_jax.env.rlbm_env import RLBMEnv, make_env_params
+from rlbm_jax.progress import Progress
+
+BASELINES = ("sb-naive", "sb-sophisticated", "dt", "abm", "droptail")
+
+
+def with_policy(params: SimParams, policy: str) -> SimParams:
+    """Params switched to a named buffer policy with that policy's default alphas."""
+    if policy not in buffer.POLICY_NAMES:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(buffer.POLICY_NAMES)}")
+    alpha = np.broadcast_to(np.asarray(buffer.DEFAULT_ALPHA[policy], np.float32), (params.num_classes,))
+    return params.replace(policy_id=jnp.asarray(buffer.POLICY_NAMES.index(policy), jnp.int32),
+                          alpha=jnp.asarray(alpha))
+
+
+def _chunking(total: int, chunks: int):
+    n = max(1, min(chunks, total))
+    size = math.ceil(total / n)
+    return math.ceil(total / size), size
+
+
+def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], agent: Callable | None = None,
+                 agent_interval_s: float = 0.1, chunks: int = 20, show_progress: bool = True) -> dict:
+    """Simulate `seconds` of the scenario for every seed.
+
+    agent: None runs the buffer policy in `params`; a jittable fn(obs) -> alpha [P]
+    instead drives the "rl" policy through `RLBMEnv` every `agent_interval_s`."""
+    if not seconds > 0:
+        raise ValueError(f"seconds must be positive, got {seconds!r}")
+    if len(seeds) == 0:
+        raise ValueError("seeds: need at least one seed")
+    keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
+    t_start = time.perf_counter()
+
+    if agent is None:
+        total = sim.ticks_for(seconds, params)
+        n_chunks, size = _chunking(total, chunks)
+        state = jax.jit(jax.vmap(lambda k: sim.init(k, params)))(keys)
+        advance = jax.jit(jax.vmap(lambda s: sim.run(s, params, size)[0]))
+        unit_s = size * float(params.tick_s)
+        get_sim = lambda st: st
+    else:
+        p_rl = with_policy(params, "rl")
+        env = RLBMEnv(p_rl, agent_interval_s=agent_interval_s, episode_s=max(seconds, agent_interval_s))
+        ep = env.default_params
+        total = max(1, int(round(seconds / float(ep.agent_interval_s))))
+        n_chunks, size = _chunking(total, chunks)
+
+        def init_one(k):
+            return env.reset_env(k, ep)
+
+        def run_steps(carry):
+            def body(c, _):
+                obs, st = c
+                obs, st, _, _, _ = env.step_env(jax.random.PRNGKey(0), st, agent(obs), ep)
+                return (obs, st), None
+            return jax.lax.scan(body, carry, None, length=size)[0]
+
+        state = jax.jit(jax.vmap(init_one))(keys)
+        advance = jax.jit(jax.vmap(run_steps))
+        unit_s = size * float(ep.agent_interval_s)
+        get_sim = lambda st: st[1].sim
+
+    t0 = time.perf_counter()
+    compiled = advance.lower(state).compile()
+    compile_s = time.perf_counter() - t0
+    bar = Progress(n_chunks * unit_s, unit=" sim-s", label=f"{len(seeds)} seed(s) ") if show_progress else None
+    t0 = time.perf_counter()
+    for i in range(n_chunks):
+        state = compiled(state)
+        jax.block_until_ready(state)
+        if bar:
+            bar.update((i + 1) * unit_s)
+    if bar:
+        bar.close()
+    run_s = time.perf_counter() - t0
+    final = get_sim(state)
+    rep = jax.jit(jax.vmap(lambda m: mx.summarize(m, params)))(final.metrics)
+    ticks = np.asarray(final.tick)
+    per_seed = []
+    for i, seed in enumerate(seeds):
+        row = {k: _py(v[i]) for k, v in rep.items()}
+        row["seed"] = int(seed)
+        row["sim_seconds"] = float(ticks[i] * float(params.tick_s))
+        per_seed.append(row)
+    keys_ = [k for k in per_seed[0] if k != "seed"]
+    mean = {k: _nanmean([r[k] for r in per_seed]) for k in keys_}
+    std = {k: _nanstd([r[k] for r in per_seed]) for k in keys_}
+    out = dict(mean)
+    out.update(wall_s=time.perf_counter() - t_start, run_s=run_s, compile_s=compile_s,
+               sim_seconds_per_wall_s=sum(r["sim_seconds"] for r in per_seed) / max(run_s, 1e-9),
+               seeds=[int(s) for s in seeds], std=std, per_seed=per_seed)
+    return out
+
+
+def _py(x):
+    x = np.asarray(x)
+    return float(x) if x.dtype.kind == "f" else int(x)
+
+
+def _nanmean(vals):
+    a = np.asarray(vals, dtype=np.float64)
+    return float(np.nanmean(a)) if np.any(np.isfinite(a)) else float("nan")
+
+
+def _nanstd(vals):
+    a = np.asarray(vals, dtype=np.float64)
+    return float(np.nanstd(a)) if np.any(np.isfinite(a)) else float("nan")
