@@ -123,7 +123,7 @@ class SimParams:
         """Flows that get full per-tick work: every flow named by this tick's ACK records
         (k at most), the new flow, and two more with due timers or open windows (any
         further ones wait a tick and are counted in `events_deferred`)."""
-        return min(self.num_flow_slots, self.pkts_per_tick + 3)
+        return self.pkts_per_tick + 3
 
     @property
     def bdp_pkts(self):

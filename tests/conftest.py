@@ -1,0 +1,37 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlbm_jax.env import buffer, make_params
+
+
+def random_configs(n: int, seed: int, **static):
+    """n parameter sets with random dynamic values and identical static shapes, stacked
+    along a leading axis (for vmap), plus the list of unbatched sets."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        caps = rng.integers(5, 120, size=static.get("num_classes", 2))
+        out.append(make_params(
+            num_senders=static.get("num_senders", 4), num_classes=static.get("num_classes", 2),
+            num_flow_slots=static.get("num_flow_slots", 12), pkts_per_tick=static.get("pkts_per_tick", 1),
+            queue_capacity_pkts=120, delay_line_ticks=static.get("delay_line_ticks", 80),
+            completion_log_size=64,
+            access_rate_bps=float(rng.choice([20e6, 100e6, 1e9])),
+            access_delay_s=float(rng.uniform(0, 1e-3)),
+            bottleneck_rate_bps=10e6, bottleneck_delay_s=float(rng.uniform(1e-3, 15e-3)),
+            buffer_per_class_pkts=caps.tolist(), buffer_pkts=int(rng.integers(10, caps.sum() + 1)),
+            policy=str(rng.choice([p for p in buffer.POLICY_NAMES if p != "rl"])),
+            scheduler=str(rng.choice(["rr", "strict"])), tcp=str(rng.choice(["newreno", "cubic"])),
+            delayed_ack=int(rng.choice([1, 2])), initial_cwnd_pkts=int(rng.integers(1, 20)),
+            min_rto_s=float(rng.choice([0.01, 0.2])), load=float(rng.uniform(0.3, 1.5)),
+            long_flows=int(rng.integers(1, 4)), class_threshold_bytes=float(rng.choice([5e4, 2e6])),
+            cdf=str(rng.choice(["websearch", "datamining"])),
+        ))
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *out), out
+
+
+@pytest.fixture(scope="session")
+def rng():
+    return np.random.default_rng(1234)

@@ -1,0 +1,74 @@
+"""Flow sizes, Poisson arrivals, refused starts and FCTs against theory."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlbm_jax.env import make_params, metrics as mx, sim, thesis_params, traffic
+
+
+def test_inverse_cdf_sampling_matches_table_mean():
+    for name in traffic.BUILTIN_TABLES:
+        t = traffic.load_table(name)
+        sizes, probs = traffic.pad_table(t)
+        u = (jnp.arange(400_000) + 0.5) / 400_000  # stratified: exact up to quadrature error
+        draws = jax.vmap(lambda x: traffic.sample_size_bytes(x, jnp.asarray(sizes), jnp.asarray(probs)))(u)
+        assert float(jnp.min(draws)) > 0
+        np.testing.assert_allclose(float(jnp.mean(draws)), t.mean_bytes, rtol=1e-3)
+    assert abs(traffic.load_table("websearch").mean_bytes - 1_711_222.5) < 1.0
+
+
+def test_hash_uniforms_are_uniform_and_seeded():
+    u = jax.vmap(lambda c: traffic.hash_uniform(jnp.uint32(12345), c, 4))(jnp.arange(200_000))
+    assert u.shape == (200_000, 4)
+    hist, _ = np.histogram(np.asarray(u).ravel(), bins=20, range=(0, 1))
+    expected = u.size / 20
+    assert ((hist - expected) ** 2 / expected).sum() < 60  # chi2, 19 dof: p ~ 1e-6
+    v = jax.vmap(lambda c: traffic.hash_uniform(jnp.uint32(54321), c, 4))(jnp.arange(1000))
+    assert not np.allclose(np.asarray(u[:1000]), np.asarray(v))
+
+
+def _run(p, seconds, seed=0):
+    n = sim.ticks_for(seconds, p)
+    s, _ = jax.jit(lambda s: sim.run(s, p, n))(sim.init(jax.random.PRNGKey(seed), p))
+    return s
+
+
+def test_poisson_arrivals_and_refused_starts_are_counted():
+    # thesis-code arrivals (5 * load flows/s per sender) swamp 8 flow slots
+    p = thesis_params(arrival="thesis-code", load=0.4, num_flow_slots=10, completion_log_size=256)
+    secs = 20.0
+    s = _run(p, secs)
+    m = s.metrics
+    arrivals = int(m.flows_started) + int(m.flows_refused)
+    lam = 5 * 0.4 * 10
+    assert abs(arrivals - lam * secs) < 4 * np.sqrt(lam * secs), arrivals
+    assert int(m.flows_refused) > 0
+    assert int(m.log_overflow) == 0
+
+
+def test_offered_load_matches_definition():
+    p = thesis_params(load=0.5, cdf="datamining", buffer_per_class_pkts=400, arrival_stop_s=1e9)
+    rate = float(traffic.arrival_rate_per_s(p))
+    mean = traffic.load_table("datamining").mean_bytes
+    np.testing.assert_allclose(rate, 0.5 * 10e6 / (8 * mean), rtol=1e-5)
+
+
+def test_lone_short_flow_fct_matches_path_model():
+    """5-packet flows (inside the initial window) on an idle path: FCT = handshake RTT +
+    access hop + 5 serialisations + bottleneck propagation."""
+    size = 5000.0
+    table = traffic.SizeTable(np.array([size, size]), np.array([0.0, 1.0]))
+    p = make_params(cdf=table, load=0.01, num_senders=2, num_flow_slots=4, completion_log_size=128)
+    s = _run(p, 30.0)
+    rec = np.asarray(s.metrics.log)[: int(s.metrics.log_count)]
+    assert len(rec) > 20
+    ser = float(p.data_pkt_bits / p.bottleneck_rate_bps)
+    theory = float(p.base_rtt_s + p.access_offset_s + 5 * ser + p.bottleneck_delay_s)
+    fct = rec[:, 2]
+    err_ticks = np.abs(fct - theory) / float(p.tick_s)
+    # ticks quantise times to one packet time; a flow that overlaps another queues behind it
+    assert np.median(err_ticks) < 1.0, (np.median(err_ticks), theory)
+    assert np.quantile(err_ticks, 0.9) < 1.5, np.sort(err_ticks)
+    ideal = float(p.base_rtt_s) + size * 8 / 10e6
+    np.testing.assert_allclose(rec[:, 3], fct / ideal, rtol=1e-5)

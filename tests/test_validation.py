@@ -1,0 +1,52 @@
+"""Bad parameters fail early with an error naming the field."""
+import numpy as np
+import pytest
+
+from rlbm_jax.env import make_params, thesis_params, traffic, validate
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(bottleneck_rate_bps=0), "bottleneck_rate_bps"),
+    (dict(access_rate_bps=-1e6), "access_rate_bps"),
+    (dict(buffer_per_class_pkts=0), "buffer_per_class_pkts"),
+    (dict(buffer_pkts=0), "buffer_pkts"),
+    (dict(num_flow_slots=4, num_senders=10), "num_flow_slots"),
+    (dict(policy="red"), "policy"),
+    (dict(tcp="vegas"), "tcp"),
+    (dict(scheduler="wfq"), "scheduler"),
+    (dict(delayed_ack=3), "delayed_ack"),
+    (dict(mss_bytes=0), "mss_bytes"),
+    (dict(load=-0.1), "load"),
+    (dict(bottleneck_delay_s=-1e-3), "bottleneck_delay_s"),
+    (dict(long_flows=100, num_flow_slots=64), "long_flows"),
+    (dict(cdf="no-such-table"), "cdf"),
+])
+def test_bad_parameter_names_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        thesis_params(**kwargs)
+
+
+def test_non_monotone_cdf_rejected(tmp_path):
+    f = tmp_path / "bad.csv"
+    f.write_text("size_bytes,cdf\n100,0.0\n200,0.6\n300,0.4\n400,1.0\n")
+    with pytest.raises(ValueError, match="cdf.*monotone"):
+        make_params(cdf=str(f))
+    with pytest.raises(ValueError, match="cdf"):
+        traffic.parse_table("100,0\n50,1\n")
+
+
+def test_custom_cdf_file_accepted(tmp_path):
+    f = tmp_path / "two.csv"
+    f.write_text("# two sizes\nsize_bytes,cdf\n1000,0\n3000,1\n")
+    p = make_params(cdf=str(f))
+    assert float(traffic.mean_size_bytes(p.cdf_size_bytes, p.cdf_prob)) == pytest.approx(2000.0)
+
+
+def test_validate_catches_hand_edits():
+    import jax.numpy as jnp
+    p = thesis_params()
+    validate(p)
+    with pytest.raises(ValueError, match="bottleneck_rate_bps"):
+        validate(p.replace(bottleneck_rate_bps=jnp.float32(-1)))
+    with pytest.raises(ValueError, match="class_cap_pkts"):
+        validate(p.replace(class_cap_pkts=jnp.array([5000, 5], jnp.int32)))
