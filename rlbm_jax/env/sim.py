@@ -54,24 +54,15 @@ def init(key, params: SimParams) -> SimState:
     k_seed, k_arr, k_long = jax.random.split(key, 3)
     tick_s = params.tick_s
     rate = traffic.arrival_rate_per_s(params)
-    flows = tcp.init_flows(F)
     # K long-lived flows in slots 0..K-1, one per sender in turn.
     slots = jnp.arange(F, dtype=jnp.int32)
-    is_long = slots < params.long_flows
     start = jax.random.uniform(k_long, (F,)) * params.long_flow_start_spread_s
-    long_cls = jnp.full((F,), params.num_classes - 1, jnp.int32)
     hs = params.base_rtt_s + params.access_offset_s
-    flows = flows.replace(
-        active=is_long, sender=slots % S, cls=long_cls, size_pkts=jnp.where(is_long, tcp.BIG_PKTS, 0),
-        size_bytes=jnp.where(is_long, jnp.inf, 0.0).astype(jnp.float32), start_s=start,
-        data_tick=jnp.ceil((start + hs) / tick_s).astype(jnp.int32),
-        cwnd=jnp.full((F,), 1.0, jnp.float32) * params.initial_cwnd_pkts,
-        ssthresh=jnp.full((F,), 1e9, jnp.float32),
-        srtt_s=jnp.full((F,), 1.0, jnp.float32) * params.base_rtt_s,
-        rttvar_s=jnp.full((F,), 0.5, jnp.float32) * params.base_rtt_s,
-        rto_s=jnp.clip(params.base_rtt_s + jnp.maximum(params.rto_granularity_s, 2 * params.base_rtt_s),
-                       params.min_rto_s, params.max_rto_s) * jnp.ones((F,), jnp.float32),
-    )
+    flows = tcp.start_flow(
+        tcp.init_flows(F), slots < params.long_flows, sender=slots % S, cls=params.num_classes - 1,
+        size_pkts=tcp.BIG_PKTS, size_bytes=jnp.inf, start_s=start,
+        data_tick=jnp.ceil((start + hs) / tick_s).astype(jnp.int32), handshake_rtt_s=params.base_rtt_s,
+        params=params)
     m = mx.init_metrics(P, params.queue_capacity_pkts, params.completion_log_size)
     m = m.replace(flows_started=jnp.asarray(params.long_flows, jnp.int32))
     return SimState(

@@ -152,7 +152,8 @@ def init_flows(num_slots: int) -> FlowState:
 
 def start_flow(fl: FlowState, mask, *, sender, cls, size_pkts, size_bytes, start_s, data_tick,
                handshake_rtt_s, params) -> FlowState:
-    """Occupy the slots where `mask` [F] is true with a fresh connection (scalar attributes)."""
+    """Occupy the slots where `mask` [F] is true with a fresh connection (attributes are
+    scalars or [F] arrays)."""
     fresh = init_flows(fl.active.shape[0])
     srtt = jnp.asarray(handshake_rtt_s, jnp.float32)
     fresh = fresh.replace(
@@ -178,9 +179,10 @@ def _ticks(seconds, tick_s):
 def _loss_ssthresh(fl, flight, params):
     """ssthresh and CUBIC's W_max after a loss (ns-3.37 GetSsThresh)."""
     reno = jnp.maximum(2.0, flight / 2.0)
-    cub = jnp.maximum(2.0, fl.cwnd * params.cubic_beta)
-    fc = params.cubic_fast_convergence & (fl.cwnd < fl.w_max)
-    w_max = jnp.where(fc, fl.cwnd * (1.0 + params.cubic_beta) / 2.0, fl.cwnd)
+    seg = jnp.floor(fl.cwnd)  # ns-3 works on whole segments here
+    cub = jnp.maximum(2.0, jnp.floor(seg * params.cubic_beta))
+    fc = params.cubic_fast_convergence & (seg < fl.w_max)
+    w_max = jnp.where(fc, seg * (1.0 + params.cubic_beta) / 2.0, seg)
     is_cubic = params.tcp_id == CUBIC
     return jnp.where(is_cubic, cub, reno), jnp.where(is_cubic, w_max, fl.w_max)
 
@@ -286,7 +288,7 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     sampling = hs_on & (hs_samples < params.hystart_min_samples)
     hs_curr = jnp.where(sampling, jnp.minimum(hs_curr, rtt_s), hs_curr)
     hs_samples = hs_samples + sampling.astype(jnp.int32)
-    thresh = jnp.clip(delay_min / 8.0, params.hystart_delay_min_s, params.hystart_delay_max_s)
+    thresh = jnp.clip(delay_min, params.hystart_delay_min_s, params.hystart_delay_max_s)  # ns-3.37 HystartDelayThresh
     found_delay = hs_on & ~sampling & (hs_curr > delay_min + thresh)
     found = found_train | found_delay
     ssthresh = jnp.where(found, cwnd, ssthresh)
