@@ -170,7 +170,9 @@ def tick(state: SimState, params: SimParams) -> SimState:
     warm = now_s >= params.warmup_s
     m = state.metrics
     iv = state.interval
-    u = traffic.hash_uniform(state.seed, t, 4)  # gap, size, sender, FIFO order
+    # arrivals draw from the arrival count, so every tick size sees the same flows
+    u = traffic.hash_uniform(state.seed, m.flows_started + m.flows_refused, 3)  # gap, size, sender
+    u_order = traffic.hash_uniform(state.seed ^ jnp.uint32(0x5BD1E995), t, 1)[0]  # FIFO order
 
     # ---- 1. packets reach the sink (a column update of the flow table) ------------------
     sink_tick = t - params.sink_delay_ticks
@@ -262,7 +264,7 @@ def tick(state: SimState, params: SimParams) -> SimState:
     a_ec = jnp.where(by_cls, send[:, None], 0)
     arr_c = jnp.sum(a_ec, axis=0)
     adm_c = buffer.admit(arr_c, q.pkts, thr, params.buffer_pkts - occ)
-    offset = jnp.minimum((u[3] * E).astype(jnp.int32), E - 1)  # random FIFO order of this tick's senders
+    offset = jnp.minimum((u_order * E).astype(jnp.int32), E - 1)  # random FIFO order of this tick's senders
     before = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(a_ec, offset), 0), axis=1)
     adm = jnp.clip(adm_c[fl.cls] - before, 0, send)
     has_run = (adm > 0)[:, None] & by_cls

@@ -282,7 +282,10 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     hs_samples = jnp.where(round_over, 0, fl.hs_samples)
     hs_on = (has & is_cubic & params.hystart & (state == OPEN) & (cwnd < ssthresh)
              & (cwnd >= params.hystart_low_window_pkts) & ~fl.hs_found)
-    train = hs_on & ((t - hs_last_ack).astype(jnp.float32) * tick_s <= params.hystart_ack_delta_s)
+    # ACK-train: ACKs closer than ack_delta.  ACKs in adjacent ticks may be closer than a
+    # tick, so with coarse ticks a one-tick gap still counts as a train.
+    train_gap = jnp.maximum(1, jnp.floor(params.hystart_ack_delta_s / tick_s)).astype(jnp.int32)
+    train = hs_on & ((t - hs_last_ack) <= train_gap)
     hs_last_ack = jnp.where(train, t, hs_last_ack)
     found_train = train & ((t - hs_round_start).astype(jnp.float32) * tick_s > delay_min)
     sampling = hs_on & (hs_samples < params.hystart_min_samples)
