@@ -20,7 +20,7 @@ def round_robin(queue_pkts, k, rr_next):
     P = queue_pkts.shape[0]
     levels = jnp.arange(k + 1, dtype=jnp.int32)
     served_at = jnp.sum(jnp.minimum(queue_pkts[None, :], levels[:, None]), axis=1)  # [k+1]
-    rounds = jnp.max(jnp.where(served_at <= k, levels, 0))
+    rounds = jnp.minimum(jnp.max(jnp.where(served_at <= k, levels, 0)), jnp.max(queue_pkts))
     base = jnp.minimum(queue_pkts, rounds)
     left = k - jnp.sum(base)
     eligible = queue_pkts > rounds
@@ -28,7 +28,9 @@ def round_robin(queue_pkts, k, rr_next):
     order_rank = jnp.sum(eligible[None, :] & (cyc[None, :] < cyc[:, None]), axis=1)
     extra = eligible & (order_rank < left)
     served = base + extra.astype(jnp.int32)
-    last = jnp.max(jnp.where(extra, cyc, -1))
+    # the next round starts after the class that sent the last packet
+    last_round = jnp.where(jnp.any(extra), extra, (base == rounds) & (rounds > 0))
+    last = jnp.max(jnp.where(last_round, cyc, -1))
     nxt = jnp.where(last >= 0, (rr_next + last + 1) % P, rr_next)
     return served, nxt.astype(jnp.int32)
 
