@@ -42,6 +42,14 @@ def build_parser():
     ap.add_argument("--min-rto-s", type=float)
     ap.add_argument("--delayed-ack", type=int, choices=[1, 2])
     ap.add_argument("--no-hystart", action="store_true")
+    ap.add_argument("--cubic-beta", type=float)
+    ap.add_argument("--cubic-c", type=float)
+    ap.add_argument("--dupthresh", type=int)
+    ap.add_argument("--max-rto-s", type=float)
+    ap.add_argument("--alpha", type=float, nargs="+", help="policy weights per class (SB, DT, ABM)")
+    ap.add_argument("--beta", type=float, nargs="+", help="RL threshold weights per class")
+    ap.add_argument("--long-flow-start-spread-s", type=float, help="long flows start uniformly in [0, this)")
+    ap.add_argument("--flow-log-size", type=int, help="completed flows kept per run (overflow is counted)")
     ap.add_argument("--load", type=float)
     ap.add_argument("--arrival", choices=["load", "thesis-code"],
                     help="load: lambda = load*C/(8E[size]); thesis-code: 5*load flows/s per sender")
@@ -75,7 +83,10 @@ def params_from_args(a):
                "scheduler": "scheduler", "class_threshold_bytes": "class_threshold_bytes", "mss_bytes": "mss_bytes",
                "initial_cwnd": "initial_cwnd_pkts", "min_rto_s": "min_rto_s", "delayed_ack": "delayed_ack",
                "load": "load", "arrival": "arrival", "arrival_stop_s": "arrival_stop_s", "cdf": "cdf",
-               "long_flows": "long_flows", "warmup_s": "warmup_s"}
+               "long_flows": "long_flows", "warmup_s": "warmup_s", "cubic_beta": "cubic_beta",
+               "cubic_c": "cubic_c", "dupthresh": "dupthresh", "max_rto_s": "max_rto_s", "alpha": "alpha",
+               "beta": "beta", "long_flow_start_spread_s": "long_flow_start_spread_s",
+               "flow_log_size": "completion_log_size"}
     for arg, field in mapping.items():
         v = getattr(a, arg)
         if v is not None:

@@ -54,3 +54,20 @@ def test_sixteen_cubic_flows_with_bdp_over_sqrt_n():
     # NewReno flows that start together synchronise (as in ns-3); reported, not forced
     print(f"16 flows, BDP/sqrt(N): cubic {cubic:.3f}  newreno {newreno:.3f}")
     assert 0.6 < newreno <= 1.0
+
+
+def test_access_link_limits_and_shares_its_rate():
+    """A sender's access link carries its rate, fractions of a packet per tick included,
+    and its flows share it: one flow behind a 62.5 Mbit/s link at 4 packets per tick
+    (2.5 per tick) uses 62.5 % of a 100 Mbit/s bottleneck; two flows on one sender
+    whose link is as fast as the bottleneck fill it."""
+    kw = dict(warmup_s=2.0, queue_capacity_pkts=300, bottleneck_delay_s=2e-3, num_flow_slots=2, num_senders=1,
+              delay_line_ticks=40)
+    a = long_flow_params(1, 2.0, access_rate_bps=62.5e6, pkts_per_tick=4, **kw)
+    b = long_flow_params(2, 2.0, access_rate_bps=62.5e6, pkts_per_tick=4, **kw)
+    c = long_flow_params(2, 2.0, access_rate_bps=100e6, pkts_per_tick=4, **kw)
+    r = _run_batch([a, b, c], seconds=8.0)
+    limited, shared, full = r["util_wire"]
+    assert abs(limited - 0.625) < 0.03, limited
+    assert abs(shared - 0.625) < 0.03, shared
+    assert full > 0.97, full

@@ -25,7 +25,8 @@ class Metrics:
     deq_warm: jnp.ndarray  # [] packets on the wire after warm-up
     sink_warm: jnp.ndarray  # [] packets delivered after warm-up (all distinct: goodput)
     ticks_warm: jnp.ndarray  # []
-    queue_sum: jnp.ndarray  # [P] float sum of per-tick queue lengths
+    queue_sum: jnp.ndarray  # [P] float sum of per-tick queue lengths (queue_* in the report: all
+    # classes together, i.e. the shared buffer's occupancy; *_c{c}: one class)
     queue_hist: jnp.ndarray  # [P, R+1] ticks spent at each queue length
     occ_hist: jnp.ndarray  # [P*R+1] ticks spent at each total occupancy
     probe_rtt_sum_s: jnp.ndarray  # [] sum of the RTT a class-0 probe would see
@@ -73,7 +74,7 @@ def init_interval(num_classes: int) -> Interval:
 
 
 def log_completions(m: Metrics, iv: Interval, done, records) -> tuple[Metrics, Interval]:
-    """Append the [F, 5] records where done [F] is true."""
+    """Append the [n, 5] records where done [n] is true."""
     L = m.log.shape[0]
     rank = jnp.cumsum(done) - done
     pos = jnp.where(done, m.log_count + rank, L)
@@ -120,8 +121,7 @@ def summarize(m: Metrics, params) -> dict:
         "goodput_bps": m.sink_warm * params.mss_bytes * 8.0 / dur,
         "drop_rate": drops / jnp.maximum(arrivals, 1),
         "queue_mean_pkts": jnp.sum(queue_mean),
-        "queue_p99_pkts": _hist_quantile(m.occ_hist, 0.99),
-        "buffer_p99_pkts": _hist_quantile(m.occ_hist, 0.99),
+        "queue_p99_pkts": _hist_quantile(m.occ_hist, 0.99),  # of the whole shared buffer
         "fct_mean_s": jnp.where(jnp.sum(valid) > 0, jnp.sum(jnp.where(valid, fct, 0.0)) / nvalid, jnp.nan),
         "fct_p99_s": _masked_quantile(fct, valid, 0.99),
         "slowdown_p50": _masked_quantile(slow, valid, 0.50),

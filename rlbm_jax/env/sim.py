@@ -2,8 +2,9 @@
 
 One tick covers `params.pkts_per_tick` packet times of the bottleneck.  Order
 inside a tick (docs/DESIGN.md):
-  1. ACKs of packets that left the bottleneck ack_delay_ticks ago reach senders (tcp.on_acks)
-  2. packets that left sink_delay_ticks ago reach the sink (delivery, FCT log)
+  1. packets that left sink_delay_ticks ago reach the sink (delivery, FCT log)
+  2. the event flows are chosen; ACKs of packets that left ack_delay_ticks ago reach
+     their senders (tcp.on_acks)
   3. retransmission timers fire (tcp.on_timeouts)
   4. at most one new flow starts (traffic)
   5. senders transmit what cwnd and the access link allow (tcp.wanted)
@@ -93,11 +94,12 @@ def _rotated_exclusive_cumsum(x, offset):
     return jnp.roll(excl, offset, axis=0)
 
 
-def _select_events(table, rec_flows, rec_count, new_slot, t, num_events):
+def _select_events(table, rec_flows, rec_count, new_slot, t, num_events, sender_ok):
     """Pick the flows that need work this tick: the flows named by this tick's ACK
-    records and the new flow (they always have a place), then the first flows whose
-    timer is due or whose window lets them send.  Returns ([E] slot ids, F marking an
-    empty entry; number of flows deferred to the next tick)."""
+    records and the new flow (they always have a place), then flows whose timer is
+    due or whose window and sender's access link let them send, taken from a starting
+    slot that rotates every tick so that none waits for ever.  Returns ([E] slot ids,
+    F marking an empty entry; number of such flows deferred to a later tick)."""
     F = table.ints.shape[1]
     k = rec_flows.shape[0]
     col = lambda n: tcp.column(table, n)
@@ -107,19 +109,20 @@ def _select_events(table, rec_flows, rec_count, new_slot, t, num_events):
     timer = (unsettled > 0) & (t >= col("rto_deadline"))
     window = jnp.floor(col("cwnd")).astype(jnp.int32) > col("outstanding")
     data = (col("lost_q") > 0) | (col("next_new") < col("size_pkts"))
+    can_send = window & data & sender_ok[col("sender")]
     has = rec_count > 0
     earlier_same = (rec_flows[None, :] == rec_flows[:, None]) & has[None, :] & (jnp.arange(k)[None, :] < jnp.arange(k)[:, None])
     rec = jnp.where(has & ~jnp.any(earlier_same, axis=1), rec_flows, F)  # [k], duplicates -> F
     must = jnp.zeros((F + 1,), bool).at[rec].set(True)[:F] | (jnp.arange(F) == new_slot)
-    other = active & started & (timer | (window & data)) & ~must
+    other = active & started & (timer | can_send) & ~must
+    start = t % F
+    order = (jnp.arange(F) - start) % F  # position of each slot in this tick's scan
     picks = []
     for _ in range(num_events - k - 1):
-        i = jnp.argmax(other).astype(jnp.int32)
-        ok = other[i]
-        picks.append(jnp.where(ok, i, F))
+        i = jnp.argmin(jnp.where(other, order, F)).astype(jnp.int32)
+        picks.append(jnp.where(other[i], i, F))
         other = other & (jnp.arange(F) != i)
-    idx = jnp.concatenate([rec, jnp.asarray(new_slot, jnp.int32)[None], jnp.stack(picks)]) if picks else \
-        jnp.concatenate([rec, jnp.asarray(new_slot, jnp.int32)[None]])
+    idx = jnp.concatenate([rec, jnp.asarray(new_slot, jnp.int32)[None]] + ([jnp.stack(picks)] if picks else []))
     return idx, jnp.sum(other, dtype=jnp.int32)
 
 
@@ -187,8 +190,11 @@ def tick(state: SimState, params: SimParams) -> SimState:
     rate = traffic.arrival_rate_per_s(params)
     due = (state.next_arrival_s <= now_s + tick_s) & (state.next_arrival_s < params.arrival_stop_s)
     slot, free = traffic.free_slot(tcp.column(table, "active"))
+    per_tick = params.access_rate_bps * tick_s / params.data_pkt_bits
+    credit = jnp.minimum(state.access_credit + per_tick, jnp.maximum(jnp.ceil(per_tick), 1.0))
+    budget = jnp.floor(credit).astype(jnp.int32)  # [S] whole packets each access link may send now
     idx, deferred = _select_events(table, ack_rows[:, qm.FLOW], ack_rows[:, qm.COUNT],
-                                   jnp.where(due & free, slot, F), t, E)
+                                   jnp.where(due & free, slot, F), t, E, budget >= 1)
     valid = idx < F
     gidx = jnp.minimum(idx, F - 1)
     fl = tcp.unpack(table.rows(gidx))
@@ -242,14 +248,10 @@ def tick(state: SimState, params: SimParams) -> SimState:
     # ---- 5. senders transmit -------------------------------------------------------------
     n_retx, n_new = tcp.wanted(fl, t)
     want = n_retx + n_new
-    per_tick = params.access_rate_bps * tick_s / params.data_pkt_bits
-    credit = jnp.minimum(state.access_credit + per_tick, jnp.maximum(per_tick, 1.0))
-    by_sender = fl.sender[:, None] == jnp.arange(S)[None, :]  # [E, S]
-    want_s = jnp.sum(jnp.where(by_sender, want[:, None], 0), axis=0)
-    budget = jnp.floor(credit).astype(jnp.int32)
-    scale = jnp.where(want_s > budget, budget / jnp.maximum(want_s, 1), 1.0)
-    send = jnp.floor(want * jnp.sum(jnp.where(by_sender, scale[None, :], 0.0), axis=1) + 1e-6).astype(jnp.int32)
-    send = jnp.minimum(send, want)
+    by_sender = (fl.sender[:, None] == jnp.arange(S)[None, :]) & fl.active[:, None]  # [E, S]
+    ahead = jnp.sum(jnp.where(by_sender, jnp.cumsum(jnp.where(by_sender, want[:, None], 0), axis=0)
+                              - want[:, None], 0), axis=1)  # what this sender's earlier event flows want
+    send = jnp.clip(budget[fl.sender] - ahead, 0, want)  # the access link serves its flows in turn
     n_retx = jnp.minimum(n_retx, send)
     n_new = send - n_retx
     credit = credit - jnp.sum(jnp.where(by_sender, send[:, None], 0), axis=0)

@@ -182,7 +182,7 @@ def _loss_ssthresh(fl, flight, params):
     seg = jnp.floor(fl.cwnd)  # ns-3 works on whole segments here
     cub = jnp.maximum(2.0, jnp.floor(seg * params.cubic_beta))
     fc = params.cubic_fast_convergence & (seg < fl.w_max)
-    w_max = jnp.where(fc, seg * (1.0 + params.cubic_beta) / 2.0, seg)
+    w_max = jnp.where(fc, jnp.floor(seg * (1.0 + params.cubic_beta) / 2.0), seg)  # uint32 in ns-3
     is_cubic = params.tcp_id == CUBIC
     return jnp.where(is_cubic, cub, reno), jnp.where(is_cubic, w_max, fl.w_max)
 
@@ -236,9 +236,8 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     da_parity = jnp.where(two & ~flush, parity, 0)
 
     # Loss detection by duplicate ACKs (SACK scoreboard: dupthresh segments above the hole).
-    seen = has & (fl.undet > 0) & (max_tx >= fl.undet_tx + params.dupthresh)
-    same_episode = (fl.state == OPEN) | (fl.undet_tx < fl.recover_tx)
-    detect = seen & same_episode
+    # Drops of data sent during RECOVERY / LOSS are found after it ends (a new episode).
+    detect = has & (fl.undet > 0) & (max_tx >= fl.undet_tx + params.dupthresh) & (fl.state == OPEN)
     lost_q = fl.lost_q + jnp.where(detect, fl.undet, 0)
     outstanding = outstanding - jnp.where(detect, fl.undet, 0)
     undet = jnp.where(detect, 0, fl.undet)
@@ -256,7 +255,12 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
 
     # ---- window growth in OPEN and LOSS ---------------------------------------
     grow = has & ((state == OPEN) | (state == LOSS)) & ~enter
-    growth_acks = jnp.maximum(n_acks - jnp.where(state == OPEN, n_dup, 0), 0).astype(jnp.float32)
+    growth_acks = jnp.maximum(n_acks - jnp.where(state == OPEN, n_dup, 0), 0)
+    # after an RTO, ACKs of packets above a still-missing one are SACKs: only
+    # retransmissions (which fill holes) advance the cumulative ACK then
+    holes = (fl.lost_q + fl.retx_out + fl.retx_dropped) > 0
+    growth_acks = jnp.where((state == LOSS) & holes, jnp.minimum(growth_acks, acked_retx), growth_acks)
+    growth_acks = growth_acks.astype(jnp.float32)
     cwnd = fl.cwnd
     # slow start: +1 per ACK up to ssthresh (ns-3 adds whole segments), the rest in CA
     room = jnp.maximum(jnp.ceil(ssthresh - cwnd), 0.0)
@@ -308,8 +312,7 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     cwnd = jnp.where(in_rec, pipe + sndcnt, cwnd)
 
     # ---- leaving RECOVERY / LOSS once every hole of the episode is repaired --------
-    pending_old = (undet > 0) & (fl.undet_tx < recover_tx)
-    repaired = (lost_q == 0) & (retx_out == 0) & (fl.retx_dropped == 0) & ~pending_old
+    repaired = (lost_q == 0) & (retx_out == 0) & (fl.retx_dropped == 0)
     leave_rec = has & (state == RECOVERY) & repaired
     leave_loss = has & (state == LOSS) & repaired & (ghost == 0)
     cwnd = jnp.where(leave_rec, ssthresh, cwnd)
@@ -336,6 +339,8 @@ def on_timeouts(fl: FlowState, t, params, tick_s):
     queued for retransmission, the pipe emptied, RTO doubled.  Returns (state, fired [F])."""
     fire = fl.active & (unsettled(fl) > 0) & (t >= fl.rto_deadline) & (t >= fl.data_tick)
     ss_new, wmax_new = _loss_ssthresh(fl, fl.outstanding.astype(jnp.float32), params)
+    # ns-3.37 ReTxTimeout: a timeout in LOSS whose head was already retransmitted keeps ssthresh
+    ss_new = jnp.where(fl.state == LOSS, fl.ssthresh, ss_new)
     in_flight = fl.outstanding - fl.undet - fl.retx_dropped
     rto_s = jnp.minimum(fl.rto_s * 2.0, params.max_rto_s)
     w = lambda new, old: jnp.where(fire, new, old)
