@@ -16,7 +16,7 @@ import numpy as np
 
 from rlbm_jax.env import buffer, metrics as mx, sim
 from rlbm_jax.env.params import SimParams
-from rlbm_jax.env.rlbm_env import RLBMEnv, make_env_params
+from rlbm_jax.env.rlbm_env import RLBMEnv
 from rlbm_jax.progress import Progress
 
 BASELINES = ("sb-naive", "sb-sophisticated", "dt", "abm", "droptail")

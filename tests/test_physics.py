@@ -2,7 +2,6 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from rlbm_jax.env import long_flow_params, metrics as mx, sim
 

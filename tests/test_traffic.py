@@ -2,9 +2,8 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
-from rlbm_jax.env import make_params, metrics as mx, sim, thesis_params, traffic
+from rlbm_jax.env import make_params, sim, thesis_params, traffic
 
 
 def test_inverse_cdf_sampling_matches_table_mean():

@@ -1,5 +1,4 @@
 """Bad parameters fail early with an error naming the field."""
-import numpy as np
 import pytest
 
 from rlbm_jax.env import make_params, thesis_params, traffic, validate

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from rlbm_jax.env import buffer, metrics as mx, queue as qm, scheduler, tcp, traffic
@@ -329,8 +330,6 @@ def run(state: SimState, params: SimParams, num_ticks: int, trace_fn=None):
 
 def ticks_for(seconds: float, params: SimParams) -> int:
     """Number of ticks covering `seconds` (Python int, for static scan lengths)."""
-    import numpy as np
-
     return int(np.ceil(seconds / float(np.max(np.asarray(params.tick_s)))))
 
 
