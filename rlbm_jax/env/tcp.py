@@ -60,7 +60,6 @@ class FlowState:
     retx_dropped: jnp.ndarray  # int32
     ghost: jnp.ndarray  # int32
     state: jnp.ndarray  # int32 OPEN / RECOVERY / LOSS
-    recover_tx: jnp.ndarray  # int32
     prr_delivered: jnp.ndarray  # int32
     prr_out: jnp.ndarray  # int32
     recover_fs: jnp.ndarray  # float32
@@ -143,7 +142,7 @@ def init_flows(num_slots: int) -> FlowState:
         active=zb, sender=zi, cls=zi, size_pkts=zi, size_bytes=zf, start_s=zf, data_tick=zi,
         next_new=zi, tx_next=zi, acked=zi, cwnd=zf, ssthresh=zf,
         outstanding=zi, undet=zi, undet_tx=zi, lost_q=zi, retx_out=zi, retx_dropped=zi, ghost=zi,
-        state=zi, recover_tx=zi, prr_delivered=zi, prr_out=zi, recover_fs=zf, srtt_s=zf,
+        state=zi, prr_delivered=zi, prr_out=zi, recover_fs=zf, srtt_s=zf,
         rttvar_s=zf, rto_s=zf, rto_deadline=zi, da_parity=zi, w_max=zf, epoch_start=zi - 1,
         cubic_k_s=zf, cubic_origin=zf, delay_min_s=zf, hs_round_end_tx=zi, hs_round_start=zi,
         hs_last_ack=zi, hs_curr_rtt_s=zf + jnp.inf, hs_samples=zi, hs_found=zb,
@@ -248,7 +247,6 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     w_max = jnp.where(enter & is_cubic, wmax_new, fl.w_max)
     epoch_start = jnp.where(enter, -1, fl.epoch_start)
     state = jnp.where(enter, RECOVERY, fl.state)
-    recover_tx = jnp.where(enter, fl.tx_next, fl.recover_tx)
     prr_delivered = jnp.where(enter, 0, fl.prr_delivered)
     prr_out = jnp.where(enter, 0, fl.prr_out)
     recover_fs = jnp.where(enter, (outstanding + lost_q).astype(jnp.float32), fl.recover_fs)
@@ -326,7 +324,7 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     return fl.replace(
         ghost=ghost, outstanding=outstanding, retx_out=retx_out, acked=n_acked, srtt_s=srtt, rttvar_s=rttvar,
         rto_s=rto_s, delay_min_s=delay_min, da_parity=da_parity, lost_q=lost_q, undet=undet,
-        ssthresh=ssthresh, w_max=w_max, epoch_start=epoch_start, state=state, recover_tx=recover_tx,
+        ssthresh=ssthresh, w_max=w_max, epoch_start=epoch_start, state=state,
         prr_delivered=prr_delivered, prr_out=prr_out, recover_fs=recover_fs, cwnd=jnp.maximum(cwnd, 1.0),
         cubic_k_s=cubic_k, cubic_origin=cubic_origin, hs_round_end_tx=hs_round_end,
         hs_round_start=hs_round_start, hs_last_ack=hs_last_ack, hs_curr_rtt_s=hs_curr,
@@ -349,7 +347,6 @@ def on_timeouts(fl: FlowState, t, params, tick_s):
         w_max=w(0.0, fl.w_max),  # ns-3.37 CubicReset on entering LOSS
         cwnd=w(jnp.ones_like(fl.cwnd), fl.cwnd),
         state=w(LOSS, fl.state),
-        recover_tx=w(fl.tx_next, fl.recover_tx),
         lost_q=w(fl.lost_q + fl.undet + fl.retx_dropped, fl.lost_q),
         undet=w(0, fl.undet), retx_dropped=w(0, fl.retx_dropped),
         ghost=w(fl.ghost + in_flight, fl.ghost), outstanding=w(0, fl.outstanding),
