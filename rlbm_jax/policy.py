@@ -3,7 +3,9 @@
 A policy directory holds `policy.json` (architecture, action mapping, observation
 normalisation, the env it was trained for) and `policy.npz` (layer weights
 `w0, b0, w1, b1, ...`).  The deterministic action is the network's mean output
-mapped into [0, 1]: "tanh01" maps x to (tanh(x) + 1) / 2, "clip01" clips x.
+mapped into [0, 1]: "tanh01" maps x to (tanh(x) + 1) / 2, "clip01" clips x, and
+"exp2" maps x to 2 ** (4 * (tanh(x) - 1)), a log scale over (1/256, 1) for
+thresholds that span orders of magnitude (x = 0 gives 1/16).
 The trainer writes this format; `scripts/simulate.py --policy DIR` reads it.
 """
 from __future__ import annotations
@@ -16,11 +18,17 @@ import numpy as np
 
 FORMAT = "rlbm-policy-v1"
 ACTIVATIONS = {"tanh": jnp.tanh, "relu": lambda x: jnp.maximum(x, 0.0)}
-ACTION_MAPS = {"tanh01": lambda x: (jnp.tanh(x) + 1.0) / 2.0, "clip01": lambda x: jnp.clip(x, 0.0, 1.0)}
+ACTION_MAPS = {
+    "tanh01": lambda x: (jnp.tanh(x) + 1.0) / 2.0,
+    "clip01": lambda x: jnp.clip(x, 0.0, 1.0),
+    "exp2": lambda x: jnp.exp2(4.0 * (jnp.tanh(x) - 1.0)),
+}
 
 
-def save_policy(path, weights, *, obs_mean, obs_std, activation="tanh", action_map="tanh01", env=None):
-    """weights: list of (W [in, out], b [out]) for each dense layer."""
+def save_policy(path, weights, *, obs_mean, obs_std, activation="tanh", action_map="tanh01", env=None,
+                obs_clip=None):
+    """weights: list of (W [in, out], b [out]) for each dense layer.  The network sees
+    clip((obs - obs_mean) / obs_std, -obs_clip, obs_clip) (no clip when obs_clip is None)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     arrays = {}
@@ -31,7 +39,7 @@ def save_policy(path, weights, *, obs_mean, obs_std, activation="tanh", action_m
     meta = {"format": FORMAT, "layers": len(weights), "activation": activation, "action_map": action_map,
             "obs_dim": int(np.asarray(weights[0][0]).shape[0]), "act_dim": int(np.asarray(weights[-1][0]).shape[1]),
             "obs_mean": np.asarray(obs_mean, np.float32).tolist(), "obs_std": np.asarray(obs_std, np.float32).tolist(),
-            "env": env or {}}
+            "obs_clip": None if obs_clip is None else float(obs_clip), "env": env or {}}
     (path / "policy.json").write_text(json.dumps(meta, indent=2))
     return path
 
@@ -55,11 +63,14 @@ def load_policy(path, obs_dim: int | None = None, act_dim: int | None = None):
         raise ValueError(f"policy: produces {layers[-1][0].shape[1]} actions, the env takes {act_dim}")
     mean = jnp.asarray(meta["obs_mean"], jnp.float32)
     std = jnp.asarray(meta["obs_std"], jnp.float32)
+    clip = meta.get("obs_clip")
     act = ACTIVATIONS[meta["activation"]]
     out_map = ACTION_MAPS[meta["action_map"]]
 
     def fn(obs):
         x = (obs - mean) / jnp.maximum(std, 1e-8)
+        if clip is not None:
+            x = jnp.clip(x, -clip, clip)
         for i, (w, b) in enumerate(layers):
             x = x @ w + b
             if i < len(layers) - 1:

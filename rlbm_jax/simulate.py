@@ -26,7 +26,7 @@ def with_policy(params: SimParams, policy: str) -> SimParams:
     """Params switched to a named buffer policy with that policy's default alphas."""
     if policy not in buffer.POLICY_NAMES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(buffer.POLICY_NAMES)}")
-    alpha = np.broadcast_to(np.asarray(buffer.DEFAULT_ALPHA[policy], np.float32), (params.num_classes,))
+    alpha = np.asarray(buffer.default_alpha(policy, params.num_classes), np.float32)
     return params.replace(policy_id=jnp.asarray(buffer.POLICY_NAMES.index(policy), jnp.int32),
                           alpha=jnp.asarray(alpha))
 

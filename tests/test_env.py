@@ -17,14 +17,14 @@ def env():
 def test_spaces_and_shapes(env):
     p = env.default_params
     obs, state = env.reset(jax.random.PRNGKey(0), p)
-    assert obs.shape == env.observation_space(p).shape == (7,)
+    assert obs.shape == env.observation_space(p).shape == (10,)
     assert env.action_space(p).shape == (2,)
     assert env.observation_space(p).contains(obs)
     np.testing.assert_allclose(np.asarray(obs[:2]), [1.0, 0.5])  # beta
     out = env.step(jax.random.PRNGKey(1), state, env.action_space(p).sample(jax.random.PRNGKey(2)), p)
     assert len(out) == 6
     obs2, state2, reward, terminated, truncated, info = out
-    assert obs2.shape == (7,) and reward.shape == () and bool(terminated) is False
+    assert obs2.shape == (10,) and reward.shape == () and bool(terminated) is False
     assert int(state2.time) == 1
 
 
@@ -64,7 +64,7 @@ def test_truncation_auto_resets(env):
         obs, st, r, term, trunc, info = env.step(jax.random.PRNGKey(i), st, jnp.ones(2), p)
         flags.append((bool(term), bool(trunc), int(st.time)))
     assert flags == [(False, False, 1), (False, False, 2), (False, True, 0), (False, False, 1)]
-    assert info["final_observation"].shape == (7,)
+    assert info["final_observation"].shape == (10,)
 
 
 def test_reward_definition_and_empty_interval_choice(env):
@@ -113,4 +113,4 @@ def test_legacy_wrapper_and_vmap(env):
     out = jax.vmap(le.step, in_axes=(0, 0, 0, None))(keys, st, jnp.ones((3, 2)), p)
     assert len(out) == 5
     obs, st, r, done, info = out
-    assert obs.shape == (3, 7) and done.shape == (3,) and "truncated" in info
+    assert obs.shape == (3, 10) and done.shape == (3,) and "truncated" in info

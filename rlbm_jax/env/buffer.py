@@ -70,6 +70,13 @@ POLICY_NAMES: tuple = tuple(p.name for p in _REGISTRY)
 DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
 
 
+def default_alpha(policy: str, num_classes: int) -> tuple:
+    """A policy's default alphas for `num_classes` classes (cut, or extended with the last value)."""
+    d = [float(x) for x in DEFAULT_ALPHA[policy]] if not isinstance(DEFAULT_ALPHA[policy], (int, float)) \
+        else [float(DEFAULT_ALPHA[policy])]
+    return tuple((d + d[-1:] * num_classes)[:num_classes])
+
+
 def register_policy(name: str, thresholds: Callable, default_alpha=(1.0, 1.0)) -> int:
     """Add a buffer policy; returns its id.  Call before building params and jitting."""
     global POLICY_NAMES, DEFAULT_ALPHA

@@ -273,8 +273,10 @@ def make_params(
     sched_id = _lookup("scheduler", scheduler, SCHEDULER_NAMES)
     arrival_id = _lookup("arrival", arrival, ARRIVAL_NAMES)
     policy_id = _lookup("policy", policy, buffer.POLICY_NAMES)
-    if alpha is None:
-        alpha = buffer.DEFAULT_ALPHA[buffer.POLICY_NAMES[policy_id]]
+    if alpha is None:  # the policy's defaults, cut or extended (last value) to num_classes
+        alpha = buffer.default_alpha(buffer.POLICY_NAMES[policy_id], num_classes)
+    elif np.ndim(alpha) and np.size(alpha) not in (1, num_classes):
+        raise ValueError(f"alpha must have one value or num_classes ({num_classes}) values, got {list(alpha)}")
     alpha = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (num_classes,))
     if np.any(alpha < 0) or not np.all(np.isfinite(alpha)):
         raise ValueError(f"alpha must be non-negative, got {alpha.tolist()}")

@@ -5,12 +5,15 @@ alpha in [0, 1]; the switch then admits a class-c packet while its queue is belo
     threshold_c = alpha_c * beta_c * (B - Q)       (B shared buffer, Q occupancy)
 (the "rl" buffer policy), capped by the class FIFO cap.
 
-Observation, float32 [2P + 3] (P classes):
+Observation, float32 [3P + 4] (P classes); the first five rows are the thesis's state,
+the last two let one policy serve many buffer sizes (thresholds are absolute in effect):
     [0:P]      beta_c, the fixed per-class weights
     [P:2P]     drain rate of each class over the interval / bottleneck capacity
     [2P]       free fraction of the shared buffer, (B - Q) / B, at the interval's end
     [2P+1]     flows finished in the interval / `flows_scale`
     [2P+2]     packets dropped in the interval / bottleneck capacity in packets per interval
+    [2P+3:3P+3] each class's queue at the interval's end / BDP (packets)
+    [3P+3]     shared buffer size B / BDP
 Action, float32 [P] in [0, 1]: alpha_c (values outside are clipped).
 Reward: -log(WFS) + log(1 + throughput), WFS the worst FCT slowdown
     (FCT / (base RTT + size * 8 / C)) among flows that finished in the interval and
@@ -79,7 +82,7 @@ class RLBMEnv(environment.Environment[EnvState, EnvParams]):
         super().__init__()
         self._default = make_env_params(sim_params, **kwargs)
         self.num_classes = self._default.sim.num_classes
-        self.obs_shape = (2 * self.num_classes + 3,)
+        self.obs_shape = (3 * self.num_classes + 4,)
 
     @property
     def default_params(self) -> EnvParams:
@@ -104,14 +107,14 @@ class RLBMEnv(environment.Environment[EnvState, EnvParams]):
 
     def reset_env(self, key, params: EnvParams):
         s = sim.init(key, params.sim)
-        state = EnvState(sim=s, time=0)
+        state = EnvState(sim=s, time=jnp.zeros((), jnp.int32))
         return self.get_obs(state, params), state
 
     def step_env(self, key, state: EnvState, action, params: EnvParams):
         alpha = jnp.clip(jnp.asarray(action, jnp.float32).reshape(self.num_classes), 0.0, 1.0)
         s = state.sim.replace(rl_alpha=alpha, interval=mx.init_interval(self.num_classes))
         s, _ = sim.run(s, params.sim, params.ticks_per_step)
-        new = EnvState(sim=s, time=state.time + 1)
+        new = EnvState(sim=s, time=(state.time + 1).astype(jnp.int32))
         reward, parts = self.reward(s, params)
         obs = self.get_obs(new, params)
         info = {"throughput": parts["throughput"], "worst_slowdown": parts["worst_slowdown"],
@@ -139,6 +142,8 @@ class RLBMEnv(environment.Environment[EnvState, EnvParams]):
             jnp.reshape(free, (1,)),
             jnp.reshape(iv.flows_done / params.flows_scale, (1,)),
             jnp.reshape(iv.drops / cap, (1,)),
+            s.queue.pkts.astype(jnp.float32) / p.bdp_pkts,
+            jnp.reshape(p.buffer_pkts / p.bdp_pkts, (1,)),
         ])
         return obs.astype(jnp.float32)
 

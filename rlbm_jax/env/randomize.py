@@ -1,0 +1,132 @@
+"""Domain randomisation: every episode draws its own scenario.
+
+`RandomizedEnv(env)` wraps an `RLBMEnv`.  On each reset it draws, from the ranges
+in `RandomizedParams`, the per-class buffer N (integer, uniform in
+[buffer_lo_pkts, buffer_hi_pkts]; shared buffer B = P * N as in the thesis), the load
+(uniform in [load_lo, load_hi]) and the TCP variant (uniform over `tcp_allowed`), and
+keeps the drawn `SimParams` in its state, so `step` stays a pure function of
+(key, state, action, params) and auto-reset draws a new scenario.  Observations,
+actions and rewards are the wrapped env's.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from gymnax.environments import environment
+
+from rlbm_jax.env.params import TCP_NAMES, SimParams
+from rlbm_jax.env.rlbm_env import EnvParams, EnvState, RLBMEnv
+
+
+@struct.dataclass
+class RandomizedState(environment.EnvState):
+    inner: EnvState
+    sim: SimParams  # this episode's scenario
+
+
+@struct.dataclass
+class RandomizedParams(environment.EnvParams):
+    env: EnvParams = None
+    buffer_lo_pkts: int = 100
+    buffer_hi_pkts: int = 1000
+    load_lo: float = 0.1
+    load_hi: float = 0.9
+    tcp_allowed: jnp.ndarray = None  # [len(TCP_NAMES)] bool
+
+
+def make_randomized_params(env_params: EnvParams, *, buffer_pkts=(100, 1000), load=(0.1, 0.9),
+                           tcp=TCP_NAMES) -> RandomizedParams:
+    """Ranges checked against the wrapped env (the ring must hold the largest buffer)."""
+    lo, hi = (int(b) for b in buffer_pkts)
+    if not 1 <= lo <= hi:
+        raise ValueError(f"buffer_pkts range must satisfy 1 <= lo <= hi, got {buffer_pkts!r}")
+    if hi > env_params.sim.queue_capacity_pkts:
+        raise ValueError(f"buffer_pkts upper bound {hi} exceeds the sim's queue_capacity_pkts "
+                         f"({env_params.sim.queue_capacity_pkts}); build the sim with queue_capacity_pkts >= {hi}")
+    llo, lhi = (float(x) for x in load)
+    if not (np.isfinite(llo) and np.isfinite(lhi) and 0 <= llo <= lhi):
+        raise ValueError(f"load range must satisfy 0 <= lo <= hi, got {load!r}")
+    tcp = (tcp,) if isinstance(tcp, str) else tuple(tcp)
+    bad = [t for t in tcp if t not in TCP_NAMES]
+    if bad or not tcp:
+        raise ValueError(f"tcp must be a non-empty subset of {TCP_NAMES}, got {tcp!r}")
+    mask = jnp.asarray([n in tcp for n in TCP_NAMES])
+    return RandomizedParams(env=env_params, buffer_lo_pkts=lo, buffer_hi_pkts=hi, load_lo=llo, load_hi=lhi,
+                            tcp_allowed=mask, max_steps_in_episode=env_params.max_steps_in_episode)
+
+
+def sample_scenario(key, params: RandomizedParams) -> SimParams:
+    """One draw of (N, load, TCP) applied to the wrapped env's sim params."""
+    base = params.env.sim
+    kb, kl, kt = jax.random.split(key, 3)
+    n = jax.random.randint(kb, (), params.buffer_lo_pkts, params.buffer_hi_pkts + 1)
+    load = jax.random.uniform(kl, (), minval=params.load_lo, maxval=params.load_hi)
+    logits = jnp.where(params.tcp_allowed, 0.0, -jnp.inf)
+    tcp_id = jax.random.categorical(kt, logits)
+    return base.replace(class_cap_pkts=jnp.full_like(base.class_cap_pkts, n),
+                        buffer_pkts=(n * base.num_classes).astype(base.buffer_pkts.dtype),
+                        load=load.astype(base.load.dtype), tcp_id=tcp_id.astype(base.tcp_id.dtype))
+
+
+class RandomizedEnv(environment.Environment[RandomizedState, RandomizedParams]):
+    """An `RLBMEnv` whose scenario is redrawn at every reset."""
+
+    def __init__(self, env: RLBMEnv, **ranges):
+        super().__init__()
+        self.env = env
+        self.obs_shape = env.obs_shape
+        self.num_classes = env.num_classes
+        self._default = make_randomized_params(env.default_params, **ranges)
+
+    @property
+    def default_params(self) -> RandomizedParams:
+        return self._default
+
+    @property
+    def name(self) -> str:
+        return "RLBM-randomized-v0"
+
+    @property
+    def num_actions(self) -> int:
+        return self.env.num_actions
+
+    def action_space(self, params=None):
+        return self.env.action_space(None)
+
+    def observation_space(self, params=None):
+        return self.env.observation_space(None)
+
+    def _inner_params(self, params: RandomizedParams, sim_params: SimParams) -> EnvParams:
+        return params.env.replace(sim=sim_params)
+
+    def reset_env(self, key, params: RandomizedParams):
+        ks, kr = jax.random.split(key)
+        sp = sample_scenario(ks, params)
+        obs, inner = self.env.reset_env(kr, self._inner_params(params, sp))
+        return obs, RandomizedState(time=inner.time, inner=inner, sim=sp)
+
+    def step_env(self, key, state: RandomizedState, action, params: RandomizedParams):
+        obs, inner, reward, terminated, info = self.env.step_env(key, state.inner, action,
+                                                                 self._inner_params(params, state.sim))
+        info = dict(info, load=state.sim.load, buffer_pkts=state.sim.buffer_pkts, tcp_id=state.sim.tcp_id)
+        return obs, RandomizedState(time=inner.time, inner=inner, sim=state.sim), reward, terminated, info
+
+    def is_terminated(self, state, params):
+        return jnp.asarray(False)
+
+
+def thesis_randomized_env(*, buffer_pkts=(100, 1000), load=(0.1, 0.9), tcp=TCP_NAMES, episode_s: float = 60.0,
+                          agent_interval_s: float = 0.1, pkts_per_tick: int = 1, **sim_overrides):
+    """The thesis scenario (flows start during the first 45 s of each 60 s episode),
+    "rl" policy with beta (1, 0.5), a ring that holds the largest buffer, and every
+    episode's N, load and TCP drawn at reset.  Returns (env, params)."""
+    from rlbm_jax.env.params import thesis_params
+
+    kw = dict(policy="rl", beta=(1.0, 0.5), queue_capacity_pkts=int(buffer_pkts[1]),
+              buffer_per_class_pkts=int(buffer_pkts[1]), pkts_per_tick=pkts_per_tick, completion_log_size=16)
+    kw.update(sim_overrides)
+    env = RandomizedEnv(RLBMEnv(thesis_params(**kw), agent_interval_s=agent_interval_s, episode_s=episode_s),
+                        buffer_pkts=buffer_pkts, load=load, tcp=tcp)
+    return env, env.default_params

@@ -1,0 +1,108 @@
+"""Typed PPO configuration.  Every field is checked by `PPOConfig.validate`, which
+names the offending field."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Tuple
+
+from rlbm_jax.policy import ACTION_MAPS
+
+NETWORKS = ("mlp", "lstm")
+ACTIONS = ("gaussian", "discrete")
+ACTIVATIONS = ("tanh", "relu")
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    # ---- data collection --------------------------------------------------
+    num_envs: int = 256  # envs stepped in parallel (per training seed)
+    num_steps: int = 32  # env steps per env per update (rollout length)
+    total_updates: int = 160  # PPO updates in the whole run
+    # ---- optimisation -------------------------------------------------------
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    lr: float = 3e-4
+    anneal_lr: bool = True  # linear decay to 0 over total_updates
+    max_grad_norm: float = 0.5
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.0
+    normalize_obs: bool = True  # running mean/std of observations, inside the graph
+    normalize_adv: bool = True  # per minibatch
+    obs_clip: float = 10.0
+    # ---- network ------------------------------------------------------------
+    network: str = "mlp"  # "mlp" or "lstm" (recurrent; minibatches are whole env sequences)
+    hidden: Tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    lstm_size: int = 32
+    # ---- action distribution ------------------------------------------------
+    action: str = "gaussian"  # "gaussian": squashed by action_map; "discrete": categorical
+    action_map: str = "exp2"  # for Box envs with "gaussian": see rlbm_jax.policy.ACTION_MAPS, or "none"
+    init_log_std: float = -0.5
+    num_bins: int = 11  # "discrete" on a Box env: levels per action dimension
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    def validate(self) -> "PPOConfig":
+        def pos_int(name, lo=1):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"PPOConfig.{name} must be an integer >= {lo}, got {v!r}")
+
+        for n in ("num_envs", "num_steps", "total_updates", "update_epochs", "num_minibatches", "lstm_size"):
+            pos_int(n)
+        pos_int("num_bins", 2)
+        for n, lo, hi in (("gamma", 0.0, 1.0), ("gae_lambda", 0.0, 1.0)):
+            v = getattr(self, n)
+            if not (lo <= v <= hi):
+                raise ValueError(f"PPOConfig.{n} must be in [{lo}, {hi}], got {v!r}")
+        for n in ("lr", "max_grad_norm", "clip_eps", "obs_clip"):
+            v = getattr(self, n)
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"PPOConfig.{n} must be a positive number, got {v!r}")
+        for n in ("vf_coef", "ent_coef"):
+            if not getattr(self, n) >= 0:
+                raise ValueError(f"PPOConfig.{n} must be >= 0, got {getattr(self, n)!r}")
+        if self.network not in NETWORKS:
+            raise ValueError(f"PPOConfig.network must be one of {NETWORKS}, got {self.network!r}")
+        if self.action not in ACTIONS:
+            raise ValueError(f"PPOConfig.action must be one of {ACTIONS}, got {self.action!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"PPOConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.action_map not in (*ACTION_MAPS, "none"):
+            raise ValueError(f"PPOConfig.action_map must be one of {(*ACTION_MAPS, 'none')}, got {self.action_map!r}")
+        if not self.hidden or any((not isinstance(h, int)) or h < 1 for h in self.hidden):
+            raise ValueError(f"PPOConfig.hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
+        if self.network == "lstm":
+            if self.num_envs % self.num_minibatches:
+                raise ValueError(f"PPOConfig: with an LSTM, num_envs ({self.num_envs}) must be divisible by "
+                                 f"num_minibatches ({self.num_minibatches})")
+        elif self.batch_size % self.num_minibatches:
+            raise ValueError(f"PPOConfig: num_envs * num_steps ({self.batch_size}) must be divisible by "
+                             f"num_minibatches ({self.num_minibatches})")
+        return self
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["hidden"] = list(self.hidden)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PPOConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"PPOConfig: unknown fields {sorted(unknown)}")
+        d = dict(d)
+        if "hidden" in d:
+            d["hidden"] = tuple(d["hidden"])
+        return cls(**d).validate()

@@ -1,0 +1,190 @@
+#!/usr/bin/env python
+"""Score trained policies and every baseline on the thesis grid with held-out seeds.
+
+    python scripts/evaluate.py --policy runs/default/policy --out results/thesis_grid
+
+Grid (defaults): TCP {cubic, newreno} x per-class buffer N {100, 500, 1000} x load
+{0.1, ..., 0.8}; each cell is a 60 s thesis run (flows start in the first 45 s) scored
+on the env's reward (mean per 0.1 s interval) and the simulator's report.  Every
+policy sees the same flows in a cell and seed (seeds pair the comparison).  Writes
+results.csv (mean and std over seeds per policy and cell), summary.md (the table and
+where the trained policy wins or not), figures (throughput, p99 FCT slowdown, p99
+buffer occupancy, mean FCT and reward vs load, one panel per buffer size, one figure
+per TCP) and command.txt.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from rlbm_jax.env.params import TCP_NAMES, thesis_params  # noqa: E402
+from rlbm_jax.env.rlbm_env import RLBMEnv  # noqa: E402
+from rlbm_jax.evaluate import score, stack_params  # noqa: E402
+from rlbm_jax.policy import load_policy  # noqa: E402
+from rlbm_jax.progress import Progress  # noqa: E402
+from rlbm_jax.simulate import BASELINES, with_policy  # noqa: E402
+
+FIELDS = ("reward_mean", "goodput_bps", "util_wire", "slowdown_p99", "slowdown_p50", "queue_p99_pkts",
+          "queue_mean_pkts", "fct_mean_s", "drop_rate", "flows_started", "flows_completed")
+PLOTS = (("goodput_bps", "throughput (Mbit/s)", 1e-6), ("slowdown_p99", "p99 FCT slowdown", 1.0),
+         ("queue_p99_pkts", "p99 buffer occupancy (pkts)", 1.0), ("fct_mean_s", "mean FCT (s)", 1.0),
+         ("reward_mean", "mean reward per interval", 1.0))
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policy", nargs="*", default=[], help="policy directories (from scripts/train.py)")
+    ap.add_argument("--name", nargs="*", default=None, help="labels for the policies (default: rl, rl2, ...)")
+    ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=BASELINES)
+    ap.add_argument("--tcp", nargs="+", default=list(TCP_NAMES), choices=TCP_NAMES)
+    ap.add_argument("--buffer-pkts", type=int, nargs="+", default=[100, 500, 1000])
+    ap.add_argument("--load", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
+    ap.add_argument("--seeds", type=int, default=5, help="held-out seeds per cell")
+    ap.add_argument("--first-seed", type=int, default=100_000, help="seeds are first-seed, first-seed+1, ...")
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--pkts-per-tick", type=int, default=1)
+    ap.add_argument("--out", default="results/thesis_grid")
+    return ap.parse_args(argv)
+
+
+def cells(a):
+    return [(t, n, ld) for t in a.tcp for n in a.buffer_pkts for ld in a.load]
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    a = parse(argv)
+    if a.seeds < 1 or not a.policy and not a.baselines:
+        print("error: need at least one seed and one policy or baseline", file=sys.stderr)
+        return 2
+    names = a.name or (["rl"] + [f"rl{i + 2}" for i in range(len(a.policy) - 1)] if a.policy else [])
+    if len(names) != len(a.policy):
+        print("error: --name needs one label per --policy", file=sys.stderr)
+        return 2
+    cap = max(a.buffer_pkts)
+    try:
+        grid = cells(a)
+        base = [thesis_params(tcp=t, buffer_per_class_pkts=n, load=ld, policy="rl", beta=(1.0, 0.5),
+                              queue_capacity_pkts=cap, pkts_per_tick=a.pkts_per_tick) for t, n, ld in grid]
+        env = RLBMEnv(base[0], agent_interval_s=0.1, episode_s=a.seconds)
+        agents = {}
+        for name, path in zip(names, a.policy):
+            fn, meta = load_policy(path, obs_dim=env.obs_shape[0], act_dim=env.num_actions)
+            agents[name] = fn
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    ep0 = env.default_params
+    seeds = list(range(a.first_seed, a.first_seed + a.seeds))
+    runs = list(agents.items()) + [(b, None) for b in a.baselines]
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "command.txt").write_text("python scripts/evaluate.py " + " ".join(argv) + "\n")
+    bar = Progress(len(runs), unit=" policies", label=f"{len(grid)} cells x {len(seeds)} seeds ")
+    bar.update(0)
+    results = {}
+    t0 = time.perf_counter()
+    for i, (name, agent) in enumerate(runs):
+        sims = base if agent is not None else [with_policy(p, name) for p in base]
+        params = stack_params([ep0.replace(sim=p) for p in sims])
+        results[name] = score(env, params, agent, seeds, batched=True)
+        bar.update(i + 1, extra=name)
+    bar.close()
+
+    rows = []
+    for name, res in results.items():
+        for c, (t, n, ld) in enumerate(grid):
+            row = {"policy": name, "tcp": t, "buffer_per_class_pkts": n, "load": ld}
+            for f in FIELDS:
+                v = res[f][c].astype(np.float64)
+                row[f] = float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
+                row[f + "_std"] = float(np.nanstd(v)) if np.any(np.isfinite(v)) else float("nan")
+            rows.append(row)
+    with (out / "results.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    summary = summarize(rows, grid, list(agents), a.baselines, results, seeds)
+    (out / "summary.md").write_text(summary)
+    for t in a.tcp:
+        plot(rows, t, a.buffer_pkts, [r[0] for r in runs], out / f"grid_{t}.png")
+    print(summary)
+    print(json.dumps({"out": str(out), "cells": len(grid), "seeds": len(seeds),
+                      "wall_s": round(time.perf_counter() - t0, 1)}))
+    return 0
+
+
+def summarize(rows, grid, agents, baselines, results, seeds) -> str:
+    get = {(r["policy"], r["tcp"], r["buffer_per_class_pkts"], r["load"]): r for r in rows}
+    lines = [f"# Thesis grid: {len(grid)} cells x {len(seeds)} held-out seeds (seeds {seeds[0]}..{seeds[-1]})", ""]
+    for ag in agents:
+        wins_r = wins_sd = 0
+        lines += [f"## {ag} vs the baselines", "",
+                  "Per cell: mean reward (paired difference to the best baseline, with its standard error over seeds), "
+                  "p99 FCT slowdown and throughput against the best baseline on each.", "",
+                  "| tcp | N | load | reward " + ag + " | best baseline (reward) | diff ± s.e. | p99 slowdown "
+                  + ag + " / best baseline | throughput Mbit/s " + ag + " / best baseline | target |",
+                  "|---|---:|---:|---:|---|---:|---:|---:|---|"]
+        for c, (t, n, ld) in enumerate(grid):
+            me = get[(ag, t, n, ld)]
+            best = max(baselines, key=lambda b: get[(b, t, n, ld)]["reward_mean"])
+            d = results[ag]["reward_mean"][c] - results[best]["reward_mean"][c]
+            se = float(np.std(d) / np.sqrt(max(len(d) - 1, 1)))
+            sd_best = min(get[(b, t, n, ld)]["slowdown_p99"] for b in baselines)
+            thr_best = max(get[(b, t, n, ld)]["goodput_bps"] for b in baselines)
+            r_ok = all(me["reward_mean"] > get[(b, t, n, ld)]["reward_mean"] for b in baselines)
+            sd_ok = me["slowdown_p99"] < sd_best and me["goodput_bps"] >= 0.98 * thr_best
+            wins_r += r_ok
+            wins_sd += sd_ok
+            tag = ("reward" if r_ok else "") + ("+slowdown" if sd_ok else "")
+            lines.append(f"| {t} | {n} | {ld:.1f} | {me['reward_mean']:.4f} | {best} ({get[(best, t, n, ld)]['reward_mean']:.4f}) "
+                         f"| {float(np.mean(d)):+.4f} ± {se:.4f} | {me['slowdown_p99']:.2f} / {sd_best:.2f} "
+                         f"| {me['goodput_bps'] / 1e6:.3f} / {thr_best / 1e6:.3f} | {tag or '-'} |")
+        mean_r = {p: float(np.mean([get[(p, *g)]["reward_mean"] for g in grid])) for p in [ag, *baselines]}
+        lines += ["", f"- higher mean reward than every baseline: {wins_r}/{len(grid)} cells",
+                  f"- lower p99 FCT slowdown than every baseline at <= 2 % throughput loss: {wins_sd}/{len(grid)} cells",
+                  "- mean reward over the grid: " + ", ".join(f"{p} {v:.4f}" for p, v in mean_r.items()), ""]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, tcp, buffers, policies, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(PLOTS), len(buffers), figsize=(4.2 * len(buffers), 2.6 * len(PLOTS)), squeeze=False)
+    for j, n in enumerate(buffers):
+        for i, (f, label, scale) in enumerate(PLOTS):
+            ax = axes[i, j]
+            for p in policies:
+                rr = sorted((r for r in rows if r["policy"] == p and r["tcp"] == tcp and r["buffer_per_class_pkts"] == n),
+                            key=lambda r: r["load"])
+                x = [r["load"] for r in rr]
+                y = np.array([r[f] for r in rr]) * scale
+                e = np.array([r[f + "_std"] for r in rr]) * scale
+                style = dict(lw=2.2, color="k") if not p.startswith(("sb-", "dt", "abm", "droptail")) else dict(lw=1)
+                ax.errorbar(x, y, yerr=e, label=p, capsize=2, marker="o", ms=3, **style)
+            if i == 0:
+                ax.set_title(f"{tcp}, N = {n} pkts per class")
+            if j == 0:
+                ax.set_ylabel(label)
+            if i == len(PLOTS) - 1:
+                ax.set_xlabel("load")
+            ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

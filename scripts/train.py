@@ -1,0 +1,232 @@
+#!/usr/bin/env python
+"""Train a buffer-management policy with PPO on the thesis scenario, with domain
+randomisation: every episode draws its per-class buffer N (100..1000 packets), load
+(0.1..0.9) and TCP (CUBIC or NewReno).
+
+    python scripts/train.py                          # defaults: 256 envs, about 12 min on 2 cores
+    python scripts/train.py --num-envs 4096          # on an accelerator
+    python scripts/train.py --num-seeds 4            # 4 independent seeds in one vmapped call
+    python scripts/train.py --run-dir runs/x --resume
+
+The run directory gets config.json, metrics.csv (one row per seed and update),
+curves.png, orbax checkpoints every --checkpoint-every updates, and one deployable
+policy per seed (policy_seed<i>/) plus policy/ = the seed with the best final reward.
+`python scripts/evaluate.py --policy RUN/policy` scores it against the baselines.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from rlbm_jax.env.params import TCP_NAMES  # noqa: E402
+from rlbm_jax.env.randomize import thesis_randomized_env  # noqa: E402
+from rlbm_jax.ppo import PPO, PPOConfig  # noqa: E402
+from rlbm_jax.ppo.checkpoint import Checkpointer  # noqa: E402
+from rlbm_jax.ppo.export import export_policy  # noqa: E402
+from rlbm_jax.progress import Progress  # noqa: E402
+
+ENV_KEYS = ("buffer_pkts", "load", "tcp", "episode_s", "agent_interval_s", "pkts_per_tick")
+
+
+def parse(argv):
+    d = PPOConfig()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run-dir", default="runs/default", help="output directory (default runs/default)")
+    ap.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--num-seeds", type=int, default=1, help="independent training seeds, vmapped")
+    ap.add_argument("--checkpoint-every", type=int, default=10, help="updates between checkpoints")
+    ap.add_argument("--stop-after", type=int, default=None,
+                    help="stop (checkpointed) once this many updates are done; continue later with --resume")
+    g = ap.add_argument_group("scenario")
+    g.add_argument("--buffer-pkts", type=int, nargs=2, default=[100, 1000], metavar=("LO", "HI"),
+                   help="per-class buffer N range")
+    g.add_argument("--load", type=float, nargs=2, default=[0.1, 0.9], metavar=("LO", "HI"))
+    g.add_argument("--tcp", nargs="+", default=list(TCP_NAMES), choices=TCP_NAMES)
+    g.add_argument("--episode-s", type=float, default=60.0)
+    g.add_argument("--agent-interval-s", type=float, default=0.1)
+    g.add_argument("--pkts-per-tick", type=int, default=1)
+    g = ap.add_argument_group("PPO")
+    g.add_argument("--num-envs", type=int, default=d.num_envs)
+    g.add_argument("--num-steps", type=int, default=d.num_steps)
+    g.add_argument("--updates", type=int, default=d.total_updates, help="PPO updates in the run")
+    g.add_argument("--update-epochs", type=int, default=d.update_epochs)
+    g.add_argument("--num-minibatches", type=int, default=d.num_minibatches)
+    g.add_argument("--lr", type=float, default=d.lr)
+    g.add_argument("--gamma", type=float, default=d.gamma)
+    g.add_argument("--gae-lambda", type=float, default=d.gae_lambda)
+    g.add_argument("--clip-eps", type=float, default=d.clip_eps)
+    g.add_argument("--ent-coef", type=float, default=d.ent_coef)
+    g.add_argument("--network", default=d.network, choices=["mlp", "lstm"])
+    g.add_argument("--hidden", type=int, nargs="+", default=list(d.hidden))
+    g.add_argument("--action", default=d.action, choices=["gaussian", "discrete"])
+    g.add_argument("--action-map", default=d.action_map)
+    g.add_argument("--init-log-std", type=float, default=d.init_log_std)
+    return ap.parse_args(argv)
+
+
+def config_from_args(a) -> tuple[PPOConfig, dict]:
+    cfg = PPOConfig(num_envs=a.num_envs, num_steps=a.num_steps, total_updates=a.updates,
+                    update_epochs=a.update_epochs, num_minibatches=a.num_minibatches, lr=a.lr, gamma=a.gamma,
+                    gae_lambda=a.gae_lambda, clip_eps=a.clip_eps, ent_coef=a.ent_coef, network=a.network,
+                    hidden=tuple(a.hidden), action=a.action, action_map=a.action_map,
+                    init_log_std=a.init_log_std).validate()
+    env_cfg = dict(buffer_pkts=list(a.buffer_pkts), load=list(a.load), tcp=list(a.tcp), episode_s=a.episode_s,
+                   agent_interval_s=a.agent_interval_s, pkts_per_tick=a.pkts_per_tick)
+    return cfg, env_cfg
+
+
+def make_env(env_cfg: dict):
+    return thesis_randomized_env(buffer_pkts=tuple(env_cfg["buffer_pkts"]), load=tuple(env_cfg["load"]),
+                                 tcp=tuple(env_cfg["tcp"]), episode_s=env_cfg["episode_s"],
+                                 agent_interval_s=env_cfg["agent_interval_s"], pkts_per_tick=env_cfg["pkts_per_tick"])
+
+
+def read_rows(path: Path, upto: int):
+    if not path.is_file():
+        return []
+    with path.open() as f:
+        return [r for r in csv.DictReader(f) if int(r["update"]) <= upto]
+
+
+def write_rows(path: Path, rows):
+    if not rows:
+        return
+    cols = list(rows[0].keys())
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def plot_curves(rows, path: Path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seeds = sorted({int(r["seed"]) for r in rows})
+    panels = [("reward_mean", "mean reward per step"), ("info_worst_slowdown", "worst FCT slowdown (per interval)"),
+              ("info_throughput", "throughput / capacity"), ("value_loss", "value loss"),
+              ("entropy", "policy entropy"), ("approx_kl", "approx. KL")]
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
+    for ax, (key, title) in zip(axes.flat, panels):
+        for s in seeds:
+            rr = [r for r in rows if int(r["seed"]) == s and key in r]
+            if rr:
+                ax.plot([int(r["env_steps"]) for r in rr], [float(r[key]) for r in rr], lw=1, label=f"seed {s}")
+        ax.set_title(title)
+        ax.set_xlabel("env steps")
+        ax.grid(alpha=0.3)
+    if len(seeds) > 1:
+        axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    a = parse(argv)
+    run = Path(a.run_dir)
+    if a.num_seeds < 1 or a.checkpoint_every < 1:
+        print("error: --num-seeds and --checkpoint-every must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        if a.resume:
+            saved = json.loads((run / "config.json").read_text())
+            cfg = PPOConfig.from_dict(saved["ppo"])
+            env_cfg, seed, num_seeds = saved["env"], saved["seed"], saved["num_seeds"]
+        else:
+            cfg, env_cfg = config_from_args(a)
+            seed, num_seeds = a.seed, a.num_seeds
+        env, env_params = make_env(env_cfg)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    run.mkdir(parents=True, exist_ok=True)
+    if not a.resume:
+        if (run / "checkpoints").exists():
+            shutil.rmtree(run / "checkpoints")
+        (run / "config.json").write_text(json.dumps({"ppo": cfg.to_dict(), "env": env_cfg, "seed": seed,
+                                                      "num_seeds": num_seeds}, indent=2) + "\n")
+
+    ppo = PPO(env, env_params, cfg)
+    keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
+    t0 = time.perf_counter()
+    ts = ppo.init_seeds(keys)
+    ckpt = Checkpointer(run / "checkpoints")
+    start = 0
+    if a.resume:
+        ts = ckpt.restore(ts)
+        start = int(np.asarray(ts.update)[0])
+        print(f"resumed {run} at update {start}/{cfg.total_updates}", file=sys.stderr)
+    rows = read_rows(run / "metrics.csv", start) if a.resume else []
+    wall0 = float(rows[-1]["wall_s"]) if rows else 0.0
+    print(f"{num_seeds} seed(s) x {cfg.num_envs} envs x {cfg.num_steps} steps per update, "
+          f"{cfg.total_updates} updates ({cfg.total_updates * cfg.batch_size * num_seeds:,} env steps); "
+          f"run dir {run}", file=sys.stderr)
+    bar = Progress(cfg.total_updates, unit=" updates", label="train ")
+    bar.update(start)
+    u = start
+    stop = cfg.total_updates if a.stop_after is None else min(a.stop_after, cfg.total_updates)
+    while u < stop:
+        n = min(a.checkpoint_every, stop - u)
+        ts, m = ppo.run_seeds(ts, n)
+        m = jax.device_get(m)
+        wall = wall0 + time.perf_counter() - t0
+        for s in range(num_seeds):
+            for i in range(n):
+                row = {"seed": s, "update": u + i + 1, "env_steps": (u + i + 1) * cfg.batch_size, "wall_s": f"{wall:.2f}"}
+                row.update({k: f"{float(v[s, i]):.6g}" for k, v in sorted(m.items())})
+                rows.append(row)
+        u += n
+        ckpt.save(u, ts)
+        write_rows(run / "metrics.csv", rows)
+        bar.update(u, extra=f"reward {float(np.mean(m['reward_mean'][:, -1])):+.4f}")
+    bar.close()
+    ckpt.close()
+    plot_curves(rows, run / "curves.png")
+    if u < cfg.total_updates:
+        print(f"stopped at update {u}/{cfg.total_updates}; continue with --run-dir {run} --resume", file=sys.stderr)
+        return 0
+
+    # deployable policies, one per seed; policy/ = best mean reward over the last 10 % of updates
+    env_info = {"name": env.name, "obs": "RLBMEnv observation [3P+4]", "action": "alpha per class",
+                "scenario": env_cfg, "ppo": cfg.to_dict()}
+    finals = []
+    for s in range(num_seeds):
+        p_s = jax.tree.map(lambda x: x[s], ts.params)
+        st_s = jax.tree.map(lambda x: x[s], ts.obs_stats)
+        try:
+            export_policy(ppo, p_s, st_s, run / f"policy_seed{s}", env_info)
+        except ValueError as e:
+            print(f"note: {e}", file=sys.stderr)
+            break
+        tail = [float(r["reward_mean"]) for r in rows if int(r["seed"]) == s][-max(1, cfg.total_updates // 10):]
+        finals.append(float(np.mean(tail)))
+    if finals:
+        best = int(np.argmax(finals))
+        if (run / "policy").exists():
+            shutil.rmtree(run / "policy")
+        shutil.copytree(run / f"policy_seed{best}", run / "policy")
+        print(f"final reward per seed {np.round(finals, 4).tolist()}; policy/ = seed {best}", file=sys.stderr)
+    total_s = time.perf_counter() - t0
+    steps = (cfg.total_updates - start) * cfg.batch_size * num_seeds
+    print(json.dumps({"run_dir": str(run), "updates": cfg.total_updates, "env_steps_this_call": steps,
+                      "wall_s": round(total_s, 1), "env_steps_per_s": round(steps / max(total_s, 1e-9), 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
