@@ -148,6 +148,19 @@ def summarize(rows, grid, agents, baselines, results, seeds) -> str:
             lines.append(f"| {t} | {n} | {ld:.1f} | {me['reward_mean']:.4f} | {best} ({get[(best, t, n, ld)]['reward_mean']:.4f}) "
                          f"| {float(np.mean(d)):+.4f} ± {se:.4f} | {me['slowdown_p99']:.2f} / {sd_best:.2f} "
                          f"| {me['goodput_bps'] / 1e6:.3f} / {thr_best / 1e6:.3f} | {tag or '-'} |")
+        lines += ["", "Against each baseline, paired over cells and seeds (reward difference, its standard error; "
+                  "cells where the agent's mean reward is higher; median ratio of p99 FCT slowdown; lowest "
+                  "throughput ratio):", "",
+                  "| baseline | reward diff ± s.e. | cells with higher reward | p99 slowdown ratio (median) "
+                  "| throughput ratio (min / median) |", "|---|---:|---:|---:|---:|"]
+        for b in baselines:
+            d = (results[ag]["reward_mean"] - results[b]["reward_mean"]).astype(np.float64)
+            per_cell = d.mean(1)
+            se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
+            sd = [get[(ag, *g)]["slowdown_p99"] / get[(b, *g)]["slowdown_p99"] for g in grid]
+            th = [get[(ag, *g)]["goodput_bps"] / get[(b, *g)]["goodput_bps"] for g in grid]
+            lines.append(f"| {b} | {float(d.mean()):+.5f} ± {se:.5f} | {int((per_cell > 0).sum())}/{len(grid)} "
+                         f"| {float(np.nanmedian(sd)):.3f} | {float(np.nanmin(th)):.4f} / {float(np.nanmedian(th)):.4f} |")
         mean_r = {p: float(np.mean([get[(p, *g)]["reward_mean"] for g in grid])) for p in [ag, *baselines]}
         lines += ["", f"- higher mean reward than every baseline: {wins_r}/{len(grid)} cells",
                   f"- lower p99 FCT slowdown than every baseline at <= 2 % throughput loss: {wins_sd}/{len(grid)} cells",

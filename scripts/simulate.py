@@ -109,8 +109,9 @@ def main(argv=None):
         if a.policy not in buffer.POLICY_NAMES:
             if not Path(a.policy).exists():
                 raise ValueError(f"unknown policy {a.policy!r}: neither one of {', '.join(BASELINES)} nor a directory")
+            from rlbm_jax.env.rlbm_env import obs_dim
             from rlbm_jax.policy import load_policy
-            agent, _ = load_policy(a.policy, obs_dim=2 * params.num_classes + 3, act_dim=params.num_classes)
+            agent, _ = load_policy(a.policy, obs_dim=obs_dim(params.num_classes), act_dim=params.num_classes)
             params = with_policy(params, "rl")
         res = run_scenario(params, seconds=a.seconds, seeds=list(range(a.seed_base, a.seed_base + a.seeds)),
                            agent=agent, agent_interval_s=a.agent_interval_s, show_progress=not a.no_progress)

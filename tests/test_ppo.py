@@ -151,13 +151,25 @@ def test_resume_continues_exactly(tmp_path):
     assert not np.allclose(np.asarray(jax.tree.leaves(straight.params)[0]), np.asarray(jax.tree.leaves(ts0.params)[0]))
 
 
+def test_episodes_spread_over_time():
+    """init offsets each env's step count, so truncations do not all fall together."""
+    ppo = tiny_ppo()
+    ts = ppo.init(jax.random.PRNGKey(1))
+    t0 = np.asarray(ts.env_state.time)
+    T = int(ppo.env_params.max_steps_in_episode)
+    assert len(np.unique(t0)) > 1 and t0.max() < T
+    ts, _ = ppo.run(ts, 1)  # num_steps = 3 steps
+    np.testing.assert_array_equal(np.asarray(ts.env_state.time), (t0 + 3) % T)
+
+
 def test_seeds_vmapped_equal_single_runs():
     ppo = tiny_ppo()
     keys = jax.random.split(jax.random.PRNGKey(0), 2)
     batched, _ = ppo.run_seeds(ppo.init_seeds(keys), 1)
     single, _ = ppo.run(ppo.init(keys[1]), 1)
     for a, b in zip(jax.tree.leaves(batched.params), jax.tree.leaves(single.params)):
-        np.testing.assert_allclose(np.asarray(a)[1], np.asarray(b), rtol=1e-5, atol=1e-6)
+        # float reductions are ordered differently under vmap: allow 1/10 of one Adam step (lr 3e-4)
+        np.testing.assert_allclose(np.asarray(a)[1], np.asarray(b), rtol=0, atol=3e-5)
 
 
 def test_export_matches_trainer_policy(tmp_path, rng):

@@ -32,7 +32,7 @@ def test_simulate_baseline_json(tmp_path):
     assert d["flows_started"] >= 1
 
 
-def _random_policy(path, obs_dim=7, act_dim=2, seed=0):
+def _random_policy(path, obs_dim=10, act_dim=2, seed=0):
     rng = np.random.default_rng(seed)
     w = [(rng.normal(size=(obs_dim, 16)) * 0.3, np.zeros(16)), (rng.normal(size=(16, act_dim)) * 0.3, np.zeros(act_dim))]
     return save_policy(path, w, obs_mean=np.zeros(obs_dim), obs_std=np.ones(obs_dim))
@@ -49,7 +49,7 @@ def test_simulate_with_policy_directory(tmp_path):
 def test_policy_loader_checks_shapes(tmp_path):
     pol = _random_policy(tmp_path / "pol", obs_dim=5)
     with pytest.raises(ValueError, match="width 5"):
-        load_policy(pol, obs_dim=7, act_dim=2)
+        load_policy(pol, obs_dim=10, act_dim=2)
     fn, meta = load_policy(pol)
     a = np.asarray(fn(np.zeros((3, 5), np.float32)))
     assert a.shape == (3, 2) and (a >= 0).all() and (a <= 1).all()

@@ -105,13 +105,15 @@ class RandomizedEnv(environment.Environment[RandomizedState, RandomizedParams]):
         ks, kr = jax.random.split(key)
         sp = sample_scenario(ks, params)
         obs, inner = self.env.reset_env(kr, self._inner_params(params, sp))
-        return obs, RandomizedState(time=inner.time, inner=inner, sim=sp)
+        return obs, RandomizedState(time=jnp.zeros((), jnp.int32), inner=inner, sim=sp)
 
     def step_env(self, key, state: RandomizedState, action, params: RandomizedParams):
         obs, inner, reward, terminated, info = self.env.step_env(key, state.inner, action,
                                                                  self._inner_params(params, state.sim))
         info = dict(info, load=state.sim.load, buffer_pkts=state.sim.buffer_pkts, tcp_id=state.sim.tcp_id)
-        return obs, RandomizedState(time=inner.time, inner=inner, sim=state.sim), reward, terminated, info
+        # the wrapper keeps its own step count (a trainer may offset it to spread episodes)
+        new = RandomizedState(time=(state.time + 1).astype(jnp.int32), inner=inner, sim=state.sim)
+        return obs, new, reward, terminated, info
 
     def is_terminated(self, state, params):
         return jnp.asarray(False)

@@ -39,6 +39,11 @@ from rlbm_jax.env import metrics as mx, sim
 from rlbm_jax.env.params import SimParams, thesis_params
 
 
+def obs_dim(num_classes: int) -> int:
+    """Width of the observation for P classes (layout in the module docstring)."""
+    return 3 * num_classes + 4
+
+
 @struct.dataclass
 class EnvState(environment.EnvState):
     sim: sim.SimState
@@ -82,7 +87,7 @@ class RLBMEnv(environment.Environment[EnvState, EnvParams]):
         super().__init__()
         self._default = make_env_params(sim_params, **kwargs)
         self.num_classes = self._default.sim.num_classes
-        self.obs_shape = (3 * self.num_classes + 4,)
+        self.obs_shape = (obs_dim(self.num_classes),)
 
     @property
     def default_params(self) -> EnvParams:
