@@ -1,8 +1,10 @@
 """Orbax checkpoints of the whole training state (network, optimiser, observation
 statistics, every env's state, RNG keys), so that a resumed run continues exactly as
-an uninterrupted one would."""
+an uninterrupted one would.  Saves are synchronous (a finished save is on disk) and
+the newest `max_to_keep` are kept, as `<directory>/<update>/`."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import jax
@@ -12,15 +14,21 @@ import orbax.checkpoint as ocp
 class Checkpointer:
     def __init__(self, directory, max_to_keep: int = 2):
         self.directory = Path(directory).resolve()
-        self.manager = ocp.CheckpointManager(self.directory, options=ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, create=True))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.max_to_keep = max_to_keep
+        self._ckpt = ocp.Checkpointer(ocp.StandardCheckpointHandler())
+
+    def _steps(self):
+        return sorted(int(p.name) for p in self.directory.iterdir() if p.is_dir() and p.name.isdigit())
 
     def save(self, update: int, state) -> None:
-        self.manager.save(int(update), args=ocp.args.StandardSave(state), force=True)
-        self.manager.wait_until_finished()
+        self._ckpt.save(self.directory / str(int(update)), args=ocp.args.StandardSave(state), force=True)
+        for old in self._steps()[:-self.max_to_keep]:
+            shutil.rmtree(self.directory / str(old), ignore_errors=True)
 
     def latest(self) -> int | None:
-        return self.manager.latest_step()
+        steps = self._steps()
+        return steps[-1] if steps else None
 
     def restore(self, template, update: int | None = None):
         """`template`: a state (or `jax.eval_shape` of one) with the saved structure."""
@@ -28,7 +36,7 @@ class Checkpointer:
         if update is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), template)
-        return self.manager.restore(int(update), args=ocp.args.StandardRestore(abstract))
+        return self._ckpt.restore(self.directory / str(int(update)), args=ocp.args.StandardRestore(abstract))
 
     def close(self) -> None:
-        self.manager.close()
+        self._ckpt.close()
