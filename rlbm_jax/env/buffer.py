@@ -13,6 +13,7 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class BufferView(NamedTuple):
@@ -72,8 +73,7 @@ DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
 
 def default_alpha(policy: str, num_classes: int) -> tuple:
     """A policy's default alphas for `num_classes` classes (cut, or extended with the last value)."""
-    d = [float(x) for x in DEFAULT_ALPHA[policy]] if not isinstance(DEFAULT_ALPHA[policy], (int, float)) \
-        else [float(DEFAULT_ALPHA[policy])]
+    d = [float(x) for x in np.atleast_1d(DEFAULT_ALPHA[policy])]
     return tuple((d + d[-1:] * num_classes)[:num_classes])
 
 

@@ -6,7 +6,7 @@ alpha in [0, 1]; the switch then admits a class-c packet while its queue is belo
 (the "rl" buffer policy), capped by the class FIFO cap.
 
 Observation, float32 [3P + 4] (P classes); the first five rows are the thesis's state,
-the last two let one policy serve many buffer sizes (thresholds are absolute in effect):
+the last P + 1 let one policy serve many buffer sizes (thresholds are absolute in effect):
     [0:P]      beta_c, the fixed per-class weights
     [P:2P]     drain rate of each class over the interval / bottleneck capacity
     [2P]       free fraction of the shared buffer, (B - Q) / B, at the interval's end

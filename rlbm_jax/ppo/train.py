@@ -173,7 +173,7 @@ class PPO:
             ep_ret = ep_ret + reward
             tr = dict(obs=nobs, raw_obs=obs, first=first, action=action, logp=logp, value=value[0],
                       reward=reward.astype(jnp.float32), terminated=term, done=done, boot=boot[0],
-                      ep_done=done, ep_return=ep_ret,
+                      ep_return=ep_ret,
                       info={k: v.astype(jnp.float32) for k, v in info.items()
                             if k not in _SKIP_INFO and v.shape == (cfg.num_envs,)})
             ep_ret = jnp.where(done, 0.0, ep_ret)
@@ -223,12 +223,10 @@ class PPO:
                 perm = jax.random.permutation(k, cfg.batch_size)
                 flat = jax.tree.map(lambda x: x.reshape((cfg.batch_size,) + x.shape[2:])[perm], data)
                 mbs = jax.tree.map(lambda x: x.reshape((cfg.num_minibatches, 1, -1) + x.shape[1:]), flat)
-                mbs["carry"] = jnp.zeros((cfg.num_minibatches, 0))
 
             def mb_step(c2, mb):
                 params, opt_state = c2
-                if cfg.network != "lstm":
-                    mb = dict(mb, carry=())
+                mb = dict(mb, carry=mb.get("carry", ()))
                 (_, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb)
                 upd, opt_state = self.tx.update(grads, opt_state, params)
                 return (optax.apply_updates(params, upd), opt_state), stats
@@ -243,10 +241,10 @@ class PPO:
         new = ts.replace(params=params, opt_state=opt_state, obs_stats=obs_stats, key=key, update=ts.update + 1)
         # same dtypes (and no weak types) in as out, so a chunked run never recompiles
         ts = jax.tree.map(lambda n, o: jax.lax.convert_element_type(n, o.dtype), new, ts_in)
-        n_ep = traj["ep_done"].sum()
+        n_ep = traj["done"].sum()
         metrics = {k: v.mean() for k, v in stats.items()}
         metrics.update(reward_mean=traj["reward"].mean(), episodes=n_ep,
-                       episode_return=jnp.where(n_ep > 0, (traj["ep_return"] * traj["ep_done"]).sum()
+                       episode_return=jnp.where(n_ep > 0, (traj["ep_return"] * traj["done"]).sum()
                                                 / jnp.maximum(n_ep, 1), jnp.nan),
                        value_mean=traj["value"].mean(),
                        **{f"info_{k}": v.mean() for k, v in traj["info"].items()})
