@@ -18,6 +18,7 @@ from rlbm_jax.policy import load_policy
 from rlbm_jax.ppo import PPO, PPOConfig, gae
 from rlbm_jax.ppo.checkpoint import Checkpointer
 from rlbm_jax.ppo.export import export_policy
+from rlbm_jax.ppo.networks import orthogonal
 from rlbm_jax.ppo.train import init_stats, update_stats
 from rlbm_jax.simulate import with_policy
 
@@ -87,6 +88,31 @@ def test_randomized_env_draws_within_ranges():
         RandomizedEnv(RLBMEnv(thesis_params(policy="rl")), buffer_pkts=(100, 1000))
     with pytest.raises(ValueError, match="tcp"):
         thesis_randomized_env(tcp=("vegas",))
+
+
+def test_orthogonal_init_is_qr_of_the_same_draw():
+    for shape in [(9, 64), (64, 64), (64, 3)]:
+        key = jax.random.key(7)
+        q = np.asarray(orthogonal(2.0)(key, shape), np.float64) / 2.0
+        z = np.asarray(jax.random.normal(key, (max(shape), min(shape))), np.float64)
+        ref, r = np.linalg.qr(z)
+        ref = ref * np.sign(np.diag(r))
+        ref = ref.T if shape[0] < shape[1] else ref
+        np.testing.assert_allclose(q, ref, atol=2e-5)
+        gram = q.T @ q if shape[0] >= shape[1] else q @ q.T
+        np.testing.assert_allclose(gram, np.eye(min(shape)), atol=2e-5)
+
+
+@pytest.mark.parametrize("network", ["mlp", "lstm"])
+def test_vmapped_init_calls_no_lapack(network):
+    # batched LAPACK kernels block on XLA:CPU's intra-op pool and can deadlock it when
+    # seeds are vmapped; the trainer's programs must not contain any
+    env, ep = gymnax.make("CartPole-v1")
+    ppo = PPO(env, ep, PPOConfig(num_envs=4, num_steps=4, network=network))
+    keys = jax.random.split(jax.random.key(0), 3)
+    hlo = ppo.init_seeds.lower(keys).as_text()
+    assert "custom_call" not in hlo or "lapack" not in hlo.lower()
+    assert "func.func" in hlo  # the text really is the lowered program
 
 
 @pytest.mark.parametrize("network", ["mlp", "lstm"])

@@ -23,6 +23,39 @@ import numpy as np
 _ACT = {"tanh": nn.tanh, "relu": nn.relu}
 
 
+def orthogonal(scale: float = 1.0):
+    """Orthogonal initializer (uniform over semi-orthogonal matrices, scaled), built
+    from Gram-Schmidt in plain array ops.
+
+    Same draw as `jax.nn.initializers.orthogonal`: a normal matrix Z [max, min] whose
+    QR factor (signs fixed so R has a positive diagonal) is the result.  That one calls
+    LAPACK's batched QR, which on XLA:CPU (jaxlib 0.10) schedules its batch on the
+    intra-op thread pool and blocks; when training seeds are vmapped, several batched
+    QRs run at once and can wedge a 2-core pool for good.  Gram-Schmidt (twice, for
+    float32 accuracy) needs no custom call and gives the same Q to rounding.
+    """
+
+    def init(key, shape, dtype=jnp.float32):
+        if len(shape) < 2:
+            raise ValueError(f"orthogonal init needs a matrix shape, got {shape}")
+        n_rows, n_cols = math.prod(shape[:-1]), shape[-1]
+        big, small = max(n_rows, n_cols), min(n_rows, n_cols)
+        z = jax.random.normal(key, (big, small), jnp.float32)
+
+        def column(j, q):
+            v = jax.lax.dynamic_index_in_dim(z, j, axis=1, keepdims=False)
+            for _ in range(2):  # columns >= j of q are still zero
+                v = v - q @ (q.T @ v)
+            return jax.lax.dynamic_update_index_in_dim(q, v / jnp.linalg.norm(v), j, axis=1)
+
+        q = jax.lax.fori_loop(0, small, column, jnp.zeros_like(z))
+        if n_rows < n_cols:
+            q = q.T
+        return (scale * q).reshape(shape).astype(dtype)
+
+    return init
+
+
 class ScannedLSTM(nn.Module):
     size: int
 
@@ -32,7 +65,7 @@ class ScannedLSTM(nn.Module):
         x, first = xs
         keep = (~first)[:, None]
         carry = tuple(jnp.where(keep, c, 0.0) for c in carry)
-        carry, y = nn.OptimizedLSTMCell(self.size)(carry, x)
+        carry, y = nn.OptimizedLSTMCell(self.size, recurrent_kernel_init=orthogonal(1.0))(carry, x)
         return carry, y
 
 
@@ -53,7 +86,7 @@ class ActorCritic(nn.Module):
     @nn.compact
     def __call__(self, carry, obs, first):
         act = _ACT[self.activation]
-        ortho = nn.initializers.orthogonal
+        ortho = orthogonal
         x = obs
         if self.recurrent:
             x = act(nn.Dense(self.lstm_size, kernel_init=ortho(math.sqrt(2)), name="embed")(x))
