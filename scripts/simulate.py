@@ -46,6 +46,7 @@ def build_parser():
     ap.add_argument("--cubic-c", type=float)
     ap.add_argument("--dupthresh", type=int)
     ap.add_argument("--max-rto-s", type=float)
+    ap.add_argument("--syn-timeout-s", type=float, help="wait after a lost SYN (ns-3 ConnTimeout)")
     ap.add_argument("--alpha", type=float, nargs="+", help="policy weights per class (SB, DT, ABM)")
     ap.add_argument("--beta", type=float, nargs="+", help="RL threshold weights per class")
     ap.add_argument("--long-flow-start-spread-s", type=float, help="long flows start uniformly in [0, this)")
@@ -84,7 +85,7 @@ def params_from_args(a):
                "initial_cwnd": "initial_cwnd_pkts", "min_rto_s": "min_rto_s", "delayed_ack": "delayed_ack",
                "load": "load", "arrival": "arrival", "arrival_stop_s": "arrival_stop_s", "cdf": "cdf",
                "long_flows": "long_flows", "warmup_s": "warmup_s", "cubic_beta": "cubic_beta",
-               "cubic_c": "cubic_c", "dupthresh": "dupthresh", "max_rto_s": "max_rto_s", "alpha": "alpha",
+               "cubic_c": "cubic_c", "dupthresh": "dupthresh", "max_rto_s": "max_rto_s", "syn_timeout_s": "syn_timeout_s", "alpha": "alpha",
                "beta": "beta", "long_flow_start_spread_s": "long_flow_start_spread_s",
                "flow_log_size": "completion_log_size"}
     for arg, field in mapping.items():

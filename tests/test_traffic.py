@@ -83,3 +83,35 @@ def test_many_flows_on_few_slow_senders_all_progress():
     assert int(m.deq_total) / n > 0.95  # the bottleneck stays busy
     assert int(m.flows_completed) > 50
     assert int(m.events_deferred) < 0.01 * n
+
+
+def test_flow_schedule_replays_the_simulators_arrivals():
+    # the schedule handed to ns-3 for calibration is exactly what the simulator starts
+    p = make_params(load=0.9, buffer_per_class_pkts=100, arrival_stop_s=20.0)
+    key = jax.random.PRNGKey(11)
+    t, sender, size = (np.asarray(x) for x in sim.flow_schedule(key, p, 64))
+    assert np.all(np.diff(t) > 0) and np.all((sender >= 0) & (sender < p.num_senders)) and np.all(size >= 1)
+    st = _run(p, 25.0, seed=11)
+    m = st.metrics
+    assert int(m.flows_started) + int(m.flows_refused) == int(np.sum(t < 20.0))
+    log = np.asarray(m.log)[: int(m.log_count)]
+    assert len(log) >= 8
+    for size_b, _, _, _, start in log:
+        i = int(np.argmin(np.abs(t - start)))
+        assert abs(t[i] - start) < 1e-5 * max(1.0, start) and abs(size[i] - size_b) < 1e-3 * size_b
+    # and the senders spread uniformly over the first 64 arrivals
+    assert len(set(sender.tolist())) == p.num_senders
+
+
+def test_lost_syn_delays_the_connection_by_the_syn_timeout():
+    # eight long flows keep a 10-packet buffer full: some new flows' SYNs are lost, and
+    # a short flow that lost its SYN waits the timeout before its first data
+    base = dict(num_senders=8, num_classes=1, policy="droptail", arrival="thesis-code", load=0.1,
+                arrival_stop_s=20.0, tcp="newreno", syn_timeout_s=2.5)
+    st = _run(make_params(**base, buffer_per_class_pkts=10, long_flows=8), 30.0, seed=3)
+    log = np.asarray(st.metrics.log)[: int(st.metrics.log_count)]
+    short = log[:, 0] < 100_000  # about 0.1 s alone on the link
+    assert int(st.metrics.syn_drops) > 0
+    assert np.sum(short & (log[:, 2] >= 2.5)) >= 1
+    assert np.sum(short & (log[:, 2] >= 2.5)) <= int(st.metrics.syn_drops) + np.sum(short) // 2
+    assert int(st.metrics.syn_drops) <= int(st.metrics.flows_started)

@@ -35,6 +35,7 @@ class Metrics:
     flows_completed: jnp.ndarray  # []
     flows_refused: jnp.ndarray  # []
     rto_total: jnp.ndarray  # [] retransmission timeouts
+    syn_drops: jnp.ndarray  # [] connections whose SYN was dropped (they wait syn_timeout_s)
     events_deferred: jnp.ndarray  # [] timer/send work postponed a tick (event slots full)
     log: jnp.ndarray  # [L, 5] completion records (LOG_FIELDS)
     log_count: jnp.ndarray  # [] records written
@@ -51,7 +52,7 @@ def init_metrics(num_classes: int, capacity: int, log_size: int) -> Metrics:
         queue_hist=jnp.zeros((num_classes, capacity + 1), jnp.int32),
         occ_hist=jnp.zeros((num_classes * capacity + 1,), jnp.int32),
         probe_rtt_sum_s=jnp.zeros((), jnp.float32), probe_rtt_max_s=jnp.zeros((), jnp.float32),
-        flows_started=zi, flows_completed=zi, flows_refused=zi, rto_total=zi, events_deferred=zi,
+        flows_started=zi, flows_completed=zi, flows_refused=zi, rto_total=zi, syn_drops=zi, events_deferred=zi,
         log=jnp.zeros((log_size, len(LOG_FIELDS)), jnp.float32), log_count=zi, log_overflow=zi,
     )
 
@@ -133,6 +134,7 @@ def summarize(m: Metrics, params) -> dict:
         "flows_refused": m.flows_refused,
         "log_overflow": m.log_overflow,
         "rto_count": m.rto_total,
+        "syn_drops": m.syn_drops,
         "events_deferred": m.events_deferred,
         "measured_s": dur,
     }

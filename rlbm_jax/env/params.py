@@ -52,6 +52,7 @@ class SimParams:
     initial_cwnd_pkts: jnp.ndarray  # []
     min_rto_s: jnp.ndarray  # []
     max_rto_s: jnp.ndarray  # []
+    syn_timeout_s: jnp.ndarray  # [] wait after a lost SYN (ns-3 TcpSocket::ConnTimeout)
     rto_granularity_s: jnp.ndarray  # [] clock granularity term of the RTO
     delayed_ack: jnp.ndarray  # [] 1 or 2 segments per ACK
     dupthresh: jnp.ndarray  # [] duplicate ACKs that declare a loss
@@ -188,6 +189,7 @@ def make_params(
     initial_cwnd_pkts: int = 10,
     min_rto_s: float = 0.010,
     max_rto_s: float = 60.0,
+    syn_timeout_s: float = 3.0,
     rto_granularity_s: float = 0.001,
     delayed_ack: int = 1,
     dupthresh: int = 3,
@@ -232,6 +234,7 @@ def make_params(
         ("mss_bytes", mss_bytes),
         ("min_rto_s", min_rto_s),
         ("max_rto_s", max_rto_s),
+        ("syn_timeout_s", syn_timeout_s),
         ("cubic_c", cubic_c),
     ):
         if not (np.isfinite(val) and val > 0):
@@ -319,6 +322,7 @@ def make_params(
         initial_cwnd_pkts=_as_f32(initial_cwnd_pkts),
         min_rto_s=_as_f32(min_rto_s),
         max_rto_s=_as_f32(max_rto_s),
+        syn_timeout_s=_as_f32(syn_timeout_s),
         rto_granularity_s=_as_f32(rto_granularity_s),
         delayed_ack=_as_i32(delayed_ack),
         dupthresh=_as_i32(dupthresh),
@@ -372,7 +376,7 @@ def validate(params: SimParams) -> None:
     """Re-check a (possibly hand-modified) unbatched instance; raise ValueError naming the field."""
     leaves = {k: np.asarray(getattr(params, k)) for k in params.__dataclass_fields__
               if isinstance(getattr(params, k), (jnp.ndarray, np.ndarray))}
-    for name in ("access_rate_bps", "bottleneck_rate_bps", "mss_bytes", "min_rto_s", "buffer_pkts"):
+    for name in ("access_rate_bps", "bottleneck_rate_bps", "mss_bytes", "min_rto_s", "syn_timeout_s", "buffer_pkts"):
         if np.any(leaves[name] <= 0):
             raise ValueError(f"{name} must be positive, got {leaves[name].tolist()}")
     if np.any(leaves["class_cap_pkts"] <= 0):

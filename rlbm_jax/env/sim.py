@@ -223,6 +223,14 @@ def tick(state: SimState, params: SimParams) -> SimState:
     # ---- 3. retransmission timeouts ----------------------------------------------------
     fl, fired = tcp.on_timeouts(fl, t, params, tick_s)
 
+    # the buffer as this tick's arrivals find it: the policy's thresholds (a new flow's
+    # SYN and the senders' packets below are admitted against them)
+    q = state.queue
+    occ = jnp.sum(q.pkts)
+    view = buffer.BufferView(queue_pkts=q.pkts, occupancy_pkts=occ, drain_norm=state.drain_norm,
+                             rl_alpha=state.rl_alpha)
+    thr = buffer.thresholds(view, params)
+
     # ---- 4. a new flow (at most one per tick) ------------------------------------------
     is_new = valid & (idx == slot) & due & free
     start = jnp.any(is_new)
@@ -258,11 +266,6 @@ def tick(state: SimState, params: SimParams) -> SimState:
     credit = credit - jnp.sum(jnp.where(by_sender, send[:, None], 0), axis=0)
 
     # ---- 6. buffer admission ---------------------------------------------------------------
-    q = state.queue
-    occ = jnp.sum(q.pkts)
-    view = buffer.BufferView(queue_pkts=q.pkts, occupancy_pkts=occ, drain_norm=state.drain_norm,
-                             rl_alpha=state.rl_alpha)
-    thr = buffer.thresholds(view, params)
     by_cls = fl.cls[:, None] == jnp.arange(P)[None, :]  # [E, P]
     a_ec = jnp.where(by_cls, send[:, None], 0)
     arr_c = jnp.sum(a_ec, axis=0)
@@ -275,6 +278,14 @@ def tick(state: SimState, params: SimParams) -> SimState:
     queue = qm.enqueue(q, gidx, fl.cls, adm, jnp.minimum(n_retx, adm), fl.tx_next, rank, t)
     fl = tcp.on_sent(fl, t, n_retx, n_new, adm, params, tick_s)
     drops_c = arr_c - adm_c
+    # a new flow's SYN arrives with this tick's packets of its class: it is lost when its
+    # class drops packets this tick (or already sits at its threshold), and the
+    # connection then retries after syn_timeout_s (ns-3's ConnTimeout), once
+    syn_lost = start & ((drops_c[cls] > 0) | (q.pkts[cls] >= jnp.floor(thr[cls]).astype(jnp.int32))
+                        | (occ >= params.buffer_pkts))
+    wait = jnp.ceil(params.syn_timeout_s / tick_s).astype(jnp.int32)
+    fl = fl.replace(data_tick=jnp.where(is_new & syn_lost, fl.data_tick + wait, fl.data_tick))
+    m = m.replace(syn_drops=m.syn_drops + syn_lost)
     table = table.set_rows(idx, tcp.pack(fl))
 
     # ---- 7. scheduling and departure -------------------------------------------------------
@@ -326,6 +337,32 @@ def run(state: SimState, params: SimParams, num_ticks: int, trace_fn=None):
         return s, (trace_fn(s) if trace_fn is not None else None)
 
     return jax.lax.scan(body, state, None, length=num_ticks)
+
+
+def flow_schedule(key, params: SimParams, max_flows: int):
+    """The Poisson flow arrivals that `init(key, params)` followed by ticks will start:
+    (start_s [n], sender [n], size_bytes [n]) for the first `max_flows` arrivals, in
+    order, whatever the tick size.  Times at or past `arrival_stop_s` are never started.
+
+    Arrival i (counting every arrival, refused or started, after the long flows) draws
+    its gap to the next arrival, its size and its sender from `hash_uniform(seed, i)`,
+    as `tick` does; this replays that sequence, so another simulator can be fed exactly
+    the same workload (calibration)."""
+    k_seed, k_arr, _ = jax.random.split(key, 3)
+    seed = jax.random.bits(k_seed, (), jnp.uint32)
+    rate = traffic.arrival_rate_per_s(params)
+    S = params.num_senders
+
+    def one(t, i):
+        u = traffic.hash_uniform(seed, i + params.long_flows, 3)
+        size_b = traffic.sample_size_bytes(u[1], params.cdf_size_bytes, params.cdf_prob)
+        sender = jnp.minimum((u[2] * S).astype(jnp.int32), S - 1)
+        gap = jnp.where(rate > 0, -jnp.log(jnp.maximum(1.0 - u[0], 1e-12)) / jnp.maximum(rate, 1e-30), jnp.inf)
+        return t + gap, (t, sender, size_b)
+
+    t0 = traffic.next_gap_s(k_arr, rate).astype(jnp.float32)
+    _, out = jax.lax.scan(one, t0, jnp.arange(max_flows, dtype=jnp.int32))
+    return out
 
 
 def ticks_for(seconds: float, params: SimParams) -> int:

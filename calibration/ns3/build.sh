@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Build the ns-3.37 reference scenario.
+#
+#   calibration/ns3/build.sh [OUTPUT_BINARY]
+#
+# Default output: build/rlbm_scenario next to this script.  Installs Debian's
+# libns3-dev (with pkg-config and g++) when ns-3 is missing and apt-get is
+# available (as root, or through sudo).  Skips the compile when the binary is
+# newer than the source.  The last line of stdout is the binary's path.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+src="$here/rlbm_scenario.cc"
+out="${1:-$here/build/rlbm_scenario}"
+modules=(ns3-core ns3-network ns3-internet ns3-point-to-point ns3-applications ns3-traffic-control)
+
+die() {
+    echo "build.sh: $*" >&2
+    exit 1
+}
+
+have_ns3() {
+    command -v pkg-config >/dev/null 2>&1 && pkg-config --exists "${modules[@]}"
+}
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    else
+        sudo "$@"
+    fi
+}
+
+if ! have_ns3; then
+    if command -v apt-get >/dev/null 2>&1; then
+        if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
+            die "ns-3 (pkg-config ${modules[0]}) not found; installing libns3-dev needs root or sudo"
+        fi
+        echo "build.sh: ns-3 not found; installing libns3-dev" >&2
+        install() { as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q libns3-dev pkg-config g++ >&2; }
+        # the package lists may already be there; refresh them only if the install fails
+        install || { as_root apt-get update -q >&2 && install; } || die "apt-get install libns3-dev failed"
+    fi
+    have_ns3 || die "ns-3 not found: install ns-3.37 development files (Debian: libns3-dev) and pkg-config"
+fi
+
+[ -f "$src" ] || die "source not found: $src"
+mkdir -p "$(dirname "$out")"
+out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
+
+if [ -x "$out" ] && [ "$out" -nt "$src" ]; then
+    echo "$out"
+    exit 0
+fi
+
+# Debian's ns-3 .pc files name the GSL link libraries by absolute path, which only
+# exist with libgsl-dev; ns-3's own libraries already link GSL, so such missing
+# paths are dropped.  --no-as-needed keeps every module's TypeIds registered.
+flags=()
+for f in $(pkg-config --cflags --libs "${modules[@]}"); do
+    case "$f" in
+    /*) [ -e "$f" ] || continue ;;
+    esac
+    flags+=("$f")
+done
+
+echo "build.sh: compiling $src" >&2
+if ! g++ -O2 -std=c++17 "$src" -Wl,--no-as-needed "${flags[@]}" -o "$out.tmp"; then
+    rm -f "$out.tmp"
+    die "compilation failed"
+fi
+mv -f "$out.tmp" "$out"
+echo "$out"

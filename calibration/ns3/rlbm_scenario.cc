@@ -1,0 +1,1373 @@
+// rlbm_scenario.cc -- ns-3.37 reference scenario of the rlbm_jax simulator.
+//
+// Topology: S senders, each on its own point-to-point access link to one switch;
+// the switch reaches one sink over a point-to-point bottleneck link.  Data flows
+// go sender -> switch -> sink, ACKs return sink -> switch -> sender.  The switch's
+// bottleneck port holds the shared buffer (RlbmBufferQueueDisc: one FIFO per
+// class, per-class admission thresholds of the chosen policy, a round-robin or
+// strict-priority scheduler); every other port is lossless FIFO.
+//
+// Traffic: Poisson flow arrivals (sender uniform, size drawn from a piecewise-
+// linear CDF) plus optional long-lived flows.  Every flow is its own TCP socket;
+// a flow's class follows from its size, and it connects to sink port 10000 + class
+// so that the buffer can classify its data packets.
+//
+// Output: one JSON object with the same report fields as rlbm_jax's
+// `metrics.summarize`, optionally a per-flow CSV and a cwnd trace.  Rates, drop
+// counts and queue statistics cover [warmup_s, seconds]; FCT statistics cover
+// flows started at or after warmup_s; flows_started, flows_completed and
+// rto_count count from t = 0 (long flows are started but never complete).
+//
+// Run with --help for the parameters.  Bad parameters exit with status 2.  ns-3
+// defaults that no option sets can still be changed through attribute paths,
+// e.g. --ns3::TcpSocket::DelAckTimeout=5ms (ns-3 default 200 ms).
+
+#include "ns3/applications-module.h"
+#include "ns3/core-module.h"
+#include "ns3/internet-module.h"
+#include "ns3/network-module.h"
+#include "ns3/point-to-point-module.h"
+#include "ns3/traffic-control-module.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+using namespace ns3;
+
+namespace rlbm {
+
+constexpr uint32_t kDataHeaderBytes = 54; // TCP with timestamps (32) + IPv4 (20) + PPP (2)
+constexpr uint32_t kAckBytes = 54;        // pure ACK on the wire
+constexpr uint16_t kBasePort = 10000;     // class c flows connect to port kBasePort + c
+constexpr uint32_t kSocketBufferBytes = 64u << 20; // so that buffers never cap the window
+constexpr uint32_t kDataRetries = 100;
+constexpr uint32_t kWriteChunkBytes = 1u << 20; // largest single write into a socket
+constexpr const char* kLosslessQueue = "100000p";
+
+// ---------------------------------------------------------------------------
+// parameters
+// ---------------------------------------------------------------------------
+
+[[noreturn]] void BadParameter(const std::string& name, const std::string& why) {
+    std::cerr << "rlbm_scenario: invalid parameter --" << name << ": " << why << std::endl;
+    std::exit(2);
+}
+
+std::string Trim(const std::string& s) {
+    const auto b = s.find_first_not_of(" \t\r\n");
+    if (b == std::string::npos) return "";
+    return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+/// A number (no NaN; "inf" is accepted and rejected later where it matters).
+double ToDouble(const std::string& name, const std::string& text) {
+    const std::string t = Trim(text);
+    char* end = nullptr;
+    const double v = t.empty() ? 0.0 : std::strtod(t.c_str(), &end);
+    if (t.empty() || end != t.c_str() + t.size() || std::isnan(v)) {
+        BadParameter(name, "not a number: '" + text + "'");
+    }
+    return v;
+}
+
+double ToFinite(const std::string& name, const std::string& text, double lo, bool loOpen) {
+    const double v = ToDouble(name, text);
+    if (!std::isfinite(v) || v < lo || (loOpen && v == lo)) {
+        std::ostringstream why;
+        why << "must be a finite number " << (loOpen ? "> " : ">= ") << lo << ", got " << text;
+        BadParameter(name, why.str());
+    }
+    return v;
+}
+
+int64_t ToInt(const std::string& name, const std::string& text, int64_t lo, int64_t hi) {
+    const double v = ToDouble(name, text);
+    if (!std::isfinite(v) || v != std::floor(v) || v < double(lo) || v > double(hi)) {
+        std::ostringstream why;
+        why << "must be an integer in [" << lo << ", " << hi << "], got '" << text << "'";
+        BadParameter(name, why.str());
+    }
+    return int64_t(v);
+}
+
+bool ToBool(const std::string& name, const std::string& text) {
+    std::string t = Trim(text);
+    if (t.empty()) {
+        return true; // a bare --flag
+    }
+    std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
+    if (t == "0" || t == "false" || t == "no" || t == "off") return false;
+    BadParameter(name, "must be 0/1 (or true/false), got '" + text + "'");
+}
+
+std::vector<std::string> SplitList(const std::string& text) {
+    std::vector<std::string> out;
+    if (Trim(text).empty()) return out;
+    std::string item;
+    std::istringstream is(text);
+    while (std::getline(is, item, ',')) {
+        out.push_back(Trim(item));
+    }
+    if (text.back() == ',') out.emplace_back();
+    return out;
+}
+
+std::string OneOf(const std::string& name, const std::string& text, const std::vector<std::string>& choices) {
+    for (const auto& c : choices) {
+        if (text == c) return c;
+    }
+    std::string list;
+    for (const auto& c : choices) {
+        list += (list.empty() ? "" : ", ") + c;
+    }
+    BadParameter(name, "unknown value '" + text + "'; choose one of " + list);
+}
+
+/// Default alphas of each buffer policy (extended with the last value to P classes).
+const std::map<std::string, std::vector<double>> kPolicyAlpha = {
+    {"droptail", {1.0}},
+    {"sb-naive", {1.0, 1.0}},
+    {"sb-sophisticated", {8.0, 1.0}},
+    {"dt", {1.0, 1.0}},
+    {"abm", {1.0, 1.0}},
+};
+
+struct Params {
+    // topology
+    uint32_t numSenders;
+    double accessRateBps, accessDelayS, bottleneckRateBps, bottleneckDelayS;
+    // buffer
+    uint32_t numClasses;
+    std::vector<uint32_t> classCapPkts;
+    uint32_t bufferPkts;
+    std::string policy;
+    std::vector<double> alpha;
+    std::string scheduler;
+    std::vector<double> classThresholdBytes;
+    // TCP
+    std::string tcp;
+    uint32_t mssBytes, initialCwndPkts;
+    double minRtoS, rtoGranularityS, synTimeoutS;
+    uint32_t delayedAck, dupthresh;
+    double cubicBeta, cubicC;
+    bool cubicFastConvergence, hystart;
+    uint32_t hystartLowWindowPkts, hystartMinSamples;
+    double hystartAckDeltaS, hystartDelayMinS, hystartDelayMaxS;
+    // traffic
+    std::string arrival;
+    double load, arrivalStopS;
+    std::string cdf;
+    std::string flowsIn;  // a fixed flow schedule instead of Poisson arrivals
+    uint32_t longFlows;
+    double longFlowStartSpreadS;
+    // run
+    double seconds, warmupS;
+    uint64_t seed;
+    std::string out, flowsOut, cwndOut;
+    double traceIntervalS;
+
+    double DataPktBits() const { return (mssBytes + kDataHeaderBytes) * 8.0; }
+
+    /// Propagation + serialisation RTT of an empty path (data one way, ACK back).
+    double BaseRttS() const {
+        const double a = kAckBytes * 8.0;
+        return 2.0 * (accessDelayS + bottleneckDelayS) + DataPktBits() / accessRateBps +
+               DataPktBits() / bottleneckRateBps + a / accessRateBps + a / bottleneckRateBps;
+    }
+
+    /// Flow class: the number of class thresholds the size exceeds.
+    uint32_t ClassOf(double sizeBytes) const {
+        uint32_t c = 0;
+        for (double t : classThresholdBytes) {
+            c += sizeBytes > t ? 1 : 0;
+        }
+        return c;
+    }
+};
+
+/// One command-line option, kept as text until validation.
+struct Option {
+    std::string name, value, help;
+
+    bool Set(std::string v) {
+        value = std::move(v);
+        return true;
+    }
+};
+
+class Options {
+  public:
+    void Add(const std::string& name, const std::string& def, const std::string& help) {
+        m_list.push_back(std::make_unique<Option>(Option{name, def, help}));
+    }
+
+    const std::string& operator[](const std::string& name) const {
+        for (const auto& o : m_list) {
+            if (o->name == name) return o->value;
+        }
+        NS_FATAL_ERROR("unregistered option " << name);
+    }
+
+    bool Known(const std::string& name) const {
+        return std::any_of(m_list.begin(), m_list.end(), [&](const auto& o) { return o->name == name; });
+    }
+
+    void Register(CommandLine& cmd) {
+        for (auto& o : m_list) {
+            cmd.AddValue(o->name, o->help, MakeCallback(&Option::Set, o.get()), o->value);
+        }
+    }
+
+  private:
+    std::vector<std::unique_ptr<Option>> m_list; // stable addresses for the callbacks
+};
+
+Options DeclareOptions() {
+    Options o;
+    o.Add("num_senders", "10", "number of sender hosts");
+    o.Add("access_rate_bps", "100e6", "rate of each sender's access link (bit/s)");
+    o.Add("access_delay_s", "0.0001", "one-way propagation delay of an access link (s)");
+    o.Add("bottleneck_rate_bps", "10e6", "switch -> sink link rate (bit/s)");
+    o.Add("bottleneck_delay_s", "0.01", "switch -> sink one-way propagation delay (s)");
+    o.Add("num_classes", "2", "number of traffic classes (FIFOs) at the bottleneck");
+    o.Add("class_cap_pkts", "100", "FIFO cap per class (packets): one value or one per class");
+    o.Add("buffer_pkts", "0", "shared buffer size B in packets (0 = sum of the class caps)");
+    o.Add("policy", "sb-naive", "buffer policy: droptail, sb-naive, sb-sophisticated, dt, abm");
+    o.Add("alpha", "", "policy weights, comma list (empty = the policy's defaults)");
+    o.Add("scheduler", "rr", "rr (per-packet round robin) or strict (class 0 first)");
+    o.Add("class_threshold_bytes", "2000000",
+          "flow-size thresholds between classes (num_classes-1 values, or one for all)");
+    o.Add("tcp", "cubic", "congestion control: cubic or newreno");
+    o.Add("mss_bytes", "1000", "TCP payload bytes per segment");
+    o.Add("initial_cwnd_pkts", "10", "initial congestion window (segments)");
+    o.Add("min_rto_s", "0.01", "minimum retransmission timeout (s)");
+    o.Add("syn_timeout_s", "3", "SYN retransmission timeout (TcpSocket::ConnTimeout, s)");
+    o.Add("rto_granularity_s", "0.001", "clock granularity term of the RTO (s)");
+    o.Add("delayed_ack", "1", "segments per ACK (1 or 2)");
+    o.Add("dupthresh", "3", "duplicate ACKs that declare a loss");
+    o.Add("cubic_beta", "0.7", "CUBIC multiplicative decrease factor");
+    o.Add("cubic_c", "0.4", "CUBIC scaling constant");
+    o.Add("cubic_fast_convergence", "1", "CUBIC fast convergence (0/1)");
+    o.Add("hystart", "1", "CUBIC HyStart (0/1)");
+    o.Add("hystart_low_window_pkts", "16", "cwnd below which HyStart is off (segments)");
+    o.Add("hystart_min_samples", "8", "RTT samples per HyStart round");
+    o.Add("hystart_ack_delta_s", "0.002", "HyStart ACK-train spacing (s)");
+    o.Add("hystart_delay_min_s", "0.004", "HyStart minimum delay threshold (s)");
+    o.Add("hystart_delay_max_s", "1.0", "HyStart maximum delay threshold (s)");
+    o.Add("arrival", "load", "arrival rate: load (load*C/(8E[size])) or thesis-code (5*load*S)");
+    o.Add("load", "0.7", "offered load as a fraction of the bottleneck rate");
+    o.Add("arrival_stop_s", "45", "no new flows at or after this time (s)");
+    o.Add("cdf", "", "flow-size CSV (size_bytes,cdf rows); needed when load > 0");
+    o.Add("flows_in", "", "CSV start_s,sender,size_bytes: start exactly these flows instead of "
+                          "drawing Poisson arrivals (the same workload as another simulator)");
+    o.Add("long_flows", "0", "number of long-lived flows, one per sender");
+    o.Add("long_flow_start_spread_s", "0", "long flows start uniformly in [0, spread) (s)");
+    o.Add("seconds", "60", "simulated time (s)");
+    o.Add("warmup_s", "0", "start of the measured window (s)");
+    o.Add("seed", "1", "run number of the random streams (RngSeedManager::SetRun)");
+    o.Add("out", "-", "JSON report path ('-' = stdout)");
+    o.Add("flows_out", "", "per-flow CSV of completed flows (optional)");
+    o.Add("cwnd_out", "", "cwnd/ssthresh trace CSV of the first long (else first) flow");
+    o.Add("trace_interval_s", "0.01", "sampling period of the cwnd trace (s)");
+    return o;
+}
+
+/// Reject unknown options and stray arguments with status 2 (ns-3's CommandLine
+/// would exit 1 on them).  ns-3's own options and attribute paths pass through.
+void CheckArgumentNames(int argc, char* argv[], const Options& opts) {
+    static const std::vector<std::string> builtin = {"h", "help", "PrintHelp", "PrintGlobals",
+                                                     "PrintGroups", "PrintGroup", "PrintTypeIds",
+                                                     "PrintAttributes", "PrintVersion", "version"};
+    for (int i = 1; i < argc; ++i) {
+        std::string arg = argv[i];
+        if (arg.empty() || arg[0] != '-') {
+            std::cerr << "rlbm_scenario: unexpected argument '" << arg << "' (options are --name=value)"
+                      << std::endl;
+            std::exit(2);
+        }
+        const size_t start = arg.find_first_not_of('-');
+        const std::string body = start == std::string::npos ? "" : arg.substr(start);
+        const std::string name = body.substr(0, body.find('='));
+        if (opts.Known(name) || name.find("::") != std::string::npos ||
+            std::find(builtin.begin(), builtin.end(), name) != builtin.end()) {
+            continue;
+        }
+        std::cerr << "rlbm_scenario: unknown option --" << name << " (see --help)" << std::endl;
+        std::exit(2);
+    }
+}
+
+Params ParseCommandLine(int argc, char* argv[]) {
+    Options o = DeclareOptions();
+    CheckArgumentNames(argc, argv, o);
+    CommandLine cmd(__FILE__);
+    cmd.Usage("ns-3.37 reference scenario of the rlbm_jax congested-buffer simulator.\n"
+              "Prints one JSON report; invalid parameters exit with status 2.");
+    o.Register(cmd);
+    cmd.Parse(argc, argv);
+
+    Params c;
+    c.numSenders = ToInt("num_senders", o["num_senders"], 1, 16000);
+    c.accessRateBps = ToFinite("access_rate_bps", o["access_rate_bps"], 0, true);
+    c.accessDelayS = ToFinite("access_delay_s", o["access_delay_s"], 0, false);
+    c.bottleneckRateBps = ToFinite("bottleneck_rate_bps", o["bottleneck_rate_bps"], 0, true);
+    c.bottleneckDelayS = ToFinite("bottleneck_delay_s", o["bottleneck_delay_s"], 0, false);
+
+    c.numClasses = ToInt("num_classes", o["num_classes"], 1, 1000);
+    const auto caps = SplitList(o["class_cap_pkts"]);
+    if (caps.size() != 1 && caps.size() != c.numClasses) {
+        BadParameter("class_cap_pkts", "need one value or num_classes (" +
+                                           std::to_string(c.numClasses) + ") values");
+    }
+    for (uint32_t k = 0; k < c.numClasses; ++k) {
+        c.classCapPkts.push_back(ToInt("class_cap_pkts", caps[caps.size() == 1 ? 0 : k], 1, 1000000));
+    }
+    c.bufferPkts = ToInt("buffer_pkts", o["buffer_pkts"], 0, 100000000);
+    if (c.bufferPkts == 0) {
+        for (uint32_t cap : c.classCapPkts) {
+            c.bufferPkts += cap;
+        }
+    }
+    c.policy = OneOf("policy", o["policy"], {"droptail", "sb-naive", "sb-sophisticated", "dt", "abm"});
+    std::vector<double> alpha;
+    for (const auto& a : SplitList(o["alpha"])) {
+        alpha.push_back(ToFinite("alpha", a, 0, false));
+    }
+    if (alpha.empty()) {
+        alpha = kPolicyAlpha.at(c.policy);
+    } else if (alpha.size() != 1 && alpha.size() != c.numClasses) {
+        BadParameter("alpha", "need one value or num_classes (" + std::to_string(c.numClasses) + ") values");
+    }
+    for (uint32_t k = 0; k < c.numClasses; ++k) {
+        c.alpha.push_back(alpha[std::min<size_t>(k, alpha.size() - 1)]);
+    }
+    c.scheduler = OneOf("scheduler", o["scheduler"], {"rr", "strict"});
+    const auto thr = SplitList(o["class_threshold_bytes"]);
+    if (c.numClasses > 1 && thr.size() != 1 && thr.size() != c.numClasses - 1) {
+        BadParameter("class_threshold_bytes", "need num_classes-1 (" + std::to_string(c.numClasses - 1) +
+                                                  ") values, or one for all");
+    }
+    for (uint32_t k = 0; k + 1 < c.numClasses; ++k) {
+        c.classThresholdBytes.push_back(
+            ToFinite("class_threshold_bytes", thr[thr.size() == 1 ? 0 : k], 0, false));
+    }
+
+    c.tcp = OneOf("tcp", o["tcp"], {"cubic", "newreno"});
+    c.mssBytes = ToInt("mss_bytes", o["mss_bytes"], 1, 65000);
+    c.initialCwndPkts = ToInt("initial_cwnd_pkts", o["initial_cwnd_pkts"], 1, 1000000);
+    c.minRtoS = ToFinite("min_rto_s", o["min_rto_s"], 0, true);
+    c.synTimeoutS = ToFinite("syn_timeout_s", o["syn_timeout_s"], 0, true);
+    c.rtoGranularityS = ToFinite("rto_granularity_s", o["rto_granularity_s"], 0, false);
+    c.delayedAck = ToInt("delayed_ack", o["delayed_ack"], 1, 2);
+    c.dupthresh = ToInt("dupthresh", o["dupthresh"], 1, 1000);
+    c.cubicBeta = ToFinite("cubic_beta", o["cubic_beta"], 0, true);
+    if (c.cubicBeta >= 1) BadParameter("cubic_beta", "must be in (0, 1), got " + o["cubic_beta"]);
+    c.cubicC = ToFinite("cubic_c", o["cubic_c"], 0, true);
+    c.cubicFastConvergence = ToBool("cubic_fast_convergence", o["cubic_fast_convergence"]);
+    c.hystart = ToBool("hystart", o["hystart"]);
+    c.hystartLowWindowPkts = ToInt("hystart_low_window_pkts", o["hystart_low_window_pkts"], 0, 1000000);
+    c.hystartMinSamples = ToInt("hystart_min_samples", o["hystart_min_samples"], 1, 255);
+    c.hystartAckDeltaS = ToFinite("hystart_ack_delta_s", o["hystart_ack_delta_s"], 0, false);
+    c.hystartDelayMinS = ToFinite("hystart_delay_min_s", o["hystart_delay_min_s"], 0, false);
+    c.hystartDelayMaxS = ToFinite("hystart_delay_max_s", o["hystart_delay_max_s"], 0, false);
+    if (c.hystartDelayMaxS < c.hystartDelayMinS) {
+        BadParameter("hystart_delay_max_s", "must be >= hystart_delay_min_s");
+    }
+
+    c.arrival = OneOf("arrival", o["arrival"], {"load", "thesis-code"});
+    c.load = ToFinite("load", o["load"], 0, false);
+    c.arrivalStopS = ToDouble("arrival_stop_s", o["arrival_stop_s"]);
+    if (c.arrivalStopS < 0) BadParameter("arrival_stop_s", "must be >= 0, got " + o["arrival_stop_s"]);
+    c.cdf = Trim(o["cdf"]);
+    c.flowsIn = Trim(o["flows_in"]);
+    if (c.load > 0 && c.cdf.empty() && c.flowsIn.empty()) {
+        BadParameter("cdf", "a flow-size CSV is required when load > 0");
+    }
+    c.longFlows = ToInt("long_flows", o["long_flows"], 0, 16000);
+    if (c.longFlows > c.numSenders) {
+        BadParameter("long_flows", "must not exceed num_senders (" + std::to_string(c.numSenders) + ")");
+    }
+    c.longFlowStartSpreadS = ToFinite("long_flow_start_spread_s", o["long_flow_start_spread_s"], 0, false);
+
+    c.seconds = ToFinite("seconds", o["seconds"], 0, true);
+    c.warmupS = ToFinite("warmup_s", o["warmup_s"], 0, false);
+    if (c.warmupS >= c.seconds) BadParameter("warmup_s", "must be smaller than seconds");
+    c.seed = ToInt("seed", o["seed"], 0, int64_t(1) << 52);
+    c.out = Trim(o["out"]);
+    if (c.out.empty()) BadParameter("out", "empty path (use '-' for stdout)");
+    c.flowsOut = Trim(o["flows_out"]);
+    c.cwndOut = Trim(o["cwnd_out"]);
+    c.traceIntervalS = ToFinite("trace_interval_s", o["trace_interval_s"], 0, true);
+    return c;
+}
+
+// ---------------------------------------------------------------------------
+// flow sizes
+// ---------------------------------------------------------------------------
+
+/// Piecewise-linear flow-size distribution read from `size_bytes,cdf` rows.
+class SizeDistribution {
+  public:
+    static SizeDistribution Load(const std::string& path) {
+        std::ifstream in(path);
+        if (!in) BadParameter("cdf", "cannot read file '" + path + "'");
+        SizeDistribution d;
+        std::string line;
+        for (int lineNo = 1; std::getline(in, line); ++lineNo) {
+            line = Trim(line.substr(0, line.find('#')));
+            if (line.empty()) continue;
+            const auto f = SplitList(line);
+            char* e1 = nullptr;
+            char* e2 = nullptr;
+            const double s = f.size() == 2 ? std::strtod(f[0].c_str(), &e1) : 0;
+            const double p = f.size() == 2 ? std::strtod(f[1].c_str(), &e2) : 0;
+            const bool numeric = f.size() == 2 && !f[0].empty() && !f[1].empty() && *e1 == '\0' &&
+                                 *e2 == '\0' && std::isfinite(s) && std::isfinite(p);
+            if (!numeric) {
+                if (d.m_size.empty()) {
+                    continue; // header line
+                }
+                BadParameter("cdf", path + " line " + std::to_string(lineNo) + ": expected 'size_bytes,cdf'");
+            }
+            d.m_size.push_back(s);
+            d.m_cdf.push_back(p);
+        }
+        const size_t n = d.m_size.size();
+        if (n < 2) BadParameter("cdf", path + ": need at least two (size_bytes, cdf) rows");
+        for (size_t i = 0; i < n; ++i) {
+            if (d.m_size[i] < 0 || (i > 0 && d.m_size[i] < d.m_size[i - 1])) {
+                BadParameter("cdf", path + ": size_bytes must be non-negative and non-decreasing");
+            }
+            if (i > 0 && d.m_cdf[i] < d.m_cdf[i - 1]) {
+                BadParameter("cdf", path + ": the cdf column must be non-decreasing");
+            }
+        }
+        if (d.m_cdf[0] < 0 || std::fabs(d.m_cdf[n - 1] - 1.0) > 1e-6) {
+            BadParameter("cdf", path + ": the cdf column must start >= 0 and end at 1");
+        }
+        return d;
+    }
+
+    bool Empty() const { return m_size.empty(); }
+
+    /// Mean of the piecewise-linear distribution.
+    double MeanBytes() const {
+        double m = 0;
+        for (size_t i = 0; i + 1 < m_size.size(); ++i) {
+            m += 0.5 * (m_size[i] + m_size[i + 1]) * (m_cdf[i + 1] - m_cdf[i]);
+        }
+        return m;
+    }
+
+    /// Inverse-CDF draw for u in [0, 1): linear inside the segment, at least 1 byte.
+    uint64_t Sample(double u) const {
+        const size_t n = m_cdf.size();
+        u = std::max(u * m_cdf[n - 1], m_cdf[0]);
+        size_t le = 0; // number of cdf points <= u
+        while (le < n && m_cdf[le] <= u) {
+            ++le;
+        }
+        const size_t i = std::min<size_t>(le == 0 ? 0 : le - 1, n - 2);
+        const double c0 = m_cdf[i];
+        const double c1 = m_cdf[i + 1];
+        const double frac = c1 > c0 ? (u - c0) / (c1 - c0) : 0.0;
+        const double size = m_size[i] + frac * (m_size[i + 1] - m_size[i]);
+        return std::max<uint64_t>(1, uint64_t(std::llround(std::max(size, 1.0))));
+    }
+
+  private:
+    std::vector<double> m_size, m_cdf;
+};
+
+// ---------------------------------------------------------------------------
+// TCP congestion control that counts retransmission timeouts
+// ---------------------------------------------------------------------------
+
+/// Retransmission timeouts of all sockets (ns-3 raises CA_EVENT_LOSS only in ReTxTimeout).
+uint64_t g_rtoCount = 0;
+
+/// `Base` (TcpCubic or TcpNewReno) unchanged, except that every RTO is counted.
+template <class Base>
+class RtoCountingCongestionOps : public Base {
+  public:
+    static TypeId GetTypeId() {
+        static const std::string name = "ns3::RlbmRtoCounting" + Base::GetTypeId().GetName().substr(5);
+        static TypeId tid = TypeId(name)
+                                .SetParent<Base>()
+                                .SetGroupName("Internet")
+                                .template AddConstructor<RtoCountingCongestionOps<Base>>();
+        return tid;
+    }
+
+    void CwndEvent(Ptr<TcpSocketState> tcb, const TcpSocketState::TcpCAEvent_t event) override {
+        if (event == TcpSocketState::CA_EVENT_LOSS) ++g_rtoCount;
+        Base::CwndEvent(tcb, event);
+    }
+
+    Ptr<TcpCongestionOps> Fork() override { return CopyObject<RtoCountingCongestionOps<Base>>(this); }
+};
+
+// ---------------------------------------------------------------------------
+// the shared buffer of the bottleneck port
+// ---------------------------------------------------------------------------
+
+enum class Policy {
+    DropTail,
+    StaticBuffer, // sb-naive and sb-sophisticated: alpha_c * B / sum(alpha)
+    DynamicThresholds,
+    Abm,
+};
+
+struct BufferConfig {
+    uint32_t numClasses = 0;
+    std::vector<uint32_t> capPkts;
+    uint32_t bufferPkts = 0;
+    Policy policy = Policy::DropTail;
+    std::vector<double> alpha;
+    bool strictPriority = false;
+    double windowS = 0;            // drain-rate window (one base RTT)
+    double windowCapacityPkts = 0; // data packets the link sends in one window
+    double warmupS = 0;            // measured window [warmupS, endS]
+    double endS = 0;
+};
+
+/// Measurements of the buffer over the measured window.
+struct BufferStats {
+    std::vector<uint64_t> arrivals, drops, dequeues; // [P] enqueue attempts, drops, dequeues
+    std::vector<double> occupancyTime;               // [B+1] seconds at each total occupancy
+    std::vector<std::vector<double>> classTime;      // [P][cap_c+1] seconds at each class length
+    std::vector<double> classPktSeconds;             // [P] time integral of each class length
+    double measuredS = 0;
+};
+
+/// One DropTail FIFO per class behind per-class admission thresholds, served by
+/// per-packet round robin or strict priority.  Class = TCP destination port - 10000
+/// for every segment of a flow (SYN and FIN included); any other packet is class 0.
+class RlbmBufferQueueDisc : public QueueDisc {
+  public:
+    static TypeId GetTypeId() {
+        static TypeId tid = TypeId("ns3::RlbmBufferQueueDisc")
+                                .SetParent<QueueDisc>()
+                                .SetGroupName("TrafficControl")
+                                .AddConstructor<RlbmBufferQueueDisc>();
+        return tid;
+    }
+
+    RlbmBufferQueueDisc() : QueueDisc(QueueDiscSizePolicy::NO_LIMITS) {}
+
+    /// Set the buffer model; call once, before the simulation starts.
+    void Configure(const BufferConfig& cfg) {
+        m_cfg = cfg;
+        const uint32_t p = cfg.numClasses;
+        m_len.assign(p, 0);
+        m_lastServed = p - 1;
+        m_drainNorm.assign(p, 1.0);
+        m_windowDeq.assign(p, 0);
+        m_stats.arrivals.assign(p, 0);
+        m_stats.drops.assign(p, 0);
+        m_stats.dequeues.assign(p, 0);
+        m_stats.occupancyTime.assign(cfg.bufferPkts + 1, 0.0);
+        m_stats.classPktSeconds.assign(p, 0.0);
+        m_stats.classTime.clear();
+        for (uint32_t c = 0; c < p; ++c) {
+            m_stats.classTime.emplace_back(cfg.capPkts[c] + 1, 0.0);
+        }
+        if (cfg.policy == Policy::Abm) ScheduleDrainWindow(); // only ABM reads drain rates
+    }
+
+    /// Close the occupancy integrals at the end of the measured window.
+    void FinishMeasurement() { AccountOccupancy(m_cfg.endS); }
+
+    const BufferStats& GetStats() const { return m_stats; }
+
+  protected:
+    void DoDispose() override {
+        m_windowEvent.Cancel();
+        QueueDisc::DoDispose();
+    }
+
+  private:
+    bool DoEnqueue(Ptr<QueueDiscItem> item) override {
+        const uint32_t c = Classify(item);
+        const bool measuring = Simulator::Now().GetSeconds() >= m_cfg.warmupS;
+        if (measuring) ++m_stats.arrivals[c];
+        const bool admit = double(m_len[c]) < std::floor(Threshold(c)) && m_total < m_cfg.bufferPkts;
+        if (!admit || !GetInternalQueue(c)->Enqueue(item)) {
+            if (measuring) ++m_stats.drops[c];
+            if (!admit) DropBeforeEnqueue(item, "class threshold or shared buffer exceeded");
+            return false;
+        }
+        AccountOccupancy(Simulator::Now().GetSeconds());
+        ++m_len[c];
+        ++m_total;
+        return true;
+    }
+
+    Ptr<QueueDiscItem> DoDequeue() override {
+        if (m_total == 0) return nullptr;
+        const uint32_t p = m_cfg.numClasses;
+        uint32_t c = 0;
+        for (uint32_t k = 0; k < p; ++k) {
+            c = m_cfg.strictPriority ? k : (m_lastServed + 1 + k) % p;
+            if (m_len[c] > 0) break;
+        }
+        Ptr<QueueDiscItem> item = GetInternalQueue(c)->Dequeue();
+        AccountOccupancy(Simulator::Now().GetSeconds());
+        --m_len[c];
+        --m_total;
+        m_lastServed = c;
+        ++m_windowDeq[c];
+        if (Simulator::Now().GetSeconds() >= m_cfg.warmupS) ++m_stats.dequeues[c];
+        return item;
+    }
+
+    bool CheckConfig() override {
+        if (m_cfg.numClasses == 0 || GetNQueueDiscClasses() > 0 || GetNPacketFilters() > 0) {
+            return false; // not configured, or misused with classes/filters
+        }
+        if (GetNInternalQueues() == 0) {
+            for (uint32_t c = 0; c < m_cfg.numClasses; ++c) {
+                // limits are enforced by DoEnqueue; the FIFO itself never drops
+                AddInternalQueue(CreateObjectWithAttributes<DropTailQueue<QueueDiscItem>>(
+                    "MaxSize", QueueSizeValue(QueueSize(QueueSizeUnit::PACKETS, 1u << 30))));
+            }
+        }
+        return GetNInternalQueues() == m_cfg.numClasses;
+    }
+
+    void InitializeParams() override {}
+
+    uint32_t Classify(Ptr<const QueueDiscItem> item) const {
+        Ptr<const Ipv4QueueDiscItem> ip = DynamicCast<const Ipv4QueueDiscItem>(item);
+        if (!ip || ip->GetHeader().GetProtocol() != 6 /* TCP */) return 0;
+        Ptr<const Packet> segment = ip->GetPacket();
+        uint8_t hdr[13];
+        if (segment->GetSize() < 20 || segment->CopyData(hdr, sizeof(hdr)) != sizeof(hdr)) return 0;
+        // every segment of a flow toward the sink (SYN and FIN included) takes the flow's class
+        const uint32_t port = (uint32_t(hdr[2]) << 8) | hdr[3];
+        if (port < kBasePort || port >= kBasePort + m_cfg.numClasses) {
+            return 0;
+        }
+        return port - kBasePort;
+    }
+
+    /// Admission threshold of class c for the current occupancy, capped by the class FIFO.
+    double Threshold(uint32_t c) const {
+        const double b = m_cfg.bufferPkts;
+        const double free = b - double(m_total);
+        double thr = 0;
+        switch (m_cfg.policy) {
+        case Policy::DropTail:
+            thr = m_cfg.capPkts[c];
+            break;
+        case Policy::StaticBuffer: {
+            double sum = 0;
+            for (double a : m_cfg.alpha) {
+                sum += a;
+            }
+            thr = m_cfg.alpha[c] * b / std::max(sum, 1e-9);
+            break;
+        }
+        case Policy::DynamicThresholds:
+            thr = m_cfg.alpha[c] * free;
+            break;
+        case Policy::Abm:
+            thr = m_cfg.alpha[c] * free *
+                  std::clamp(m_drainNorm[c], 1.0 / m_cfg.numClasses, 1.0);
+            break;
+        }
+        return std::min(std::max(thr, 0.0), double(m_cfg.capPkts[c]));
+    }
+
+    /// Add the time since the last change, clipped to the measured window, to the integrals.
+    void AccountOccupancy(double now) {
+        const double from = std::max(m_lastChangeS, m_cfg.warmupS);
+        const double to = std::min(now, m_cfg.endS);
+        if (to > from) {
+            const double dt = to - from;
+            m_stats.occupancyTime[m_total] += dt;
+            for (uint32_t c = 0; c < m_cfg.numClasses; ++c) {
+                m_stats.classTime[c][m_len[c]] += dt;
+                m_stats.classPktSeconds[c] += m_len[c] * dt;
+            }
+            m_stats.measuredS += dt;
+        }
+        m_lastChangeS = std::max(m_lastChangeS, now);
+    }
+
+    /// ABM drain rates: dequeues of the last window over the window's capacity.
+    void EndDrainWindow() {
+        for (uint32_t c = 0; c < m_cfg.numClasses; ++c) {
+            m_drainNorm[c] = m_windowDeq[c] / m_cfg.windowCapacityPkts;
+            m_windowDeq[c] = 0;
+        }
+        ScheduleDrainWindow();
+    }
+
+    void ScheduleDrainWindow() {
+        m_windowEvent =
+            Simulator::Schedule(Seconds(m_cfg.windowS), &RlbmBufferQueueDisc::EndDrainWindow, this);
+    }
+
+    BufferConfig m_cfg;
+    std::vector<uint32_t> m_len; // packets per class FIFO
+    uint32_t m_total = 0;        // packets in the shared buffer
+    uint32_t m_lastServed = 0;
+    std::vector<double> m_drainNorm;
+    std::vector<uint64_t> m_windowDeq;
+    EventId m_windowEvent;
+    double m_lastChangeS = 0;
+    BufferStats m_stats;
+};
+
+NS_OBJECT_ENSURE_REGISTERED(RlbmBufferQueueDisc);
+
+// ---------------------------------------------------------------------------
+// flows
+// ---------------------------------------------------------------------------
+
+/// One TCP flow: a socket on its sender that writes `sizeBytes` (or forever) and closes.
+struct Flow {
+    uint32_t sender = 0;
+    uint32_t cls = 0;
+    uint64_t sizeBytes = 0; // unused for long flows
+    bool isLong = false;
+    double startS = 0;
+    uint64_t written = 0;
+    uint64_t received = 0;
+    bool connected = false;
+    bool closed = false;
+    bool failed = false;
+    bool completed = false;
+    Ptr<Socket> socket;
+
+    void OnConnected(Ptr<Socket>) {
+        connected = true;
+        Fill();
+    }
+
+    void OnConnectFailed(Ptr<Socket>) { failed = true; }
+
+    void OnSendSpace(Ptr<Socket>, uint32_t) {
+        if (connected) Fill();
+    }
+
+    /// Write as much of the flow as the send buffer takes; close after the last byte.
+    void Fill() {
+        while (!closed) {
+            const uint64_t left = isLong ? kWriteChunkBytes : sizeBytes - written;
+            const uint64_t want = std::min<uint64_t>(kWriteChunkBytes, left);
+            if (want == 0) {
+                socket->Close();
+                closed = true;
+                break;
+            }
+            const uint32_t n = std::min<uint64_t>(want, socket->GetTxAvailable());
+            const int sent = n > 0 ? socket->Send(Create<Packet>(n)) : -1;
+            if (sent <= 0) break;
+            written += sent;
+        }
+    }
+};
+
+struct Completion {
+    uint64_t sizeBytes;
+    uint32_t cls;
+    double fctS, slowdown, startS;
+};
+
+/// Quantile by linear interpolation between order statistics (numpy's default).
+double Quantile(std::vector<double> x, double q) {
+    if (x.empty()) return std::numeric_limits<double>::quiet_NaN();
+    std::sort(x.begin(), x.end());
+    const double pos = q * double(x.size() - 1);
+    const size_t lo = size_t(std::floor(pos));
+    const size_t hi = std::min(lo + 1, x.size() - 1);
+    return x[lo] + (x[hi] - x[lo]) * (pos - double(lo));
+}
+
+/// Time-weighted quantile of a histogram: smallest n with cumulative time >= q of the total.
+double HistQuantile(const std::vector<double>& hist, double q) {
+    double total = 0;
+    for (double h : hist) {
+        total += h;
+    }
+    double cum = 0;
+    for (size_t n = 0; n < hist.size(); ++n) {
+        cum += hist[n];
+        if (cum >= q * total * (1 - 1e-12)) return double(n);
+    }
+    return double(hist.size() - 1);
+}
+
+// ---------------------------------------------------------------------------
+// JSON output
+// ---------------------------------------------------------------------------
+
+std::string JsonNum(double v) {
+    if (!std::isfinite(v)) return "null";
+    std::ostringstream os;
+    os.precision(12);
+    os << v;
+    return os.str();
+}
+
+std::string JsonStr(const std::string& s) {
+    std::string out = "\"";
+    for (char ch : s) {
+        if (ch == '"' || ch == '\\') {
+            out += '\\';
+            out += ch;
+        } else if (static_cast<unsigned char>(ch) < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
+            out += buf;
+        } else {
+            out += ch;
+        }
+    }
+    return out + "\"";
+}
+
+template <class T>
+std::string JsonArr(const std::vector<T>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) {
+        out += (i ? ", " : "") + JsonNum(double(v[i]));
+    }
+    return out + "]";
+}
+
+/// An object whose members keep their insertion order.
+class JsonObject {
+  public:
+    JsonObject& Raw(const std::string& key, const std::string& json) {
+        m_items.emplace_back(key, json);
+        return *this;
+    }
+
+    JsonObject& Num(const std::string& key, double v) { return Raw(key, JsonNum(v)); }
+
+    JsonObject& Str(const std::string& key, const std::string& v) { return Raw(key, JsonStr(v)); }
+
+    std::string Dump(const std::string& indent = "  ") const {
+        std::string out = "{";
+        for (size_t i = 0; i < m_items.size(); ++i) {
+            out += (i ? ",\n" : "\n") + indent + JsonStr(m_items[i].first) + ": " + m_items[i].second;
+        }
+        return out + "\n" + indent.substr(2) + "}";
+    }
+
+  private:
+    std::vector<std::pair<std::string, std::string>> m_items;
+};
+
+// ---------------------------------------------------------------------------
+// the scenario
+// ---------------------------------------------------------------------------
+
+class Scenario {
+  public:
+    Scenario(const Params& cfg, SizeDistribution sizes) : m_cfg(cfg), m_sizes(std::move(sizes)) {}
+
+    void Build() {
+        BuildTopology();
+        BuildTraffic();
+    }
+
+    /// Run the simulation; returns the wall-clock seconds of Simulator::Run.
+    double Run() {
+        Simulator::Stop(Seconds(m_cfg.seconds));
+        const auto t0 = std::chrono::steady_clock::now();
+        Simulator::Run();
+        const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - t0;
+        m_buffer->FinishMeasurement();
+        return wall.count();
+    }
+
+    std::string Report(double wallS) const;
+    void WriteFlows(std::ostream& os) const;
+
+    void SetCwndTrace(std::ostream* os) { m_cwndOs = os; }
+
+  private:
+    void BuildTopology();
+    void BuildTraffic();
+    void ScheduleNextArrival();
+    void ScheduleFlowsFromFile();
+    void OnArrival();
+    void StartFlow(uint32_t sender, uint64_t sizeBytes, bool isLong);
+    void OnSinkRx(Ptr<const Packet> packet, const Address& from);
+    void OnBottleneckTx(Ptr<const Packet> packet);
+    void OnCwnd(uint32_t, uint32_t cwnd) { m_traceCwnd = cwnd; }
+    void OnSsthresh(uint32_t, uint32_t ssthresh) { m_traceSsthresh = ssthresh; }
+    void SampleCwnd();
+    JsonObject ConfigJson() const;
+
+    bool Measuring() const { return Simulator::Now().GetSeconds() >= m_cfg.warmupS; }
+
+    static uint64_t FlowKey(Ipv4Address addr, uint16_t port) { return (uint64_t(addr.Get()) << 16) | port; }
+
+    const Params m_cfg;
+    const SizeDistribution m_sizes;
+    NodeContainer m_senders;
+    std::vector<Ipv4Address> m_senderAddr;
+    Ipv4Address m_sinkAddr;
+    Ptr<RlbmBufferQueueDisc> m_buffer;
+    Ptr<ExponentialRandomVariable> m_gap;
+    Ptr<UniformRandomVariable> m_sizeU, m_senderU, m_longStartU;
+    double m_meanGapS = 0;
+
+    std::vector<std::unique_ptr<Flow>> m_flows;
+    std::unordered_map<uint64_t, size_t> m_byKey; // (sender address, port) -> flow of an open flow
+    std::vector<Completion> m_completions;
+    uint64_t m_wireBytes = 0;    // bytes sent on the bottleneck, measured window
+    uint64_t m_payloadBytes = 0; // bytes delivered to the sink, measured window
+
+    std::ostream* m_cwndOs = nullptr;
+    const Flow* m_traceFlow = nullptr;
+    uint32_t m_traceCwnd = 0;
+    uint32_t m_traceSsthresh = std::numeric_limits<uint32_t>::max();
+};
+
+void Scenario::BuildTopology() {
+    const Params& c = m_cfg;
+    m_senders.Create(c.numSenders);
+    Ptr<Node> sw = CreateObject<Node>();
+    Ptr<Node> sink = CreateObject<Node>();
+    // IP MTU large enough for a full segment (MSS + TCP 32 + IP 20): no fragmentation
+    const uint32_t mtu = std::max<uint32_t>(1500, c.mssBytes + kDataHeaderBytes - 2);
+
+    PointToPointHelper access;
+    access.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(std::llround(c.accessRateBps)))));
+    access.SetDeviceAttribute("Mtu", UintegerValue(mtu));
+    access.SetChannelAttribute("Delay", TimeValue(Seconds(c.accessDelayS)));
+    access.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue(kLosslessQueue));
+    std::vector<NetDeviceContainer> accessDevs;
+    for (uint32_t i = 0; i < c.numSenders; ++i) {
+        accessDevs.push_back(access.Install(m_senders.Get(i), sw));
+    }
+
+    PointToPointHelper bottleneck;
+    bottleneck.SetDeviceAttribute("DataRate",
+                                  DataRateValue(DataRate(uint64_t(std::llround(c.bottleneckRateBps)))));
+    bottleneck.SetDeviceAttribute("Mtu", UintegerValue(mtu));
+    bottleneck.SetChannelAttribute("Delay", TimeValue(Seconds(c.bottleneckDelayS)));
+    bottleneck.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue(kLosslessQueue));
+    NetDeviceContainer bnDevs = bottleneck.Install(sw, sink);
+    // The switch port's device queue holds one packet: the buffer lives in the queue disc.
+    Ptr<PointToPointNetDevice> bnPort = DynamicCast<PointToPointNetDevice>(bnDevs.Get(0));
+    bnPort->GetQueue()->SetMaxSize(QueueSize("1p"));
+
+    InternetStackHelper stack;
+    stack.InstallAll();
+
+    // Queue discs go in before addresses are assigned, else Assign() installs FqCoDel.
+    TrafficControlHelper bufferTc;
+    bufferTc.SetRootQueueDisc("ns3::RlbmBufferQueueDisc");
+    m_buffer = DynamicCast<RlbmBufferQueueDisc>(bufferTc.Install(bnPort).Get(0));
+    BufferConfig bc;
+    bc.numClasses = c.numClasses;
+    bc.capPkts = c.classCapPkts;
+    bc.bufferPkts = c.bufferPkts;
+    bc.policy = c.policy == "droptail" ? Policy::DropTail
+                : c.policy == "dt"     ? Policy::DynamicThresholds
+                : c.policy == "abm"    ? Policy::Abm
+                                       : Policy::StaticBuffer;
+    bc.alpha = c.alpha;
+    bc.strictPriority = c.scheduler == "strict";
+    bc.windowS = c.BaseRttS();
+    bc.windowCapacityPkts = c.BaseRttS() * c.bottleneckRateBps / c.DataPktBits();
+    bc.warmupS = c.warmupS;
+    bc.endS = c.seconds;
+    m_buffer->Configure(bc);
+
+    TrafficControlHelper fifoTc;
+    fifoTc.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", StringValue(kLosslessQueue));
+    fifoTc.Install(bnDevs.Get(1));
+    for (const auto& d : accessDevs) {
+        fifoTc.Install(d);
+    }
+
+    Ipv4AddressHelper addr("10.0.0.0", "255.255.255.252");
+    for (uint32_t i = 0; i < c.numSenders; ++i) {
+        m_senderAddr.push_back(addr.Assign(accessDevs[i]).GetAddress(0));
+        addr.NewNetwork();
+    }
+    m_sinkAddr = addr.Assign(bnDevs).GetAddress(1);
+    Ipv4GlobalRoutingHelper::PopulateRoutingTables();
+
+    for (uint32_t k = 0; k < c.numClasses; ++k) {
+        PacketSinkHelper sinkHelper("ns3::TcpSocketFactory",
+                                    InetSocketAddress(Ipv4Address::GetAny(), kBasePort + k));
+        Ptr<Application> app = sinkHelper.Install(sink).Get(0);
+        app->SetStartTime(Seconds(0));
+        app->TraceConnectWithoutContext("Rx", MakeCallback(&Scenario::OnSinkRx, this));
+    }
+    bnPort->TraceConnectWithoutContext("PhyTxEnd", MakeCallback(&Scenario::OnBottleneckTx, this));
+}
+
+void Scenario::BuildTraffic() {
+    const Params& c = m_cfg;
+    // Fixed stream numbers: every draw depends only on the seed (run number).
+    m_gap = CreateObject<ExponentialRandomVariable>();
+    m_sizeU = CreateObject<UniformRandomVariable>();
+    m_senderU = CreateObject<UniformRandomVariable>();
+    m_longStartU = CreateObject<UniformRandomVariable>();
+    m_gap->SetStream(1);
+    m_sizeU->SetStream(2);
+    m_senderU->SetStream(3);
+    m_longStartU->SetStream(4);
+
+    for (uint32_t k = 0; k < c.longFlows; ++k) {
+        const double t = c.longFlowStartSpreadS > 0 ? m_longStartU->GetValue(0, c.longFlowStartSpreadS) : 0.0;
+        Simulator::Schedule(Seconds(t), &Scenario::StartFlow, this, k, uint64_t(0), true);
+    }
+
+    if (!c.flowsIn.empty()) {
+        ScheduleFlowsFromFile();
+        return;
+    }
+    const double rate = c.arrival == "load" ? c.load * c.bottleneckRateBps / (8.0 * m_sizes.MeanBytes())
+                                            : 5.0 * c.load * c.numSenders;
+    if (rate > 0 && std::isfinite(rate)) {
+        m_meanGapS = 1.0 / rate;
+        ScheduleNextArrival();
+    }
+}
+
+/// Flows from `--flows_in` (header `start_s,sender,size_bytes`), started at their
+/// times; those at or after min(arrival_stop_s, seconds) are skipped.
+void Scenario::ScheduleFlowsFromFile() {
+    std::ifstream in(m_cfg.flowsIn);
+    if (!in) BadParameter("flows_in", "cannot read file '" + m_cfg.flowsIn + "'");
+    std::string line;
+    int lineNo = 0;
+    while (std::getline(in, line)) {
+        ++lineNo;
+        line = Trim(line);
+        if (line.empty() || line[0] == '#' || line.rfind("start_s", 0) == 0) continue;
+        std::istringstream row(line);
+        std::string a, b, d;
+        if (!std::getline(row, a, ',') || !std::getline(row, b, ',') || !std::getline(row, d, ',')) {
+            BadParameter("flows_in", m_cfg.flowsIn + " line " + std::to_string(lineNo) +
+                                         ": expected 'start_s,sender,size_bytes'");
+        }
+        const double t = ToFinite("flows_in", a, 0, false);
+        const int64_t sender = ToInt("flows_in", b, 0, int64_t(m_cfg.numSenders) - 1);
+        const double size = ToFinite("flows_in", d, 0, true);
+        if (t >= std::min(m_cfg.arrivalStopS, m_cfg.seconds)) continue;
+        const uint64_t bytes = std::max<uint64_t>(1, uint64_t(std::llround(size)));
+        Simulator::Schedule(Seconds(t), &Scenario::StartFlow, this, uint32_t(sender), bytes, false);
+    }
+}
+
+void Scenario::ScheduleNextArrival() {
+    const double gap = m_gap->GetValue(m_meanGapS, 0);
+    const double t = Simulator::Now().GetSeconds() + gap;
+    if (t < std::min(m_cfg.arrivalStopS, m_cfg.seconds)) {
+        Simulator::Schedule(Seconds(gap), &Scenario::OnArrival, this);
+    }
+}
+
+void Scenario::OnArrival() {
+    const uint32_t sender = m_senderU->GetInteger(0, m_cfg.numSenders - 1);
+    const uint64_t size = m_sizes.Sample(m_sizeU->GetValue(0.0, 1.0));
+    StartFlow(sender, size, false);
+    ScheduleNextArrival();
+}
+
+void Scenario::StartFlow(uint32_t sender, uint64_t sizeBytes, bool isLong) {
+    auto flow = std::make_unique<Flow>();
+    flow->sender = sender;
+    flow->sizeBytes = sizeBytes;
+    flow->isLong = isLong;
+    flow->cls = isLong ? m_cfg.numClasses - 1 : m_cfg.ClassOf(double(sizeBytes));
+    flow->startS = Simulator::Now().GetSeconds();
+
+    Ptr<Socket> s = Socket::CreateSocket(m_senders.Get(sender), TcpSocketFactory::GetTypeId());
+    flow->socket = s;
+    s->Bind();
+    Address local;
+    s->GetSockName(local);
+    // a port is unique among open sockets of a node; a stale entry belongs to a dead flow
+    m_byKey[FlowKey(m_senderAddr[sender], InetSocketAddress::ConvertFrom(local).GetPort())] = m_flows.size();
+    s->SetConnectCallback(MakeCallback(&Flow::OnConnected, flow.get()),
+                          MakeCallback(&Flow::OnConnectFailed, flow.get()));
+    s->SetSendCallback(MakeCallback(&Flow::OnSendSpace, flow.get()));
+
+    if (m_cwndOs && !m_traceFlow && (isLong || m_cfg.longFlows == 0)) {
+        m_traceFlow = flow.get();
+        m_traceCwnd = m_cfg.initialCwndPkts * m_cfg.mssBytes;
+        s->TraceConnectWithoutContext("CongestionWindow", MakeCallback(&Scenario::OnCwnd, this));
+        s->TraceConnectWithoutContext("SlowStartThreshold", MakeCallback(&Scenario::OnSsthresh, this));
+        *m_cwndOs << "time_s,cwnd_pkts,ssthresh_pkts\n";
+        // samples on the grid k * trace_interval_s, from the flow's start on
+        const double next = std::ceil(flow->startS / m_cfg.traceIntervalS) * m_cfg.traceIntervalS;
+        Simulator::Schedule(Seconds(std::max(next - flow->startS, 0.0)), &Scenario::SampleCwnd, this);
+    }
+
+    s->Connect(InetSocketAddress(m_sinkAddr, kBasePort + flow->cls));
+    m_flows.push_back(std::move(flow));
+}
+
+void Scenario::OnSinkRx(Ptr<const Packet> packet, const Address& from) {
+    const uint32_t n = packet->GetSize();
+    if (Measuring()) m_payloadBytes += n;
+    if (!InetSocketAddress::IsMatchingType(from)) return;
+    const InetSocketAddress a = InetSocketAddress::ConvertFrom(from);
+    auto it = m_byKey.find(FlowKey(a.GetIpv4(), a.GetPort()));
+    if (it == m_byKey.end()) return;
+    Flow& f = *m_flows[it->second];
+    f.received += n;
+    if (!f.isLong && f.received >= f.sizeBytes) {
+        f.completed = true;
+        const double fct = Simulator::Now().GetSeconds() - f.startS;
+        const double ideal = m_cfg.BaseRttS() + double(f.sizeBytes) * 8.0 / m_cfg.bottleneckRateBps;
+        m_completions.push_back({f.sizeBytes, f.cls, fct, fct / ideal, f.startS});
+        m_byKey.erase(it);
+    }
+}
+
+void Scenario::OnBottleneckTx(Ptr<const Packet> packet) {
+    if (Measuring()) m_wireBytes += packet->GetSize();
+}
+
+void Scenario::SampleCwnd() {
+    const double mss = m_cfg.mssBytes;
+    *m_cwndOs << Simulator::Now().GetSeconds() << "," << m_traceCwnd / mss << "," << m_traceSsthresh / mss
+              << "\n";
+    const double next = Simulator::Now().GetSeconds() + m_cfg.traceIntervalS;
+    if (!m_traceFlow->completed && !m_traceFlow->failed && next <= m_cfg.seconds + 1e-12) {
+        Simulator::Schedule(Seconds(m_cfg.traceIntervalS), &Scenario::SampleCwnd, this);
+    }
+}
+
+JsonObject Scenario::ConfigJson() const {
+    const Params& c = m_cfg;
+    JsonObject o;
+    o.Num("num_senders", c.numSenders)
+        .Num("access_rate_bps", c.accessRateBps)
+        .Num("access_delay_s", c.accessDelayS)
+        .Num("bottleneck_rate_bps", c.bottleneckRateBps)
+        .Num("bottleneck_delay_s", c.bottleneckDelayS)
+        .Num("num_classes", c.numClasses)
+        .Raw("class_cap_pkts", JsonArr(c.classCapPkts))
+        .Num("buffer_pkts", c.bufferPkts)
+        .Str("policy", c.policy)
+        .Raw("alpha", JsonArr(c.alpha))
+        .Str("scheduler", c.scheduler)
+        .Raw("class_threshold_bytes", JsonArr(c.classThresholdBytes))
+        .Str("tcp", c.tcp)
+        .Num("mss_bytes", c.mssBytes)
+        .Num("initial_cwnd_pkts", c.initialCwndPkts)
+        .Num("min_rto_s", c.minRtoS)
+        .Num("syn_timeout_s", c.synTimeoutS)
+        .Num("rto_granularity_s", c.rtoGranularityS)
+        .Num("delayed_ack", c.delayedAck)
+        .Num("dupthresh", c.dupthresh)
+        .Num("cubic_beta", c.cubicBeta)
+        .Num("cubic_c", c.cubicC)
+        .Raw("cubic_fast_convergence", c.cubicFastConvergence ? "true" : "false")
+        .Raw("hystart", c.hystart ? "true" : "false")
+        .Num("hystart_low_window_pkts", c.hystartLowWindowPkts)
+        .Num("hystart_min_samples", c.hystartMinSamples)
+        .Num("hystart_ack_delta_s", c.hystartAckDeltaS)
+        .Num("hystart_delay_min_s", c.hystartDelayMinS)
+        .Num("hystart_delay_max_s", c.hystartDelayMaxS)
+        .Str("arrival", c.arrival)
+        .Num("load", c.load)
+        .Raw("arrival_stop_s", std::isfinite(c.arrivalStopS) ? JsonNum(c.arrivalStopS) : "\"inf\"")
+        .Str("cdf", c.cdf)
+        .Str("flows_in", c.flowsIn)
+        .Num("long_flows", c.longFlows)
+        .Num("long_flow_start_spread_s", c.longFlowStartSpreadS)
+        .Num("seconds", c.seconds)
+        .Num("warmup_s", c.warmupS)
+        .Num("seed", double(c.seed))
+        .Str("out", c.out)
+        .Str("flows_out", c.flowsOut)
+        .Str("cwnd_out", c.cwndOut)
+        .Num("trace_interval_s", c.traceIntervalS)
+        .Num("base_rtt_s", c.BaseRttS())
+        .Num("bdp_pkts", c.bottleneckRateBps * c.BaseRttS() / c.DataPktBits())
+        .Num("mean_flow_size_bytes", m_sizes.Empty() ? std::nan("") : m_sizes.MeanBytes())
+        .Num("arrival_rate_per_s", m_meanGapS > 0 ? 1.0 / m_meanGapS : 0.0);
+    return o;
+}
+
+std::string Scenario::Report(double wallS) const {
+    const Params& c = m_cfg;
+    const BufferStats& st = m_buffer->GetStats();
+    const double measured = c.seconds - c.warmupS;
+    const double histTotal = std::max(st.measuredS, 1e-300);
+
+    uint64_t arrivals = 0;
+    uint64_t drops = 0;
+    double queueMean = 0;
+    for (uint32_t k = 0; k < c.numClasses; ++k) {
+        arrivals += st.arrivals[k];
+        drops += st.drops[k];
+        queueMean += st.classPktSeconds[k] / histTotal;
+    }
+    std::vector<double> fct;
+    std::vector<double> slowdown;
+    for (const auto& r : m_completions) {
+        if (r.startS >= c.warmupS) {
+            fct.push_back(r.fctS);
+            slowdown.push_back(r.slowdown);
+        }
+    }
+    double fctMean = std::numeric_limits<double>::quiet_NaN();
+    if (!fct.empty()) {
+        fctMean = 0;
+        for (double f : fct) {
+            fctMean += f / double(fct.size());
+        }
+    }
+    uint64_t failed = 0;
+    for (const auto& f : m_flows) {
+        failed += f->failed ? 1 : 0;
+    }
+    auto fractions = [&](const std::vector<double>& h) {
+        std::vector<double> out;
+        for (double t : h) {
+            out.push_back(t / histTotal);
+        }
+        return JsonArr(out);
+    };
+
+    JsonObject o;
+    o.Num("util_wire", double(m_wireBytes) / (c.bottleneckRateBps / 8.0 * measured))
+        .Num("goodput_bps", double(m_payloadBytes) * 8.0 / measured)
+        .Num("drop_rate", arrivals ? double(drops) / double(arrivals) : 0.0)
+        .Num("queue_mean_pkts", queueMean)
+        .Num("queue_p99_pkts", HistQuantile(st.occupancyTime, 0.99))
+        .Num("fct_mean_s", fctMean)
+        .Num("fct_p99_s", Quantile(fct, 0.99))
+        .Num("slowdown_p50", Quantile(slowdown, 0.50))
+        .Num("slowdown_p99", Quantile(slowdown, 0.99))
+        .Num("flows_started", double(m_flows.size()))
+        .Num("flows_completed", double(m_completions.size()))
+        .Num("flows_unfinished", double(m_flows.size() - m_completions.size()))
+        .Num("flows_refused", 0) // every arrival gets a socket (rlbm_jax refuses when its slots are full)
+        .Num("flows_failed", double(failed))
+        .Num("rto_count", double(g_rtoCount))
+        .Num("measured_s", measured);
+    for (uint32_t k = 0; k < c.numClasses; ++k) {
+        const std::string s = std::to_string(k);
+        o.Num("queue_mean_pkts_c" + s, st.classPktSeconds[k] / histTotal)
+            .Num("queue_p99_pkts_c" + s, HistQuantile(st.classTime[k], 0.99))
+            .Num("arrivals_c" + s, double(st.arrivals[k]))
+            .Num("drops_c" + s, double(st.drops[k]));
+    }
+    o.Raw("queue_hist", fractions(st.occupancyTime));
+    for (uint32_t k = 0; k < c.numClasses; ++k) {
+        o.Raw("queue_hist_c" + std::to_string(k), fractions(st.classTime[k]));
+    }
+    o.Num("wall_s", wallS).Num("sim_seconds", c.seconds).Raw("config", ConfigJson().Dump("    "));
+    return o.Dump();
+}
+
+void Scenario::WriteFlows(std::ostream& os) const {
+    os.precision(12);
+    os << "size_bytes,cls,fct_s,slowdown,start_s\n";
+    for (const auto& r : m_completions) {
+        os << r.sizeBytes << "," << r.cls << "," << r.fctS << "," << r.slowdown << "," << r.startS << "\n";
+    }
+}
+
+/// ns-3 defaults that the scenario overrides.
+void SetDefaults(const Params& c) {
+    const TypeId cc = c.tcp == "cubic" ? RtoCountingCongestionOps<TcpCubic>::GetTypeId()
+                                       : RtoCountingCongestionOps<TcpNewReno>::GetTypeId();
+    Config::SetDefault("ns3::TcpL4Protocol::SocketType", TypeIdValue(cc));
+    Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(c.mssBytes));
+    Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(c.initialCwndPkts));
+    Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(c.delayedAck));
+    Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(kSocketBufferBytes));
+    Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(kSocketBufferBytes));
+    Config::SetDefault("ns3::TcpSocket::DataRetries", UintegerValue(kDataRetries));
+    Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(c.minRtoS)));
+    Config::SetDefault("ns3::TcpSocket::ConnTimeout", TimeValue(Seconds(c.synTimeoutS)));
+    Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(Seconds(c.rtoGranularityS)));
+    Config::SetDefault("ns3::TcpSocketBase::Sack", BooleanValue(true));
+    Config::SetDefault("ns3::TcpSocketBase::Timestamp", BooleanValue(true));
+    Config::SetDefault("ns3::TcpSocketBase::ReTxThreshold", UintegerValue(c.dupthresh));
+    Config::SetDefault("ns3::TcpCubic::Beta", DoubleValue(c.cubicBeta));
+    Config::SetDefault("ns3::TcpCubic::C", DoubleValue(c.cubicC));
+    Config::SetDefault("ns3::TcpCubic::FastConvergence", BooleanValue(c.cubicFastConvergence));
+    Config::SetDefault("ns3::TcpCubic::HyStart", BooleanValue(c.hystart));
+    Config::SetDefault("ns3::TcpCubic::HyStartLowWindow", UintegerValue(c.hystartLowWindowPkts));
+    Config::SetDefault("ns3::TcpCubic::HyStartMinSamples", UintegerValue(c.hystartMinSamples));
+    Config::SetDefault("ns3::TcpCubic::HyStartAckDelta", TimeValue(Seconds(c.hystartAckDeltaS)));
+    Config::SetDefault("ns3::TcpCubic::HyStartDelayMin", TimeValue(Seconds(c.hystartDelayMinS)));
+    Config::SetDefault("ns3::TcpCubic::HyStartDelayMax", TimeValue(Seconds(c.hystartDelayMaxS)));
+}
+
+/// Open an output file now, so that a bad path fails before the run (status 2).
+std::unique_ptr<std::ofstream> OpenOutput(const std::string& param, const std::string& path) {
+    if (path.empty() || path == "-") return nullptr;
+    auto os = std::make_unique<std::ofstream>(path);
+    if (!*os) BadParameter(param, "cannot write '" + path + "'");
+    return os;
+}
+
+} // namespace rlbm
+
+int main(int argc, char* argv[]) {
+    using namespace rlbm;
+    const Params cfg = ParseCommandLine(argc, argv);
+    SizeDistribution sizes = cfg.cdf.empty() ? SizeDistribution() : SizeDistribution::Load(cfg.cdf);
+    if (cfg.load > 0 && cfg.arrival == "load" && !(sizes.MeanBytes() > 0)) {
+        BadParameter("cdf", "the mean flow size must be positive");
+    }
+    auto jsonOs = OpenOutput("out", cfg.out);
+    auto flowsOs = OpenOutput("flows_out", cfg.flowsOut);
+    auto cwndOs = OpenOutput("cwnd_out", cfg.cwndOut);
+
+    RngSeedManager::SetSeed(1);
+    RngSeedManager::SetRun(cfg.seed);
+    SetDefaults(cfg);
+
+    Scenario scenario(cfg, std::move(sizes));
+    if (cwndOs) {
+        cwndOs->precision(10);
+        scenario.SetCwndTrace(cwndOs.get());
+    }
+    scenario.Build();
+    const double wallS = scenario.Run();
+
+    const std::string report = scenario.Report(wallS) + "\n";
+    if (jsonOs) {
+        *jsonOs << report;
+    } else {
+        std::cout << report << std::flush;
+    }
+    if (flowsOs) scenario.WriteFlows(*flowsOs);
+    Simulator::Destroy();
+    bool ok = true;
+    for (auto* os : {jsonOs.get(), flowsOs.get(), cwndOs.get()}) {
+        if (os && !(os->flush())) ok = false;
+    }
+    if (!ok) {
+        std::cerr << "rlbm_scenario: failed to write an output file" << std::endl;
+        return 1;
+    }
+    return 0;
+}

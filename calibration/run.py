@@ -1,0 +1,495 @@
+#!/usr/bin/env python
+"""Calibration runner: rlbm_jax against ns-3.37 on the same scenarios and seeds.
+
+    python calibration/run.py --grid thesis --seeds 10        # 2 TCPs x 3 loads x 3 buffers
+    python calibration/run.py --grid long --seeds 3           # long-lived flows, 100 Mbit/s
+    python calibration/run.py --grid smoke --seeds 3          # two cells (the CI check)
+    python calibration/run.py --grid dial --seeds 10          # tick-size dial: k = 1, 4, 16
+
+Each cell runs our simulator (all seeds of all cells in one vmapped batch per
+static shape) and the ns-3 scenario `calibration/ns3/rlbm_scenario.cc` (built by
+`calibration/ns3/build.sh`, one process per seed, `--jobs` at a time) with the same
+parameters under the same names.  The error of a metric is that of the mean over
+seeds; `TOLERANCES` says what counts as agreement.  Writes, under `--out`:
+results.json (every per-seed number), errors.csv (one row per cell x metric),
+plots, and `--report` (markdown error table).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import csv
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from rlbm_jax.env import metrics as mx, sim, traffic  # noqa: E402
+from rlbm_jax.env.params import make_params  # noqa: E402
+from rlbm_jax.progress import Progress  # noqa: E402
+
+# metric: (relative tolerance, absolute tolerance that also passes or None)
+TOLERANCES = {
+    "util_wire": (0.03, None),
+    "queue_mean_pkts": (0.15, None),
+    "drop_rate": (0.25, 0.002),
+    "slowdown_p50": (0.15, None),
+    "slowdown_p99": (0.25, None),
+}
+# metrics that mean nothing for long-lived flows (no flow completes)
+FLOW_METRICS = ("slowdown_p50", "slowdown_p99")
+EXTRA_METRICS = ("queue_p99_pkts", "fct_mean_s", "goodput_bps", "flows_completed", "rto_count")
+BUILD = ROOT / "calibration" / "ns3" / "build.sh"
+
+
+@dataclasses.dataclass
+class Cell:
+    name: str
+    kind: str  # "thesis" or "long"
+    kw: dict  # make_params keyword arguments, the same names the ns-3 scenario takes
+    seconds: float
+
+    def shape_key(self):
+        return (self.kw.get("num_senders", 10), self.kw.get("num_classes", 2), self.kw.get("num_flow_slots", 64),
+                self.kw.get("queue_capacity_pkts"), self.kw.get("pkts_per_tick", 1), self.kw.get("delay_line_ticks"))
+
+
+# ---------------------------------------------------------------------------
+# grids
+# ---------------------------------------------------------------------------
+
+def thesis_cell(tcp, load, buffer_pkts, seconds=60.0, pkts_per_tick=1, policy="sb-naive"):
+    kw = dict(num_senders=10, num_classes=2, tcp=tcp, load=load, buffer_per_class_pkts=buffer_pkts,
+              queue_capacity_pkts=400, arrival_stop_s=45.0, policy=policy, pkts_per_tick=pkts_per_tick,
+              num_flow_slots=64, delay_line_ticks=max(64, 64 // pkts_per_tick + 4))
+    return Cell(f"thesis/{tcp}/load{load:g}/buf{buffer_pkts}" + (f"/k{pkts_per_tick}" if pkts_per_tick > 1 else ""),
+                "thesis", kw, seconds)
+
+
+def long_cell(tcp, n, bdp_mult, rtt_s, seconds=20.0, warmup_s=5.0):
+    rate, mss = 100e6, 1000
+    bottleneck_delay = rtt_s / 2
+    probe = make_params(num_senders=1, num_classes=1, access_rate_bps=1e9, access_delay_s=0.0,
+                        bottleneck_rate_bps=rate, bottleneck_delay_s=bottleneck_delay, mss_bytes=mss,
+                        load=0.0, policy="droptail")
+    bdp = float(probe.bdp_pkts)
+    buf = max(2, int(round(bdp_mult * bdp)))
+    kw = dict(num_senders=n, num_classes=1, num_flow_slots=n, long_flows=n, load=0.0, policy="droptail",
+              access_rate_bps=1e9, access_delay_s=0.0, bottleneck_rate_bps=rate,
+              bottleneck_delay_s=bottleneck_delay, tcp=tcp, mss_bytes=mss, buffer_per_class_pkts=buf,
+              queue_capacity_pkts=buf, long_flow_start_spread_s=1.0, warmup_s=warmup_s)
+    return Cell(f"long/{tcp}/N{n}/{bdp_mult:g}bdp/rtt{int(rtt_s * 1e3)}ms", "long", kw, seconds)
+
+
+def grid(name: str) -> list[Cell]:
+    tcps = ("newreno", "cubic")
+    if name == "thesis":
+        return [thesis_cell(t, ld, b) for t in tcps for ld in (0.3, 0.6, 0.9) for b in (25, 100, 400)]
+    if name == "long":
+        return [long_cell(t, n, m, r) for t in tcps for r in (0.02, 0.08) for n in (1, 8, 64)
+                for m in (0.25, 1.0, 4.0)]
+    if name == "smoke":
+        return [thesis_cell("newreno", 0.3, 100), thesis_cell("cubic", 0.3, 400)]
+    if name == "dial":
+        return [thesis_cell(t, 0.6, 100, pkts_per_tick=k) for t in tcps for k in (1, 4, 16)]
+    raise ValueError(f"unknown grid {name!r}")
+
+
+# ---------------------------------------------------------------------------
+# our simulator
+# ---------------------------------------------------------------------------
+
+def run_ours(cells: list[Cell], seeds: list[int], show_progress=True) -> dict:
+    """{cell name: {"seeds": [per-seed report], "flows": [[rows]], "hist": [[fractions]], "wall_s"}}."""
+    out = {}
+    groups: dict = {}
+    for c in cells:
+        groups.setdefault((c.shape_key(), c.seconds), []).append(c)
+    for (_, seconds), group in groups.items():
+        params = [make_params(**c.kw) for c in group]
+        batch = jax.tree.map(lambda *xs: jnp.stack([x for x in xs for _ in seeds]), *params)
+        keys = jnp.stack([jax.random.PRNGKey(int(s)) for _ in group for s in seeds])
+        p0 = params[0]
+        total = sim.ticks_for(seconds, p0)
+        n_chunks = 20
+        size = math.ceil(total / n_chunks)
+        state = jax.jit(jax.vmap(sim.init))(keys, batch)
+        advance = jax.jit(jax.vmap(lambda s, p: sim.run(s, p, size)[0]))
+        t0 = time.perf_counter()
+        bar = Progress(n_chunks, unit=" chunks", label=f"ours: {len(group)} cell(s) x {len(seeds)} seeds ") \
+            if show_progress else None
+        for i in range(n_chunks):
+            state = advance(state, batch)
+            jax.block_until_ready(state)
+            if bar:
+                bar.update(i + 1)
+        if bar:
+            bar.close()
+        wall = time.perf_counter() - t0
+        m = state.metrics
+        rep = jax.jit(jax.vmap(mx.summarize))(m, batch)
+        rep = {k: np.asarray(v) for k, v in rep.items()}
+        logs, counts, hists = np.asarray(m.log), np.asarray(m.log_count), np.asarray(m.occ_hist)
+        for ci, c in enumerate(group):
+            rows, flows, hist = [], [], []
+            for si, _ in enumerate(seeds):
+                j = ci * len(seeds) + si
+                rows.append({k: _py(v[j]) for k, v in rep.items()})
+                n = min(int(counts[j]), logs.shape[1])
+                flows.append(logs[j, :n].tolist())
+                h = hists[j].astype(np.float64)
+                hist.append((h / max(h.sum(), 1)).tolist())
+            out[c.name] = {"seeds": rows, "flows": flows, "hist": hist, "wall_s": wall / len(group)}
+    return out
+
+
+# ---------------------------------------------------------------------------
+# ns-3
+# ---------------------------------------------------------------------------
+
+def build_ns3() -> Path:
+    """Builds (if needed) the ns-3 scenario; installs libns3-dev when it is missing."""
+    proc = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ns-3 scenario build failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def cdf_path(name: str) -> str:
+    if Path(name).exists():
+        return str(Path(name).resolve())
+    return str(resources.files("rlbm_jax.env") / "data" / f"{name}.csv")
+
+
+def ns3_args(c: Cell, seed: int) -> list[str]:
+    kw = dict(c.kw)
+    args = {"seconds": c.seconds, "seed": seed}
+    for k, v in kw.items():
+        if k in ("num_flow_slots", "queue_capacity_pkts", "pkts_per_tick", "delay_line_ticks"):
+            continue  # shapes of our simulator only
+        if k == "buffer_per_class_pkts":
+            k = "class_cap_pkts"
+        if k == "cdf":
+            v = cdf_path(v)
+        args[k] = v
+    args.setdefault("cdf", cdf_path("websearch"))
+    flat = []
+    for k, v in args.items():
+        if isinstance(v, (list, tuple)):
+            v = ",".join(str(x) for x in v)
+        elif isinstance(v, bool):
+            v = int(v)
+        flat.append(f"--{k}={v}")
+    return flat
+
+
+def write_schedule(c: Cell, seed: int, path: Path) -> int:
+    """Writes the flows our simulator starts for (cell, seed) as ns-3's `--flows_in` CSV,
+    so both simulators carry the same workload; returns the number of flows."""
+    params = make_params(**c.kw)
+    stop = min(float(params.arrival_stop_s), c.seconds)
+    rate = float(traffic.arrival_rate_per_s(params))
+    n = int(rate * stop * 1.5 + 10 * math.sqrt(rate * stop + 1) + 16)
+    t, sender, size = _schedule(jax.random.PRNGKey(int(seed)), params, n)
+    t, sender, size = np.asarray(t, np.float64), np.asarray(sender), np.asarray(size, np.float64)
+    if t[-1] < stop:
+        raise RuntimeError(f"flow schedule of {c.name} seed {seed} needs more than {n} flows")
+    keep = t < stop
+    with path.open("w") as f:
+        f.write("start_s,sender,size_bytes\n")
+        for a, b, d in zip(t[keep], sender[keep], size[keep]):
+            f.write(f"{a:.9f},{int(b)},{d:.3f}\n")
+    return int(keep.sum())
+
+
+_schedule = jax.jit(sim.flow_schedule, static_argnums=2)
+
+
+def _run_one_ns3(binary: Path, c: Cell, seed: int, workdir: Path) -> dict:
+    stem = workdir / f"{c.name.replace('/', '_')}_s{seed}"
+    cmd = [str(binary), *ns3_args(c, seed), f"--out={stem}.json", f"--flows_out={stem}.flows.csv"]
+    if c.kind == "thesis":
+        write_schedule(c, seed, Path(f"{stem}.schedule.csv"))
+        cmd.append(f"--flows_in={stem}.schedule.csv")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ns-3 run failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+    rep = json.loads(Path(f"{stem}.json").read_text())
+    flows = np.loadtxt(f"{stem}.flows.csv", delimiter=",", skiprows=1, ndmin=2).tolist() \
+        if Path(f"{stem}.flows.csv").stat().st_size > 40 else []
+    return {"rep": rep, "flows": flows, "cmd": " ".join(cmd[1:])}
+
+
+def run_ns3(binary: Path, cells: list[Cell], seeds: list[int], jobs: int, workdir: Path,
+            show_progress=True) -> dict:
+    workdir.mkdir(parents=True, exist_ok=True)
+    tasks = [(c, s) for c in cells for s in seeds]
+    res = {}
+    bar = Progress(len(tasks), unit=" runs", label="ns-3 ") if show_progress else None
+    with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
+        futs = {ex.submit(_run_one_ns3, binary, c, s, workdir): (c.name, s) for c, s in tasks}
+        for i, f in enumerate(cf.as_completed(futs)):
+            res[futs[f]] = f.result()
+            if bar:
+                bar.update(i + 1)
+    if bar:
+        bar.close()
+    out = {}
+    for c in cells:
+        runs = [res[(c.name, s)] for s in seeds]
+        out[c.name] = {"seeds": [r["rep"] for r in runs], "flows": [r["flows"] for r in runs],
+                       "hist": [r["rep"].get("queue_hist", []) for r in runs],
+                       "wall_s": float(np.mean([r["rep"].get("wall_s", np.nan) for r in runs])),
+                       "example_cmd": runs[0]["cmd"]}
+    return out
+
+
+# ---------------------------------------------------------------------------
+# comparison
+# ---------------------------------------------------------------------------
+
+def relative_error(ours: float, ref: float) -> float:
+    if not (np.isfinite(ours) and np.isfinite(ref)):
+        return float("nan")
+    if ref == 0:
+        return 0.0 if ours == 0 else float("inf")
+    return (ours - ref) / abs(ref)
+
+
+def within(metric: str, ours: float, ref: float) -> bool:
+    rel, absolute = TOLERANCES[metric]
+    err = relative_error(ours, ref)
+    if absolute is not None and np.isfinite(ours) and np.isfinite(ref) and abs(ours - ref) <= absolute:
+        return True
+    return bool(np.isfinite(err) and abs(err) <= rel)
+
+
+def seed_mean(rows: list[dict], metric: str) -> float:
+    vals = np.asarray([np.nan if r.get(metric) is None else r[metric] for r in rows], dtype=np.float64)
+    return float(np.nanmean(vals)) if np.any(np.isfinite(vals)) else float("nan")
+
+
+def compare(cells: list[Cell], ours: dict, ns3: dict) -> list[dict]:
+    rows = []
+    for c in cells:
+        for metric in (*TOLERANCES, *EXTRA_METRICS):
+            if c.kind == "long" and metric in FLOW_METRICS:
+                continue
+            a, b = seed_mean(ours[c.name]["seeds"], metric), seed_mean(ns3[c.name]["seeds"], metric)
+            checked = metric in TOLERANCES
+            rows.append({"cell": c.name, "metric": metric, "ours": a, "ns3": b, "rel_err": relative_error(a, b),
+                         "tolerance": TOLERANCES[metric][0] if checked else None,
+                         "within": within(metric, a, b) if checked else None})
+    return rows
+
+
+def _py(x):
+    x = np.asarray(x)
+    return float(x) if x.dtype.kind == "f" else int(x)
+
+
+# ---------------------------------------------------------------------------
+# outputs
+# ---------------------------------------------------------------------------
+
+def write_errors(rows, path: Path):
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def plots(cells, ours, ns3, rows, out: Path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = [m for m in (*TOLERANCES, "queue_p99_pkts", "fct_mean_s") if any(r["metric"] == m for r in rows)]
+    ncol = 4
+    fig, axes = plt.subplots(math.ceil(len(metrics) / ncol), ncol, figsize=(4 * ncol, 3.6 * math.ceil(len(metrics) / ncol)))
+    for ax, m in zip(np.ravel(axes), metrics):
+        pts = [(r["ns3"], r["ours"], r["within"]) for r in rows if r["metric"] == m]
+        x, y = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+        ok = np.array([p[2] is not False for p in pts])
+        ax.scatter(x[ok], y[ok], s=14, c="tab:blue", label="within tolerance")
+        ax.scatter(x[~ok], y[~ok], s=18, c="tab:red", marker="x", label="outside")
+        finite = np.isfinite(x) & np.isfinite(y)
+        if finite.any():
+            lo, hi = min(x[finite].min(), y[finite].min()), max(x[finite].max(), y[finite].max())
+            ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+            if m in TOLERANCES:
+                t = TOLERANCES[m][0]
+                ax.fill_between([lo, hi], [lo * (1 - t), hi * (1 - t)], [lo * (1 + t), hi * (1 + t)],
+                                color="0.85", zorder=0)
+        ax.set_title(m)
+        ax.set_xlabel("ns-3.37")
+        ax.set_ylabel("rlbm_jax")
+    for ax in np.ravel(axes)[len(metrics):]:
+        ax.axis("off")
+    np.ravel(axes)[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "ours_vs_ns3.png", dpi=110)
+    plt.close(fig)
+
+    flow_cells = [c for c in cells if c.kind == "thesis"]
+    if flow_cells:
+        ncol = min(len(flow_cells), 6)
+        nrow = math.ceil(len(flow_cells) / ncol)
+        for what, idx, fname, xlabel in (("slowdown", 3, "slowdown_cdf.png", "FCT slowdown"),):
+            fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 2.8 * nrow), squeeze=False)
+            for ax, c in zip(axes.ravel(), flow_cells):
+                for src, col in ((ours, "tab:blue"), (ns3, "tab:orange")):
+                    v = np.sort(np.concatenate([np.asarray(f, dtype=float).reshape(-1, 5)[:, idx]
+                                                for f in src[c.name]["flows"]] or [np.zeros(0)]))
+                    if v.size:
+                        ax.plot(v, np.arange(1, v.size + 1) / v.size, color=col,
+                                label="rlbm_jax" if src is ours else "ns-3")
+                ax.set_xscale("log")
+                ax.set_title(c.name.replace("thesis/", ""), fontsize=8)
+                ax.set_xlabel(xlabel, fontsize=8)
+            for ax in axes.ravel()[len(flow_cells):]:
+                ax.axis("off")
+            axes[0, 0].legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(out / fname, dpi=100)
+            plt.close(fig)
+
+    ncol = min(len(cells), 6)
+    nrow = math.ceil(len(cells) / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.2 * ncol, 2.8 * nrow), squeeze=False)
+    for ax, c in zip(axes.ravel(), cells):
+        for src, col, lab in ((ours, "tab:blue", "rlbm_jax"), (ns3, "tab:orange", "ns-3")):
+            hs = [np.asarray(h, dtype=float) for h in src[c.name]["hist"] if len(h)]
+            if not hs:
+                continue
+            n = max(len(h) for h in hs)
+            h = np.mean([np.pad(x, (0, n - len(x))) for x in hs], axis=0)
+            ax.plot(np.arange(n), np.cumsum(h), color=col, label=lab)
+        ax.set_title(c.name.split("/", 1)[1], fontsize=8)
+        ax.set_xlabel("buffer occupancy, pkts", fontsize=8)
+    for ax in axes.ravel()[len(cells):]:
+        ax.axis("off")
+    axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "queue_cdf.png", dpi=100)
+    plt.close(fig)
+
+
+def report(cells, rows, ours, ns3, seeds, args, path: Path):
+    checked = [r for r in rows if r["within"] is not None]
+    miss = [r for r in checked if not r["within"]]
+    lines = [f"# Calibration: rlbm_jax vs ns-3.37 (grid `{args.grid}`)", "",
+             f"Command: `python calibration/run.py {' '.join(sys.argv[1:])}`", "",
+             f"{len(cells)} cells x {len(seeds)} seeds (seeds {seeds[0]}..{seeds[-1]}). For Poisson cells ns-3 "
+             "starts exactly the flows our simulator starts (`sim.flow_schedule` -> `--flows_in`: same times, "
+             "senders and sizes), so each seed is a paired comparison. Error = (ours - ns-3) / ns-3 of the "
+             "seed means.", "",
+             "Tolerances: " + ", ".join(f"{m} {t[0]:.0%}" + (f" (or {t[1]} absolute)" if t[1] else "")
+                                        for m, t in TOLERANCES.items()), "",
+             f"**{len(checked) - len(miss)} of {len(checked)} checked cell-metrics within tolerance.**", "",
+             "| cell | " + " | ".join(m for m in TOLERANCES) + " |", "|---|" + "---:|" * len(TOLERANCES)]
+    for c in cells:
+        cols = []
+        for m in TOLERANCES:
+            r = next((r for r in rows if r["cell"] == c.name and r["metric"] == m), None)
+            if r is None:
+                cols.append("–")
+                continue
+            mark = "" if r["within"] else " ✗"
+            cols.append(f"{_fmt(r['ours'])} / {_fmt(r['ns3'])} ({r['rel_err']:+.0%}){mark}")
+        lines.append(f"| {c.name} | " + " | ".join(cols) + " |")
+    lines += ["", "Cells read `ours / ns-3 (relative error)`; ✗ marks a miss.", ""]
+    speed_ours = np.mean([ours[c.name]["wall_s"] for c in cells])
+    speed_ns3 = np.mean([ns3[c.name]["wall_s"] for c in cells])
+    lines += [f"Wall time per cell: ours {speed_ours:.1f} s for {len(seeds)} seeds in one batch; "
+              f"ns-3 {speed_ns3:.2f} s per seed (one process).", ""]
+    if miss:
+        lines += [KNOWN_GAPS]
+    path.write_text("\n".join(lines) + "\n")
+
+
+KNOWN_GAPS = """## What the misses are (open)
+
+Utilisation, mean queue and median slowdown agree in every thesis cell, and so does the
+drop rate under NewReno. Two gaps remain; neither is fitted away by a knob.
+
+- **CUBIC drop rate at 25- and 100-packet buffers: ns-3 drops 2-3x more.** At 400 packets
+  the two agree. Turning HyStart off in both raises both drop rates but leaves ns-3 at
+  about 2x ours, so HyStart alone is not the cause. The leading suspect, not yet
+  confirmed: ns-3's CUBIC flows take many more retransmission timeouts (`rto_count` in results.json): a flow whose queueing delay
+  outgrows the RTO armed from its handshake RTT (3x about 21 ms) times out spuriously,
+  restarts from one segment and retransmits data that is still queued. Our model sends
+  no duplicates after a spurious RTO (docs/DESIGN.md), so those duplicates never occupy
+  or overflow our buffer.
+- **p99 FCT slowdown: ns-3's tail is mostly longer** (one cell misses the other way).
+  A cell has 10-30 flows per seed, so p99 is nearly the worst flow. The worst ns-3 flows are short flows that took about 3 s: a lost
+  SYN (ns-3 retries after ConnTimeout = 3 s) or a chain of spurious RTOs. Lost SYNs are
+  modelled (`syn_timeout_s`), but which flow meets a full queue is a matter of timing, and
+  the spurious-RTO chains are not modelled.
+"""
+
+
+def _fmt(x):
+    if not np.isfinite(x):
+        return "nan"
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--grid", default="smoke", choices=["thesis", "long", "smoke", "dial"])
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--first-seed", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
+    ap.add_argument("--out", default=None, help="results directory (default calibration/results/<grid>)")
+    ap.add_argument("--report", default=None, help="markdown report (default <out>/REPORT.md)")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    if args.seeds < 1:
+        ap.error("--seeds must be >= 1")
+    out = Path(args.out or ROOT / "calibration" / "results" / args.grid)
+    out.mkdir(parents=True, exist_ok=True)
+    cells = grid(args.grid)
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    binary = build_ns3()
+    t0 = time.perf_counter()
+    ns3 = run_ns3(binary, cells, seeds, args.jobs, out / "ns3_runs", show_progress=not args.no_progress)
+    t_ns3 = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ours = run_ours(cells, seeds, show_progress=not args.no_progress)
+    t_ours = time.perf_counter() - t0
+    rows = compare(cells, ours, ns3)
+    write_errors(rows, out / "errors.csv")
+    (out / "results.json").write_text(json.dumps(
+        {"grid": args.grid, "seeds": seeds, "tolerances": TOLERANCES, "wall_s": {"ours": t_ours, "ns3": t_ns3},
+         "cells": {c.name: {"kind": c.kind, "params": c.kw, "seconds": c.seconds,
+                            "ours": ours[c.name]["seeds"], "ns3": [{k: v for k, v in r.items()
+                                                                    if not k.startswith("queue_hist")}
+                                                                   for r in ns3[c.name]["seeds"]],
+                            "ns3_example_cmd": ns3[c.name]["example_cmd"]} for c in cells},
+         "errors": rows}, indent=1, default=float) + "\n")
+    plots(cells, ours, ns3, rows, out)
+    report(cells, rows, ours, ns3, seeds, args, Path(args.report or out / "REPORT.md"))
+    miss = [r for r in rows if r["within"] is False]
+    print(f"{len(miss)} misses of {sum(r['within'] is not None for r in rows)} checked; "
+          f"wall ns-3 {t_ns3:.0f} s, ours {t_ours:.0f} s; wrote {out}")
+    for r in miss:
+        print(f"  MISS {r['cell']} {r['metric']}: ours {r['ours']:.4g} ns-3 {r['ns3']:.4g} ({r['rel_err']:+.1%})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Calibration smoke against ns-3.37: the ns-3 scenario builds (installing libns3-dev
+when it is missing), refuses bad parameters, and two thesis cells agree with our
+simulator within the calibration tolerances (`calibration/run.py`)."""
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("calibration_run", ROOT / "calibration" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["calibration_run"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+run = _load_runner()
+
+
+@pytest.fixture(scope="module")
+def ns3_binary():
+    return run.build_ns3()
+
+
+def test_ns3_scenario_rejects_bad_parameters(ns3_binary):
+    for arg, name in (("--policy=foo", "policy"), ("--load=-1", "load"), ("--class_cap_pkts=0", "class_cap_pkts")):
+        proc = subprocess.run([str(ns3_binary), arg, f"--cdf={run.cdf_path('websearch')}", "--out=-"],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2, (arg, proc.stdout[-500:], proc.stderr[-500:])
+        assert name in proc.stderr
+
+
+def test_ns3_conserves_flows_and_reports_our_fields(ns3_binary, tmp_path):
+    cell = run.thesis_cell("cubic", 0.6, 100, seconds=20.0)
+    res = run.run_ns3(ns3_binary, [cell], [1], jobs=1, workdir=tmp_path, show_progress=False)[cell.name]
+    rep = res["seeds"][0]
+    ours = run.run_ours([cell], [1], show_progress=False)[cell.name]["seeds"][0]
+    missing = {k for k in ours if k.startswith(("util", "drop", "queue_", "slowdown", "fct", "flows_"))} - set(rep)
+    assert not missing, missing
+    assert rep["flows_started"] == rep["flows_completed"] + rep["flows_unfinished"]
+    assert len(res["flows"][0]) == rep["flows_completed"]
+    assert rep["arrivals_c0"] + rep["arrivals_c1"] >= rep["drops_c0"] + rep["drops_c1"]
+    assert np.isclose(sum(rep["queue_hist"]), 1.0, atol=1e-6)
+
+
+def test_smoke_cells_agree_with_ns3_within_tolerance(ns3_binary, tmp_path):
+    cells = run.grid("smoke")
+    seeds = list(range(1, 6))
+    ns3 = run.run_ns3(ns3_binary, cells, seeds, jobs=2, workdir=tmp_path, show_progress=False)
+    ours = run.run_ours(cells, seeds, show_progress=False)
+    rows = run.compare(cells, ours, ns3)
+    misses = [r for r in rows if r["within"] is False]
+    assert not misses, json.dumps(misses, indent=1, default=float)
+    assert sum(r["within"] is True for r in rows) == len(cells) * len(run.TOLERANCES)
