@@ -230,7 +230,7 @@ def _run_one_ns3(binary: Path, c: Cell, seed: int, workdir: Path) -> dict:
     rep = json.loads(Path(f"{stem}.json").read_text())
     flows = np.loadtxt(f"{stem}.flows.csv", delimiter=",", skiprows=1, ndmin=2).tolist() \
         if Path(f"{stem}.flows.csv").stat().st_size > 40 else []
-    return {"rep": rep, "flows": flows, "cmd": " ".join(cmd[1:])}
+    return {"rep": rep, "flows": flows, "cmd": " ".join(cmd[1:]).replace(str(ROOT) + os.sep, "")}
 
 
 def run_ns3(binary: Path, cells: list[Cell], seeds: list[int], jobs: int, workdir: Path,
