@@ -62,10 +62,6 @@ class Cell:
     kw: dict  # make_params keyword arguments, the same names the ns-3 scenario takes
     seconds: float
 
-    def shape_key(self):
-        return (self.kw.get("num_senders", 10), self.kw.get("num_classes", 2), self.kw.get("num_flow_slots", 64),
-                self.kw.get("queue_capacity_pkts"), self.kw.get("pkts_per_tick", 1), self.kw.get("delay_line_ticks"))
-
 
 # ---------------------------------------------------------------------------
 # grids
@@ -74,7 +70,7 @@ class Cell:
 def thesis_cell(tcp, load, buffer_pkts, seconds=60.0, pkts_per_tick=1, policy="sb-naive"):
     kw = dict(num_senders=10, num_classes=2, tcp=tcp, load=load, buffer_per_class_pkts=buffer_pkts,
               queue_capacity_pkts=400, arrival_stop_s=45.0, policy=policy, pkts_per_tick=pkts_per_tick,
-              num_flow_slots=64, delay_line_ticks=max(64, 64 // pkts_per_tick + 4))
+              num_flow_slots=64)
     return Cell(f"thesis/{tcp}/load{load:g}/buf{buffer_pkts}" + (f"/k{pkts_per_tick}" if pkts_per_tick > 1 else ""),
                 "thesis", kw, seconds)
 
@@ -116,10 +112,11 @@ def run_ours(cells: list[Cell], seeds: list[int], show_progress=True) -> dict:
     """{cell name: {"seeds": [per-seed report], "flows": [[rows]], "hist": [[fractions]], "wall_s"}}."""
     out = {}
     groups: dict = {}
-    for c in cells:
-        groups.setdefault((c.shape_key(), c.seconds), []).append(c)
-    for (_, seconds), group in groups.items():
-        params = [make_params(**c.kw) for c in group]
+    for c in cells:  # one batch per static shape (the treedef holds the static fields)
+        p = make_params(**c.kw)
+        groups.setdefault((jax.tree.structure(p), c.seconds), []).append((c, p))
+    for (_, seconds), pairs in groups.items():
+        group, params = [c for c, _ in pairs], [p for _, p in pairs]
         batch = jax.tree.map(lambda *xs: jnp.stack([x for x in xs for _ in seeds]), *params)
         keys = jnp.stack([jax.random.PRNGKey(int(s)) for _ in group for s in seeds])
         p0 = params[0]
@@ -178,7 +175,7 @@ def ns3_args(c: Cell, seed: int) -> list[str]:
     kw = dict(c.kw)
     args = {"seconds": c.seconds, "seed": seed}
     for k, v in kw.items():
-        if k in ("num_flow_slots", "queue_capacity_pkts", "pkts_per_tick", "delay_line_ticks"):
+        if k in ("num_flow_slots", "queue_capacity_pkts", "pkts_per_tick"):
             continue  # shapes of our simulator only
         if k == "buffer_per_class_pkts":
             k = "class_cap_pkts"

@@ -234,9 +234,8 @@ def tick(state: SimState, params: SimParams) -> SimState:
     # ---- 4. a new flow (at most one per tick) ------------------------------------------
     is_new = valid & (idx == slot) & due & free
     start = jnp.any(is_new)
-    size_b = traffic.sample_size_bytes(u[1], params.cdf_size_bytes, params.cdf_prob)
+    size_b, sender, gap = traffic.arrival_draw(u, rate, params)
     cls = jnp.minimum(traffic.flow_class(size_b, params.class_threshold_bytes), P - 1)
-    sender = jnp.minimum((u[2] * S).astype(jnp.int32), S - 1)
     qdelay = state.queue.pkts[cls].astype(jnp.float32) * params.data_pkt_bits / params.bottleneck_rate_bps
     hs_rtt = params.base_rtt_s + qdelay
     t_arr = state.next_arrival_s
@@ -248,7 +247,6 @@ def tick(state: SimState, params: SimParams) -> SimState:
     reuse = (jnp.arange(F) == slot) & start
     delivered = jnp.where(reuse, 0, delivered)
     done_sink = done_sink & ~reuse
-    gap = jnp.where(rate > 0, -jnp.log(jnp.maximum(1.0 - u[0], 1e-12)) / jnp.maximum(rate, 1e-30), jnp.inf)
     advance = due & (start | ~free)  # an arrival that found no free slot is refused
     next_arrival = jnp.where(advance, t_arr + gap, state.next_arrival_s)
     m = m.replace(flows_started=m.flows_started + start, flows_refused=m.flows_refused + (due & ~free),
@@ -351,13 +349,9 @@ def flow_schedule(key, params: SimParams, max_flows: int):
     k_seed, k_arr, _ = jax.random.split(key, 3)
     seed = jax.random.bits(k_seed, (), jnp.uint32)
     rate = traffic.arrival_rate_per_s(params)
-    S = params.num_senders
 
     def one(t, i):
-        u = traffic.hash_uniform(seed, i + params.long_flows, 3)
-        size_b = traffic.sample_size_bytes(u[1], params.cdf_size_bytes, params.cdf_prob)
-        sender = jnp.minimum((u[2] * S).astype(jnp.int32), S - 1)
-        gap = jnp.where(rate > 0, -jnp.log(jnp.maximum(1.0 - u[0], 1e-12)) / jnp.maximum(rate, 1e-30), jnp.inf)
+        size_b, sender, gap = traffic.arrival_draw(traffic.hash_uniform(seed, i + params.long_flows, 3), rate, params)
         return t + gap, (t, sender, size_b)
 
     t0 = traffic.next_gap_s(k_arr, rate).astype(jnp.float32)

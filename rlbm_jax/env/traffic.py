@@ -113,6 +113,15 @@ def arrival_rate_per_s(params):
     return jnp.where(params.arrival_id == 0, by_load, thesis_code)
 
 
+def arrival_draw(u, rate, params):
+    """An arrival's size (bytes), sender and gap (s) to the next arrival, from its
+    three uniforms u [3] (gap, size, sender) and the total arrival rate."""
+    size_b = sample_size_bytes(u[1], params.cdf_size_bytes, params.cdf_prob)
+    sender = jnp.minimum((u[2] * params.num_senders).astype(jnp.int32), params.num_senders - 1)
+    gap = jnp.where(rate > 0, -jnp.log(jnp.maximum(1.0 - u[0], 1e-12)) / jnp.maximum(rate, 1e-30), jnp.inf)
+    return size_b, sender, gap
+
+
 def next_gap_s(key, rate):
     return jnp.where(rate > 0, jax.random.exponential(key, ()) / jnp.maximum(rate, 1e-30), jnp.inf)
 
