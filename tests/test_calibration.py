@@ -48,6 +48,14 @@ def test_ns3_conserves_flows_and_reports_our_fields(ns3_binary, tmp_path):
     assert len(res["flows"][0]) == rep["flows_completed"]
     assert rep["arrivals_c0"] + rep["arrivals_c1"] >= rep["drops_c0"] + rep["drops_c1"]
     assert np.isclose(sum(rep["queue_hist"]), 1.0, atol=1e-6)
+    # every loss is repaired by a retransmission that crosses the buffer again
+    assert rep["drops_c0"] + rep["drops_c1"] > 0
+    assert rep["retx_arrivals"] >= 0.5 * (rep["drops_c0"] + rep["drops_c1"])
+    assert 0 <= rep["retx_drops"] <= rep["retx_arrivals"]
+    # a rerun with the same source, command and flow schedule is read back, not rerun
+    again = run.run_ns3(ns3_binary, [cell], [1], jobs=1, workdir=tmp_path, show_progress=False)[cell.name]
+    assert (res["cached_runs"], again["cached_runs"]) == (0, 1)
+    assert again["seeds"][0] == rep
 
 
 def test_smoke_cells_agree_with_ns3_within_tolerance(ns3_binary, tmp_path):

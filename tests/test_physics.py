@@ -3,7 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.env import long_flow_params, metrics as mx, sim
+from rlbm_jax.env import long_flow_params, metrics as mx, sim, tcp as tcp_mod
 
 SECONDS, WARMUP = 30.0, 5.0
 
@@ -70,3 +70,44 @@ def test_access_link_limits_and_shares_its_rate():
     assert abs(limited - 0.625) < 0.03, limited
     assert abs(shared - 0.625) < 0.03, shared
     assert full > 0.97, full
+
+
+def test_slow_start_growth_per_round_trip_with_delayed_acks():
+    """ns-3.37 with DelAckCount = 2: NewReno adds a segment per ACK (x1.5 per round trip),
+    CUBIC counts the segments each ACK covers (x2 per round trip)."""
+    factors = {}
+    for tcp in ("newreno", "cubic"):
+        p = long_flow_params(1, 4.0, tcp=tcp, delayed_ack=2, hystart=False, long_flow_start_spread_s=0.0)
+        rtt_ticks = int(round(float(p.base_rtt_s) / float(p.tick_s)))
+        advance = jax.jit(lambda s: sim.run(s, p, rtt_ticks)[0])
+        state, cwnd = sim.init(jax.random.PRNGKey(0), p), []
+        for _ in range(12):
+            state = advance(state)
+            cwnd.append(float(tcp_mod.column(state.flows, "cwnd")[0]))
+        cwnd = np.asarray(cwnd)
+        ratios = cwnd[1:] / cwnd[:-1]
+        growing = (cwnd[:-1] >= 12) & (cwnd[1:] < 0.5 * float(p.bdp_pkts))  # past IW, no queue yet
+        assert growing.sum() >= 2, cwnd
+        factors[tcp] = float(np.median(ratios[growing]))
+    assert abs(factors["newreno"] - 1.5) < 0.12, factors
+    assert abs(factors["cubic"] - 2.0) < 0.15, factors
+
+
+def test_newreno_congestion_avoidance_adds_whole_bytes_like_ns3():
+    """ns-3.37 TcpNewReno adds max(1, floor(MSS^2 / cwnd)) bytes per ACK: at 400 segments of
+    1000 bytes that is 2 bytes, a fifth less than the textbook 1/cwnd segment."""
+    p = long_flow_params(1, 1.0, tcp="newreno", mss_bytes=1000)
+    fl = tcp_mod.init_flows(1).replace(
+        active=jnp.array([True]), size_pkts=jnp.array([tcp_mod.BIG_PKTS]), cwnd=jnp.array([400.0]),
+        ssthresh=jnp.array([100.0]), outstanding=jnp.array([400]), tx_next=jnp.array([400]),
+        srtt_s=jnp.array([0.02]), rttvar_s=jnp.array([0.001]), rto_s=jnp.array([0.2]))
+    one = jnp.array([1])
+    zero = jnp.array([0])
+    out = tcp_mod.on_acks(fl, jnp.int32(10), one, zero, zero, jnp.array([0]), jnp.array([0.02]), p,
+                          float(p.tick_s))
+    # float32 resolves 400 + 0.002 to about 3e-5; the textbook rule would add 0.0025
+    np.testing.assert_allclose(float(out.cwnd[0]) - 400.0, 2.0 / 1000.0, rtol=0.05)
+    # CUBIC is unaffected by the NewReno rule: its increment comes from the cubic
+    out_c = tcp_mod.on_acks(fl, jnp.int32(10), one, zero, zero, jnp.array([0]), jnp.array([0.02]),
+                            p.replace(tcp_id=jnp.int32(tcp_mod.CUBIC)), float(p.tick_s))
+    assert float(out_c.cwnd[0]) != float(out.cwnd[0])

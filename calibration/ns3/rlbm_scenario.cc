@@ -168,6 +168,7 @@ struct Params {
     bool cubicFastConvergence, hystart;
     uint32_t hystartLowWindowPkts, hystartMinSamples;
     double hystartAckDeltaS, hystartDelayMinS, hystartDelayMaxS;
+    uint32_t ssAckCapSegs; // ablation: most segments one ACK adds in slow start (0 = ns-3 as is)
     // traffic
     std::string arrival;
     double load, arrivalStopS;
@@ -264,6 +265,9 @@ Options DeclareOptions() {
     o.Add("cubic_c", "0.4", "CUBIC scaling constant");
     o.Add("cubic_fast_convergence", "1", "CUBIC fast convergence (0/1)");
     o.Add("hystart", "1", "CUBIC HyStart (0/1)");
+    o.Add("ss_ack_cap_segs", "0",
+          "ablation, not a model parameter: cap the segments one ACK credits in slow start "
+          "(ns-3.37 CUBIC credits every segment a cumulative ACK covers; 0 = unchanged)");
     o.Add("hystart_low_window_pkts", "16", "cwnd below which HyStart is off (segments)");
     o.Add("hystart_min_samples", "8", "RTT samples per HyStart round");
     o.Add("hystart_ack_delta_s", "0.002", "HyStart ACK-train spacing (s)");
@@ -380,6 +384,7 @@ Params ParseCommandLine(int argc, char* argv[]) {
     c.cubicC = ToFinite("cubic_c", o["cubic_c"], 0, true);
     c.cubicFastConvergence = ToBool("cubic_fast_convergence", o["cubic_fast_convergence"]);
     c.hystart = ToBool("hystart", o["hystart"]);
+    c.ssAckCapSegs = ToInt("ss_ack_cap_segs", o["ss_ack_cap_segs"], 0, 1000000);
     c.hystartLowWindowPkts = ToInt("hystart_low_window_pkts", o["hystart_low_window_pkts"], 0, 1000000);
     c.hystartMinSamples = ToInt("hystart_min_samples", o["hystart_min_samples"], 1, 255);
     c.hystartAckDeltaS = ToFinite("hystart_ack_delta_s", o["hystart_ack_delta_s"], 0, false);
@@ -500,8 +505,11 @@ class SizeDistribution {
 
 /// Retransmission timeouts of all sockets (ns-3 raises CA_EVENT_LOSS only in ReTxTimeout).
 uint64_t g_rtoCount = 0;
+/// Ablation (--ss_ack_cap_segs): most segments one ACK credits in slow start, 0 = no cap.
+uint32_t g_ssAckCapSegs = 0;
 
-/// `Base` (TcpCubic or TcpNewReno) unchanged, except that every RTO is counted.
+/// `Base` (TcpCubic or TcpNewReno) unchanged, except that every RTO is counted (and the
+/// --ss_ack_cap_segs ablation, off by default).
 template <class Base>
 class RtoCountingCongestionOps : public Base {
   public:
@@ -517,6 +525,13 @@ class RtoCountingCongestionOps : public Base {
     void CwndEvent(Ptr<TcpSocketState> tcb, const TcpSocketState::TcpCAEvent_t event) override {
         if (event == TcpSocketState::CA_EVENT_LOSS) ++g_rtoCount;
         Base::CwndEvent(tcb, event);
+    }
+
+    void IncreaseWindow(Ptr<TcpSocketState> tcb, uint32_t segmentsAcked) override {
+        if (g_ssAckCapSegs > 0 && tcb->m_cWnd < tcb->m_ssThresh) {
+            segmentsAcked = std::min(segmentsAcked, g_ssAckCapSegs);
+        }
+        Base::IncreaseWindow(tcb, segmentsAcked);
     }
 
     Ptr<TcpCongestionOps> Fork() override { return CopyObject<RtoCountingCongestionOps<Base>>(this); }
@@ -549,6 +564,8 @@ struct BufferConfig {
 /// Measurements of the buffer over the measured window.
 struct BufferStats {
     std::vector<uint64_t> arrivals, drops, dequeues; // [P] enqueue attempts, drops, dequeues
+    uint64_t retxArrivals = 0; // data segments that repeat bytes already seen at this buffer
+    uint64_t retxDrops = 0;    // ... of which dropped
     std::vector<double> occupancyTime;               // [B+1] seconds at each total occupancy
     std::vector<std::vector<double>> classTime;      // [P][cap_c+1] seconds at each class length
     std::vector<double> classPktSeconds;             // [P] time integral of each class length
@@ -606,9 +623,12 @@ class RlbmBufferQueueDisc : public QueueDisc {
         const uint32_t c = Classify(item);
         const bool measuring = Simulator::Now().GetSeconds() >= m_cfg.warmupS;
         if (measuring) ++m_stats.arrivals[c];
+        const bool retx = IsRetransmission(item);
+        if (measuring && retx) ++m_stats.retxArrivals;
         const bool admit = double(m_len[c]) < std::floor(Threshold(c)) && m_total < m_cfg.bufferPkts;
         if (!admit || !GetInternalQueue(c)->Enqueue(item)) {
             if (measuring) ++m_stats.drops[c];
+            if (measuring && retx) ++m_stats.retxDrops;
             if (!admit) DropBeforeEnqueue(item, "class threshold or shared buffer exceeded");
             return false;
         }
@@ -664,6 +684,26 @@ class RlbmBufferQueueDisc : public QueueDisc {
             return 0;
         }
         return port - kBasePort;
+    }
+
+    /// Whether a TCP data segment repeats bytes that already reached this buffer (a
+    /// retransmission, needed or spurious); records the highest byte seen per flow.
+    bool IsRetransmission(Ptr<const QueueDiscItem> item) {
+        Ptr<const Ipv4QueueDiscItem> ip = DynamicCast<const Ipv4QueueDiscItem>(item);
+        if (!ip || ip->GetHeader().GetProtocol() != 6 /* TCP */) return false;
+        Ptr<const Packet> segment = ip->GetPacket();
+        uint8_t hdr[13];
+        if (segment->GetSize() < 20 || segment->CopyData(hdr, sizeof(hdr)) != sizeof(hdr)) return false;
+        const uint32_t headerBytes = uint32_t(hdr[12] >> 4) * 4;
+        if (segment->GetSize() <= headerBytes) return false; // pure ACK, SYN or FIN
+        const uint32_t seq = (uint32_t(hdr[4]) << 24) | (uint32_t(hdr[5]) << 16) | (uint32_t(hdr[6]) << 8) | hdr[7];
+        const uint32_t end = seq + (segment->GetSize() - headerBytes);
+        const uint64_t key = (uint64_t(ip->GetHeader().GetSource().Get()) << 16) | ((uint32_t(hdr[0]) << 8) | hdr[1]);
+        auto [it, fresh] = m_highestEnd.emplace(key, end);
+        if (fresh) return false;
+        if (int32_t(end - it->second) <= 0) return true;
+        it->second = end;
+        return false;
     }
 
     /// Admission threshold of class c for the current occupancy, capped by the class FIFO.
@@ -726,6 +766,7 @@ class RlbmBufferQueueDisc : public QueueDisc {
 
     BufferConfig m_cfg;
     std::vector<uint32_t> m_len; // packets per class FIFO
+    std::unordered_map<uint64_t, uint32_t> m_highestEnd; // per flow: highest sequence end seen
     uint32_t m_total = 0;        // packets in the shared buffer
     uint32_t m_lastServed = 0;
     std::vector<double> m_drainNorm;
@@ -1185,6 +1226,7 @@ JsonObject Scenario::ConfigJson() const {
         .Num("cubic_c", c.cubicC)
         .Raw("cubic_fast_convergence", c.cubicFastConvergence ? "true" : "false")
         .Raw("hystart", c.hystart ? "true" : "false")
+        .Num("ss_ack_cap_segs", c.ssAckCapSegs)
         .Num("hystart_low_window_pkts", c.hystartLowWindowPkts)
         .Num("hystart_min_samples", c.hystartMinSamples)
         .Num("hystart_ack_delta_s", c.hystartAckDeltaS)
@@ -1268,6 +1310,8 @@ std::string Scenario::Report(double wallS) const {
         .Num("flows_refused", 0) // every arrival gets a socket (rlbm_jax refuses when its slots are full)
         .Num("flows_failed", double(failed))
         .Num("rto_count", double(g_rtoCount))
+        .Num("retx_arrivals", double(st.retxArrivals))
+        .Num("retx_drops", double(st.retxDrops))
         .Num("measured_s", measured);
     for (uint32_t k = 0; k < c.numClasses; ++k) {
         const std::string s = std::to_string(k);
@@ -1297,6 +1341,7 @@ void SetDefaults(const Params& c) {
     const TypeId cc = c.tcp == "cubic" ? RtoCountingCongestionOps<TcpCubic>::GetTypeId()
                                        : RtoCountingCongestionOps<TcpNewReno>::GetTypeId();
     Config::SetDefault("ns3::TcpL4Protocol::SocketType", TypeIdValue(cc));
+    g_ssAckCapSegs = c.ssAckCapSegs;
     Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(c.mssBytes));
     Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(c.initialCwndPkts));
     Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(c.delayedAck));

@@ -18,9 +18,11 @@ Per flow the sender keeps:
   ghost        transmissions in flight when the RTO fired; the RTO empties the
                pipe and their later ACKs count as new ACKs
 States: OPEN, RECOVERY (fast recovery with PRR, ns-3.37's default), LOSS (after RTO).
-NewReno grows per ACK (+1 segment in slow start, +1/cwnd in congestion
-avoidance); CUBIC follows ns-3.37 (beta 0.7, C 0.4, fast convergence, HyStart
-with ACK-train and delay detection, no Reno-friendly region).
+NewReno grows per ACK (+1 segment in slow start; in congestion avoidance
+max(1, floor(MSS^2 / cwnd)) whole bytes, as ns-3.37, a little under 1/cwnd); CUBIC follows ns-3.37 (beta 0.7, C 0.4, fast convergence, HyStart
+with ACK-train and delay detection, no Reno-friendly region) and, like ns-3.37,
+counts segments rather than ACKs (byte counting in slow start, so with delayed
+ACKs it doubles its window per round trip where NewReno grows 1.5x).
 Not modelled (documented in DESIGN.md): spurious retransmissions after an RTO,
 the delayed-ACK timer (an odd segment is ACKed with the next or when the pipe
 empties), losses of SYN packets.
@@ -253,21 +255,27 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
 
     # ---- window growth in OPEN and LOSS ---------------------------------------
     grow = has & ((state == OPEN) | (state == LOSS)) & ~enter
-    growth_acks = jnp.maximum(n_acks - jnp.where(state == OPEN, n_dup, 0), 0)
+    # NewReno counts ACKs; ns-3.37's CUBIC counts the segments each ACK covers (byte
+    # counting in slow start, m_cWndCnt in congestion avoidance)
+    growth = jnp.where(is_cubic, acked, n_acks) - jnp.where(state == OPEN, n_dup, 0)
+    growth = jnp.maximum(growth, 0)
     # after an RTO, ACKs of packets above a still-missing one are SACKs: only
     # retransmissions (which fill holes) advance the cumulative ACK then
     holes = (fl.lost_q + fl.retx_out + fl.retx_dropped) > 0
-    growth_acks = jnp.where((state == LOSS) & holes, jnp.minimum(growth_acks, acked_retx), growth_acks)
-    growth_acks = growth_acks.astype(jnp.float32)
+    growth = jnp.where((state == LOSS) & holes, jnp.minimum(growth, acked_retx), growth)
+    growth_acks = growth.astype(jnp.float32)
     cwnd = fl.cwnd
-    # slow start: +1 per ACK up to ssthresh (ns-3 adds whole segments), the rest in CA
+    # slow start: +1 per ACK (NewReno) or segment (CUBIC) up to ssthresh, the rest in CA
     room = jnp.maximum(jnp.ceil(ssthresh - cwnd), 0.0)
     ss_acks = jnp.where(cwnd < ssthresh, jnp.minimum(growth_acks, room), 0.0)
     ca_acks = growth_acks - ss_acks
     cwnd_ss = cwnd + ss_acks
     inc_cubic, ep_c, k_c, or_c = _cubic_increment(fl.replace(cwnd=cwnd_ss, w_max=w_max, epoch_start=epoch_start,
                                                              delay_min_s=delay_min), t, params, tick_s)
-    inc = jnp.where(is_cubic, inc_cubic, 1.0 / jnp.maximum(cwnd_ss, 1.0))
+    # ns-3.37 NewReno adds max(1, floor(MSS^2 / cwnd)) bytes per ACK: whole bytes, truncated
+    mss = params.mss_bytes.astype(jnp.float32)
+    inc_reno = jnp.maximum(1.0, jnp.floor(mss / jnp.maximum(cwnd_ss, 1.0))) / mss
+    inc = jnp.where(is_cubic, inc_cubic, inc_reno)
     ca_on = grow & (ca_acks > 0)
     cwnd_grown = cwnd_ss + ca_acks * inc
     cwnd = jnp.where(grow, cwnd_grown, cwnd)
