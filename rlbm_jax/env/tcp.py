@@ -272,9 +272,12 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     cwnd_ss = cwnd + ss_acks
     inc_cubic, ep_c, k_c, or_c = _cubic_increment(fl.replace(cwnd=cwnd_ss, w_max=w_max, epoch_start=epoch_start,
                                                              delay_min_s=delay_min), t, params, tick_s)
-    # ns-3.37 NewReno adds max(1, floor(MSS^2 / cwnd)) bytes per ACK: whole bytes, truncated
-    mss = params.mss_bytes.astype(jnp.float32)
-    inc_reno = jnp.maximum(1.0, jnp.floor(mss / jnp.maximum(cwnd_ss, 1.0))) / mss
+    # ns-3.37 NewReno adds max(1, floor(MSS^2 / cwnd)) bytes per ACK, in integer bytes (its
+    # cwnd is a byte count, so cwnd * MSS is whole here): integer division keeps it exact,
+    # and vmapped and single runs agree bit for bit
+    mss_i = params.mss_bytes.astype(jnp.int32)
+    cwnd_bytes = jnp.maximum(jnp.round(cwnd_ss * mss_i.astype(jnp.float32)).astype(jnp.int32), 1)
+    inc_reno = jnp.maximum(1, (mss_i * mss_i) // cwnd_bytes).astype(jnp.float32) / mss_i.astype(jnp.float32)
     inc = jnp.where(is_cubic, inc_cubic, inc_reno)
     ca_on = grow & (ca_acks > 0)
     cwnd_grown = cwnd_ss + ca_acks * inc
