@@ -78,20 +78,16 @@ def thesis_cell(tcp, load, buffer_pkts, seconds=60.0, pkts_per_tick=1, policy="s
 
 
 def long_cell(tcp, n, bdp_mult, rtt_s, seconds=20.0, warmup_s=5.0):
-    rate, mss = 100e6, 1000
-    bottleneck_delay = rtt_s / 2
-    probe = make_params(num_senders=1, num_classes=1, access_rate_bps=1e9, access_delay_s=0.0,
-                        bottleneck_rate_bps=rate, bottleneck_delay_s=bottleneck_delay, mss_bytes=mss,
-                        load=0.0, policy="droptail")
-    bdp = float(probe.bdp_pkts)
-    buf = max(2, int(round(bdp_mult * bdp)))
     kw = dict(num_senders=n, num_classes=1, num_flow_slots=n, long_flows=n, load=0.0, policy="droptail",
-              access_rate_bps=1e9, access_delay_s=0.0, bottleneck_rate_bps=rate,
-              bottleneck_delay_s=bottleneck_delay, tcp=tcp, mss_bytes=mss, buffer_per_class_pkts=buf,
-              queue_capacity_pkts=buf, long_flow_start_spread_s=1.0, warmup_s=warmup_s,
+              access_rate_bps=1e9, access_delay_s=0.0, bottleneck_rate_bps=100e6,
+              bottleneck_delay_s=rtt_s / 2, tcp=tcp, mss_bytes=1000, long_flow_start_spread_s=1.0,
+              warmup_s=warmup_s,
               # Linux's 200 ms, as `long_flow_params`: with the thesis's 10 ms floor, RTTs of
               # 20-80 ms plus queueing make ns-3 time out spuriously thousands of times per run
               min_rto_s=0.2)
+    bdp = float(make_params(**kw, buffer_per_class_pkts=1).bdp_pkts)
+    buf = max(2, int(round(bdp_mult * bdp)))
+    kw.update(buffer_per_class_pkts=buf, queue_capacity_pkts=buf)
     return Cell(f"long/{tcp}/N{n}/{bdp_mult:g}bdp/rtt{int(rtt_s * 1e3)}ms", "long", kw, seconds)
 
 
@@ -220,12 +216,13 @@ def write_schedule(c: Cell, seed: int, path: Path) -> int:
 _schedule = jax.jit(sim.flow_schedule, static_argnums=2)
 
 
-def _run_one_ns3(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple = (), fresh: bool = False) -> dict:
+def _run_one_ns3(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, fresh: bool,
+                 source_digest: bytes) -> dict:
     """One ns-3 run; reuses an earlier result when the scenario source, the command line
     and the flow schedule are all unchanged (unless `fresh`)."""
     stem = workdir / f"{c.name.replace('/', '_')}_s{seed}"
     cmd = [str(binary), *ns3_args(c, seed), *extra, f"--out={stem}.json", f"--flows_out={stem}.flows.csv"]
-    key = hashlib.sha256(SOURCE.read_bytes())
+    key = hashlib.sha256(source_digest)
     if c.kind == "thesis":
         schedule = Path(f"{stem}.schedule.csv")
         write_schedule(c, seed, schedule)
@@ -253,7 +250,8 @@ def run_ns3(binary: Path, cells: list[Cell], seeds: list[int], jobs: int, workdi
     res = {}
     bar = Progress(len(tasks), unit=" runs", label="ns-3 ") if show_progress else None
     with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
-        futs = {ex.submit(_run_one_ns3, binary, c, s, workdir, extra, fresh): (c.name, s) for c, s in tasks}
+        digest = hashlib.sha256(SOURCE.read_bytes()).digest()  # the cache key covers the scenario source
+        futs = {ex.submit(_run_one_ns3, binary, c, s, workdir, extra, fresh, digest): (c.name, s) for c, s in tasks}
         for i, f in enumerate(cf.as_completed(futs)):
             res[futs[f]] = f.result()
             if bar:

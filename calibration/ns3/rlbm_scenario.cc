@@ -620,10 +620,11 @@ class RlbmBufferQueueDisc : public QueueDisc {
 
   private:
     bool DoEnqueue(Ptr<QueueDiscItem> item) override {
-        const uint32_t c = Classify(item);
+        const Segment seg = Parse(item);
+        const uint32_t c = Classify(seg);
         const bool measuring = Simulator::Now().GetSeconds() >= m_cfg.warmupS;
         if (measuring) ++m_stats.arrivals[c];
-        const bool retx = IsRetransmission(item);
+        const bool retx = IsRetransmission(seg);
         if (measuring && retx) ++m_stats.retxArrivals;
         const bool admit = double(m_len[c]) < std::floor(Threshold(c)) && m_total < m_cfg.bufferPkts;
         if (!admit || !GetInternalQueue(c)->Enqueue(item)) {
@@ -672,34 +673,44 @@ class RlbmBufferQueueDisc : public QueueDisc {
 
     void InitializeParams() override {}
 
-    uint32_t Classify(Ptr<const QueueDiscItem> item) const {
+    /// The fields of a TCP segment this queue disc reads; `tcp` is false for anything else.
+    struct Segment {
+        bool tcp = false;
+        uint64_t flow = 0;     // source address and port
+        uint16_t dstPort = 0;
+        uint32_t seq = 0;
+        uint32_t payload = 0;  // bytes after the TCP header (0: pure ACK, SYN or FIN)
+    };
+
+    static Segment Parse(Ptr<const QueueDiscItem> item) {
+        Segment s;
         Ptr<const Ipv4QueueDiscItem> ip = DynamicCast<const Ipv4QueueDiscItem>(item);
-        if (!ip || ip->GetHeader().GetProtocol() != 6 /* TCP */) return 0;
+        if (!ip || ip->GetHeader().GetProtocol() != 6 /* TCP */) return s;
         Ptr<const Packet> segment = ip->GetPacket();
         uint8_t hdr[13];
-        if (segment->GetSize() < 20 || segment->CopyData(hdr, sizeof(hdr)) != sizeof(hdr)) return 0;
-        // every segment of a flow toward the sink (SYN and FIN included) takes the flow's class
-        const uint32_t port = (uint32_t(hdr[2]) << 8) | hdr[3];
-        if (port < kBasePort || port >= kBasePort + m_cfg.numClasses) {
-            return 0;
-        }
-        return port - kBasePort;
+        if (segment->GetSize() < 20 || segment->CopyData(hdr, sizeof(hdr)) != sizeof(hdr)) return s;
+        const uint32_t headerBytes = uint32_t(hdr[12] >> 4) * 4;
+        s.tcp = true;
+        s.flow = (uint64_t(ip->GetHeader().GetSource().Get()) << 16) | ((uint32_t(hdr[0]) << 8) | hdr[1]);
+        s.dstPort = uint16_t((uint32_t(hdr[2]) << 8) | hdr[3]);
+        s.seq = (uint32_t(hdr[4]) << 24) | (uint32_t(hdr[5]) << 16) | (uint32_t(hdr[6]) << 8) | hdr[7];
+        s.payload = segment->GetSize() > headerBytes ? segment->GetSize() - headerBytes : 0;
+        return s;
+    }
+
+    /// Every segment of a flow toward the sink (SYN and FIN included) takes the flow's
+    /// class, its destination port - kBasePort; anything else is class 0.
+    uint32_t Classify(const Segment& s) const {
+        if (!s.tcp || s.dstPort < kBasePort || s.dstPort >= kBasePort + m_cfg.numClasses) return 0;
+        return s.dstPort - kBasePort;
     }
 
     /// Whether a TCP data segment repeats bytes that already reached this buffer (a
     /// retransmission, needed or spurious); records the highest byte seen per flow.
-    bool IsRetransmission(Ptr<const QueueDiscItem> item) {
-        Ptr<const Ipv4QueueDiscItem> ip = DynamicCast<const Ipv4QueueDiscItem>(item);
-        if (!ip || ip->GetHeader().GetProtocol() != 6 /* TCP */) return false;
-        Ptr<const Packet> segment = ip->GetPacket();
-        uint8_t hdr[13];
-        if (segment->GetSize() < 20 || segment->CopyData(hdr, sizeof(hdr)) != sizeof(hdr)) return false;
-        const uint32_t headerBytes = uint32_t(hdr[12] >> 4) * 4;
-        if (segment->GetSize() <= headerBytes) return false; // pure ACK, SYN or FIN
-        const uint32_t seq = (uint32_t(hdr[4]) << 24) | (uint32_t(hdr[5]) << 16) | (uint32_t(hdr[6]) << 8) | hdr[7];
-        const uint32_t end = seq + (segment->GetSize() - headerBytes);
-        const uint64_t key = (uint64_t(ip->GetHeader().GetSource().Get()) << 16) | ((uint32_t(hdr[0]) << 8) | hdr[1]);
-        auto [it, fresh] = m_highestEnd.emplace(key, end);
+    bool IsRetransmission(const Segment& s) {
+        if (!s.tcp || s.payload == 0) return false;
+        const uint32_t end = s.seq + s.payload;
+        auto [it, fresh] = m_highestEnd.emplace(s.flow, end);
         if (fresh) return false;
         if (int32_t(end - it->second) <= 0) return true;
         it->second = end;

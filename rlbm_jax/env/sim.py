@@ -236,7 +236,7 @@ def tick(state: SimState, params: SimParams) -> SimState:
     start = jnp.any(is_new)
     size_b, sender, gap = traffic.arrival_draw(u, rate, params)
     cls = jnp.minimum(traffic.flow_class(size_b, params.class_threshold_bytes), P - 1)
-    qdelay = state.queue.pkts[cls].astype(jnp.float32) * params.data_pkt_bits / params.bottleneck_rate_bps
+    qdelay = q.pkts[cls].astype(jnp.float32) * params.data_pkt_bits / params.bottleneck_rate_bps
     hs_rtt = params.base_rtt_s + qdelay
     t_arr = state.next_arrival_s
     fl = tcp.start_flow(

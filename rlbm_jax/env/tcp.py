@@ -18,14 +18,15 @@ Per flow the sender keeps:
   ghost        transmissions in flight when the RTO fired; the RTO empties the
                pipe and their later ACKs count as new ACKs
 States: OPEN, RECOVERY (fast recovery with PRR, ns-3.37's default), LOSS (after RTO).
-NewReno grows per ACK (+1 segment in slow start; in congestion avoidance
-max(1, floor(MSS^2 / cwnd)) whole bytes, as ns-3.37, a little under 1/cwnd); CUBIC follows ns-3.37 (beta 0.7, C 0.4, fast convergence, HyStart
-with ACK-train and delay detection, no Reno-friendly region) and, like ns-3.37,
-counts segments rather than ACKs (byte counting in slow start, so with delayed
-ACKs it doubles its window per round trip where NewReno grows 1.5x).
+NewReno grows per ACK: +1 segment in slow start; in congestion avoidance
+max(1, floor(MSS^2 / cwnd)) whole bytes, as ns-3.37 (a little under 1/cwnd).
+CUBIC follows ns-3.37 (beta 0.7, C 0.4, fast convergence, HyStart with ACK-train
+and delay detection, no Reno-friendly region) and, like ns-3.37, counts segments
+rather than ACKs (byte counting in slow start, so with delayed ACKs it doubles
+its window per round trip where NewReno grows 1.5x).
 Not modelled (documented in DESIGN.md): spurious retransmissions after an RTO,
 the delayed-ACK timer (an odd segment is ACKed with the next or when the pipe
-empties), losses of SYN packets.
+empties).  Lost SYNs are handled where a flow starts (`sim.tick`).
 """
 from __future__ import annotations
 

@@ -118,12 +118,16 @@ def arrival_draw(u, rate, params):
     three uniforms u [3] (gap, size, sender) and the total arrival rate."""
     size_b = sample_size_bytes(u[1], params.cdf_size_bytes, params.cdf_prob)
     sender = jnp.minimum((u[2] * params.num_senders).astype(jnp.int32), params.num_senders - 1)
-    gap = jnp.where(rate > 0, -jnp.log(jnp.maximum(1.0 - u[0], 1e-12)) / jnp.maximum(rate, 1e-30), jnp.inf)
-    return size_b, sender, gap
+    return size_b, sender, _gap_s(-jnp.log(jnp.maximum(1.0 - u[0], 1e-12)), rate)
 
 
 def next_gap_s(key, rate):
-    return jnp.where(rate > 0, jax.random.exponential(key, ()) / jnp.maximum(rate, 1e-30), jnp.inf)
+    return _gap_s(jax.random.exponential(key, ()), rate)
+
+
+def _gap_s(exp1, rate):
+    """A unit-mean exponential draw scaled to the arrival rate (never, when it is 0)."""
+    return jnp.where(rate > 0, exp1 / jnp.maximum(rate, 1e-30), jnp.inf)
 
 
 def hash_uniform(seed, counter, n: int):
