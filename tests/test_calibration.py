@@ -67,3 +67,14 @@ def test_smoke_cells_agree_with_ns3_within_tolerance(ns3_binary, tmp_path):
     misses = [r for r in rows if r["within"] is False]
     assert not misses, json.dumps(misses, indent=1, default=float)
     assert sum(r["within"] is True for r in rows) == len(cells) * len(run.TOLERANCES)
+
+
+def test_syn_stalls_counts_short_flows_held_about_one_syn_timeout():
+    # rows: size_bytes, cls, fct_s, slowdown, start_s; ideal FCT = fct / slowdown
+    seed1 = [[5_000, 0, 3.05, 3.05 / 0.05, 1.0],    # short, 3 s beyond its ideal: stalled
+             [5_000, 0, 0.30, 6.0, 2.0],            # short, merely queued
+             [2_000_000, 0, 4.6, 4.6 / 1.7, 3.0]]   # long: its FCT is mostly transmission
+    seed2 = [[80_000, 0, 3.2, 3.2 / 0.09, 1.0]]
+    assert run.syn_stalls([seed1, seed2]) == (2, 4)
+    assert run.syn_stalls([seed1, seed2], syn_timeout_s=5.0) == (0, 4)
+    assert run.syn_stalls([[]]) == (0, 0)

@@ -97,3 +97,45 @@ def test_run_ring_is_a_fifo_of_packets(ops):
         want = [ref.popleft() for _ in range(min(n, len(ref)))]
         assert got == want
         assert int(q.pkts[0]) == len(ref)
+
+
+_syn_lost = jax.jit(buffer.syn_lost)
+
+
+def _syn_lost_reference(pos, arrivals, q, thr, occ, b):
+    """Packet by packet: `arrivals` packets of one class reach the switch in turn, the SYN
+    after `pos` of them; a packet is admitted while its class is below floor(thr) and the
+    buffer below b; the SYN is lost when it finds either limit reached."""
+    for i in range(arrivals + 1):
+        full = q >= int(np.floor(thr)) or occ >= b
+        if i == pos:
+            return full
+        if not full:
+            q, occ = q + 1, occ + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 12), st.integers(0, 30), st.floats(0, 30), st.integers(0, 20), st.integers(0, 60))
+def test_lost_syn_is_judged_where_it_arrives_among_the_ticks_packets(arr, q, thr, other, b):
+    # one class carries all of this tick's arrivals; `other` packets sit in other classes
+    q = min(q, max(int(np.floor(thr)), 0))
+    occ = min(q + other, max(b, q))
+    arrivals = jnp.array([arr, 0], jnp.int32)
+    qs = jnp.array([q, other], jnp.int32)
+    thrs = jnp.array([thr, 30.0], jnp.float32)
+    adm = _admit(arrivals, qs, thrs, jnp.int32(max(b - occ, 0)))
+    lost = [bool(_syn_lost(jnp.float32((pos + 0.5) / (arr + 1)), 0, arrivals, adm, qs, thrs, jnp.int32(occ),
+                           jnp.int32(b))) for pos in range(arr + 1)]
+    assert lost == [_syn_lost_reference(pos, arr, q, thr, occ, b) for pos in range(arr + 1)]
+
+
+def test_syn_at_a_brim_full_queue_is_lost_when_it_follows_the_filling_packet():
+    # the class sits one below its threshold and one packet arrives: a SYN behind that
+    # packet finds the queue full, one ahead of it does not (judged at the tick's start,
+    # it would never be lost)
+    arrivals, qs, thr = jnp.array([1, 0], jnp.int32), jnp.array([9, 0], jnp.int32), jnp.array([10.0, 10.0])
+    adm = _admit(arrivals, qs, thr, jnp.int32(100))
+    us = (np.arange(1000) + 0.5) / 1000
+    lost = np.array([bool(_syn_lost(jnp.float32(u), 0, arrivals, adm, qs, thr, jnp.int32(9), jnp.int32(100)))
+                     for u in us])
+    assert lost.mean() == 0.5 and not lost[us < 0.5].any()

@@ -111,3 +111,39 @@ def test_newreno_congestion_avoidance_adds_whole_bytes_like_ns3():
     out_c = tcp_mod.on_acks(fl, jnp.int32(10), one, zero, zero, jnp.array([0]), jnp.array([0.02]),
                             p.replace(tcp_id=jnp.int32(tcp_mod.CUBIC)), float(p.tick_s))
     assert float(out_c.cwnd[0]) != float(out.cwnd[0])
+
+
+def test_only_the_first_partial_ack_restarts_the_rto_in_recovery():
+    """ns-3.37 (RFC 6582's impatient timer): in fast recovery only the first partial ACK
+    restarts the retransmission timer, so a recovery that outlasts one RTO after it times
+    out; outside recovery every advancing ACK restarts it."""
+    p = long_flow_params(1, 1.0, tcp="newreno", mss_bytes=1000)
+    tick_s = float(p.tick_s)
+    fl = tcp_mod.init_flows(1).replace(
+        active=jnp.array([True]), size_pkts=jnp.array([tcp_mod.BIG_PKTS]), cwnd=jnp.array([50.0]),
+        ssthresh=jnp.array([50.0]), outstanding=jnp.array([100]), tx_next=jnp.array([110]),
+        lost_q=jnp.array([5]), state=jnp.array([tcp_mod.RECOVERY]), recover_fs=jnp.array([105.0]),
+        srtt_s=jnp.array([0.02]), rttvar_s=jnp.array([0.001]), rto_s=jnp.array([0.2]),
+        rto_deadline=jnp.array([1]))
+    one, zero = jnp.array([1]), jnp.array([0])
+
+    def ack(f, t):
+        return tcp_mod.on_acks(f, jnp.int32(t), one, zero, zero, jnp.array([0]), jnp.array([0.02]), p, tick_s)
+
+    first = ack(fl, 10)
+    assert int(first.state[0]) == tcp_mod.RECOVERY and bool(first.rec_partial[0])
+    armed = int(first.rto_deadline[0])
+    assert armed > 10
+    later = ack(first, 20)  # a later partial ACK leaves the timer where the first one set it
+    assert int(later.rto_deadline[0]) == armed
+    _, fired = tcp_mod.on_timeouts(later, jnp.int32(armed), p, tick_s)
+    assert bool(fired[0])
+    # the full ACK that ends recovery restarts it, and so does every advancing ACK in OPEN
+    done = ack(later.replace(lost_q=jnp.array([0])), 30)
+    assert int(done.state[0]) == tcp_mod.OPEN and int(done.rto_deadline[0]) > armed
+    opened = ack(done, 40)
+    assert int(opened.rto_deadline[0]) > int(done.rto_deadline[0])
+    # entering a new recovery clears the mark
+    again = tcp_mod.on_acks(opened.replace(undet=jnp.array([3]), undet_tx=jnp.array([60])), jnp.int32(50), one,
+                            zero, one, jnp.array([70]), jnp.array([0.02]), p, tick_s)
+    assert int(again.state[0]) == tcp_mod.RECOVERY and not bool(again.rec_partial[0])

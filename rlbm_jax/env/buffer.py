@@ -106,3 +106,17 @@ def admit(arrivals_pkts, queue_pkts, thr, buffer_free_pkts):
     want = jnp.minimum(arrivals_pkts, room)
     before = jnp.cumsum(want) - want
     return jnp.clip(buffer_free_pkts - before, 0, want)
+
+
+def syn_lost(u, cls, arrivals_pkts, admitted_pkts, queue_pkts, thr, occupancy_pkts, buffer_pkts):
+    """Whether a new flow's SYN, arriving in class `cls` this tick, is dropped.
+
+    The SYN takes a uniformly random place (u in [0, 1)) among the tick's
+    arrivals_pkts[cls] packets of its class and finds the queue as it stands after
+    the admitted ones ahead of it: it is lost if it came after the class began to
+    drop, or if the class queue it finds is at floor(thr), or the shared buffer is full.
+    """
+    ahead = jnp.minimum((u * (arrivals_pkts[cls] + 1)).astype(jnp.int32), arrivals_pkts[cls])
+    found = jnp.minimum(ahead, admitted_pkts[cls])
+    return ((ahead > admitted_pkts[cls]) | (queue_pkts[cls] + found >= jnp.floor(thr[cls]).astype(jnp.int32))
+            | (occupancy_pkts + found >= buffer_pkts))

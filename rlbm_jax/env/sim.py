@@ -276,11 +276,11 @@ def tick(state: SimState, params: SimParams) -> SimState:
     queue = qm.enqueue(q, gidx, fl.cls, adm, jnp.minimum(n_retx, adm), fl.tx_next, rank, t)
     fl = tcp.on_sent(fl, t, n_retx, n_new, adm, params, tick_s)
     drops_c = arr_c - adm_c
-    # a new flow's SYN arrives with this tick's packets of its class: it is lost when its
-    # class drops packets this tick (or already sits at its threshold), and the
-    # connection then retries after syn_timeout_s (ns-3's ConnTimeout), once
-    syn_lost = start & ((drops_c[cls] > 0) | (q.pkts[cls] >= jnp.floor(thr[cls]).astype(jnp.int32))
-                        | (occ >= params.buffer_pkts))
+    # a new flow's SYN arrives among this tick's packets of its class; when it finds the
+    # class at its threshold it is lost, and the connection retries after syn_timeout_s
+    # (ns-3's ConnTimeout), once
+    u_syn = traffic.hash_uniform(state.seed ^ jnp.uint32(0x27D4EB2F), t, 1)[0]
+    syn_lost = start & buffer.syn_lost(u_syn, cls, arr_c, adm_c, q.pkts, thr, occ, params.buffer_pkts)
     wait = jnp.ceil(params.syn_timeout_s / tick_s).astype(jnp.int32)
     fl = fl.replace(data_tick=jnp.where(is_new & syn_lost, fl.data_tick + wait, fl.data_tick))
     m = m.replace(syn_drops=m.syn_drops + syn_lost)

@@ -82,11 +82,12 @@ class FlowState:
     hs_curr_rtt_s: jnp.ndarray  # float32
     hs_samples: jnp.ndarray  # int32
     hs_found: jnp.ndarray  # bool
+    rec_partial: jnp.ndarray  # bool: this RECOVERY episode has had its first partial ACK
 
 
 FLOAT_FIELDS = ("size_bytes", "start_s", "cwnd", "ssthresh", "recover_fs", "srtt_s", "rttvar_s", "rto_s",
                 "w_max", "cubic_k_s", "cubic_origin", "delay_min_s", "hs_curr_rtt_s")
-BOOL_FIELDS = ("active", "hs_found")
+BOOL_FIELDS = ("active", "hs_found", "rec_partial")
 INT_FIELDS = tuple(n for n in FlowState.__dataclass_fields__ if n not in FLOAT_FIELDS)
 _COL = {n: i for i, n in enumerate(INT_FIELDS)} | {n: i for i, n in enumerate(FLOAT_FIELDS)}
 
@@ -148,7 +149,7 @@ def init_flows(num_slots: int) -> FlowState:
         state=zi, prr_delivered=zi, prr_out=zi, recover_fs=zf, srtt_s=zf,
         rttvar_s=zf, rto_s=zf, rto_deadline=zi, da_parity=zi, w_max=zf, epoch_start=zi - 1,
         cubic_k_s=zf, cubic_origin=zf, delay_min_s=zf, hs_round_end_tx=zi, hs_round_start=zi,
-        hs_last_ack=zi, hs_curr_rtt_s=zf + jnp.inf, hs_samples=zi, hs_found=zb,
+        hs_last_ack=zi, hs_curr_rtt_s=zf + jnp.inf, hs_samples=zi, hs_found=zb, rec_partial=zb,
     )
 
 
@@ -329,9 +330,14 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     epoch_start = jnp.where(leave_rec, -1, epoch_start)
     state = jnp.where(leave_rec | leave_loss, OPEN, state)
 
-    # RTO timer restarts on any ACK that is not a pure duplicate.
+    # RTO timer restarts on any ACK that is not a pure duplicate, except that in RECOVERY
+    # only the first partial ACK restarts it (ns-3.37, RFC 6582's "impatient" timer): a
+    # recovery that outlasts one RTO after its first partial ACK times out.
     progress = has & (n_dup < acked)
-    rto_deadline = jnp.where(progress, t + _ticks(rto_s, tick_s), fl.rto_deadline)
+    was_rec = (fl.state == RECOVERY) & ~enter
+    rearm = progress & ~(was_rec & fl.rec_partial & ~leave_rec)
+    rto_deadline = jnp.where(rearm, t + _ticks(rto_s, tick_s), fl.rto_deadline)
+    rec_partial = jnp.where(enter, False, fl.rec_partial | (was_rec & progress))
 
     return fl.replace(
         ghost=ghost, outstanding=outstanding, retx_out=retx_out, acked=n_acked, srtt_s=srtt, rttvar_s=rttvar,
@@ -340,7 +346,7 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
         prr_delivered=prr_delivered, prr_out=prr_out, recover_fs=recover_fs, cwnd=jnp.maximum(cwnd, 1.0),
         cubic_k_s=cubic_k, cubic_origin=cubic_origin, hs_round_end_tx=hs_round_end,
         hs_round_start=hs_round_start, hs_last_ack=hs_last_ack, hs_curr_rtt_s=hs_curr,
-        hs_samples=hs_samples, hs_found=hs_found, rto_deadline=rto_deadline,
+        hs_samples=hs_samples, hs_found=hs_found, rto_deadline=rto_deadline, rec_partial=rec_partial,
     )
 
 
