@@ -44,8 +44,9 @@ def save_policy(path, weights, *, obs_mean, obs_std, activation="tanh", action_m
     return path
 
 
-def load_policy(path, obs_dim: int | None = None, act_dim: int | None = None):
-    """Return (fn(obs [..., obs_dim]) -> action [..., act_dim], metadata); checks the shapes."""
+def read_policy(path):
+    """(layers [(W [in, out], b [out]) as float32 numpy], metadata) of a policy directory,
+    after checking its format, activation and action map."""
     path = Path(path)
     meta_f = path / "policy.json"
     if not meta_f.is_file():
@@ -56,7 +57,14 @@ def load_policy(path, obs_dim: int | None = None, act_dim: int | None = None):
     if meta["activation"] not in ACTIVATIONS or meta["action_map"] not in ACTION_MAPS:
         raise ValueError(f"policy: unknown activation or action_map in {meta_f}")
     data = np.load(path / "policy.npz")
-    layers = [(jnp.asarray(data[f"w{i}"]), jnp.asarray(data[f"b{i}"])) for i in range(meta["layers"])]
+    return [(np.asarray(data[f"w{i}"], np.float32), np.asarray(data[f"b{i}"], np.float32))
+            for i in range(meta["layers"])], meta
+
+
+def load_policy(path, obs_dim: int | None = None, act_dim: int | None = None):
+    """Return (fn(obs [..., obs_dim]) -> action [..., act_dim], metadata); checks the shapes."""
+    arrays, meta = read_policy(path)
+    layers = [(jnp.asarray(w), jnp.asarray(b)) for w, b in arrays]
     if obs_dim is not None and layers[0][0].shape[0] != obs_dim:
         raise ValueError(f"policy: expects observations of width {layers[0][0].shape[0]}, the env gives {obs_dim}")
     if act_dim is not None and layers[-1][0].shape[1] != act_dim:
