@@ -216,6 +216,12 @@ def write_schedule(c: Cell, seed: int, path: Path) -> int:
 _schedule = jax.jit(sim.flow_schedule, static_argnums=2)
 
 
+def _call_ns3(cmd: list[str]):
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ns-3 run failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+
+
 def _run_one_ns3(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, fresh: bool,
                  source_digest: bytes) -> dict:
     """One ns-3 run; reuses an earlier result when the scenario source, the command line
@@ -233,9 +239,7 @@ def _run_one_ns3(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, 
     cached = not fresh and key_file.exists() and out_json.exists() and key_file.read_text() == key.hexdigest()
     if not cached:
         key_file.unlink(missing_ok=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"ns-3 run failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+        _call_ns3(cmd)
         key_file.write_text(key.hexdigest())
     rep = json.loads(out_json.read_text())
     flows = np.loadtxt(f"{stem}.flows.csv", delimiter=",", skiprows=1, ndmin=2).tolist() \
@@ -420,10 +424,11 @@ def dial_plot(table, out: Path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    series = [(sorted((r for r in table if r["tcp"] == name), key=lambda r: r["pkts_per_tick"]), name, col)
+              for name, col in (("newreno", "tab:blue"), ("cubic", "tab:red"))]
     fig, axes = plt.subplots(1, len(TOLERANCES) + 1, figsize=(3.3 * (len(TOLERANCES) + 1), 3.2))
     for ax, m in zip(axes, TOLERANCES):
-        for tcp_name, col in (("newreno", "tab:blue"), ("cubic", "tab:red")):
-            rs = sorted((r for r in table if r["tcp"] == tcp_name), key=lambda r: r["pkts_per_tick"])
+        for rs, tcp_name, col in series:
             ax.plot([r["pkts_per_tick"] for r in rs], [100 * r[m] for r in rs], "o-", color=col, label=tcp_name)
         t = 100 * TOLERANCES[m][0]
         ax.axhspan(-t, t, color="0.88", zorder=0)
@@ -432,8 +437,7 @@ def dial_plot(table, out: Path):
         ax.set_title(f"{m} error, %", fontsize=9)
         ax.set_xlabel("packets per tick")
     ax = axes[-1]
-    for tcp_name, col in (("newreno", "tab:blue"), ("cubic", "tab:red")):
-        rs = sorted((r for r in table if r["tcp"] == tcp_name), key=lambda r: r["pkts_per_tick"])
+    for rs, tcp_name, col in series:
         ax.plot([r["pkts_per_tick"] for r in rs], [r["ours_sim_s_per_wall_s"] for r in rs], "o-", color=col,
                 label=f"rlbm_jax {tcp_name}")
     ns3_speed = np.mean([r["seconds"] / r["ns3_wall_s_per_run"] for r in table])
@@ -474,9 +478,7 @@ def ns3_cwnd_trace(binary: Path, c: Cell, seed: int, interval_s: float, workdir:
     path = workdir / f"{c.name.replace('/', '_')}_s{seed}.cwnd.csv"
     cmd = [str(binary), *ns3_args(c, seed), f"--cwnd_out={path}", f"--trace_interval_s={interval_s}",
            f"--out={workdir / 'cwnd_trace_run.json'}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"ns-3 run failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+    _call_ns3(cmd)
     d = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
     return d[:, 0] - d[0, 0] + interval_s, d[:, 1], d[:, 2]
 
@@ -551,7 +553,7 @@ def report(cells, rows, ours, ns3, seeds, args, path: Path, extra_lines=()):
         for r in miss:
             why = explain_miss(r['cell'], r['metric'])
             if r["metric"] == "slowdown_p99":
-                timeout = next(c for c in cells if c.name == r["cell"]).kw.get("syn_timeout_s", 3.0)
+                timeout = float(make_params(**next(c for c in cells if c.name == r["cell"]).kw).syn_timeout_s)
                 (a, n), (b, _) = syn_stalls(ours[r["cell"]]["flows"], timeout), syn_stalls(ns3[r["cell"]]["flows"], timeout)
                 why += f"; here short flows stalled >= {0.95 * timeout:.2g} s: ours {a}, ns-3 {b}, of {n} flows"
             lines.append(f"- {r['cell']} {r['metric']}: ours {_fmt(r['ours'])}, ns-3 {_fmt(r['ns3'])} "

@@ -334,7 +334,7 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     # only the first partial ACK restarts it (ns-3.37, RFC 6582's "impatient" timer): a
     # recovery that outlasts one RTO after its first partial ACK times out.
     progress = has & (n_dup < acked)
-    was_rec = (fl.state == RECOVERY) & ~enter
+    was_rec = fl.state == RECOVERY  # (entering needs OPEN)
     rearm = progress & ~(was_rec & fl.rec_partial & ~leave_rec)
     rto_deadline = jnp.where(rearm, t + _ticks(rto_s, tick_s), fl.rto_deadline)
     rec_partial = jnp.where(enter, False, fl.rec_partial | (was_rec & progress))
