@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from calibration import lockstep  # noqa: E402
 from rlbm_jax.env import metrics as mx, sim, tcp, traffic  # noqa: E402
 from rlbm_jax.env.params import make_params  # noqa: E402
 from rlbm_jax.progress import Progress  # noqa: E402
@@ -222,13 +223,33 @@ def _call_ns3(cmd: list[str]):
         raise RuntimeError(f"ns-3 run failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
 
 
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    """A policy that sets the rl buffer policy's alphas inside ns-3 (`lockstep.drive`):
+    fn(obs [1, obs_dim]) -> [1, act_dim]; `digest` identifies it in the run cache."""
+    fn: object
+    digest: str
+    obs_dim: int
+    act_dim: int
+    interval_s: float
+    flows_scale: float
+
+    def args(self) -> list[str]:
+        return ["--agent=stdio", f"--agent_interval_s={self.interval_s!r}", f"--flows_scale={self.flows_scale!r}"]
+
+
 def _run_one_ns3(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, fresh: bool,
-                 source_digest: bytes) -> dict:
-    """One ns-3 run; reuses an earlier result when the scenario source, the command line
-    and the flow schedule are all unchanged (unless `fresh`)."""
+                 source_digest: bytes, agent: Agent | None = None) -> dict:
+    """One ns-3 run; reuses an earlier result when the scenario source, the command line,
+    the flow schedule and the agent are all unchanged (unless `fresh`).  With `agent`,
+    the run's rl policy is driven by it in lock-step, and its per-interval log is kept."""
     stem = workdir / f"{c.name.replace('/', '_')}_s{seed}"
     cmd = [str(binary), *ns3_args(c, seed), *extra, f"--out={stem}.json", f"--flows_out={stem}.flows.csv"]
+    if agent is not None:
+        cmd += [*agent.args(), f"--intervals_out={stem}.intervals.csv"]
     key = hashlib.sha256(source_digest)
+    if agent is not None:
+        key.update(agent.digest.encode())
     if c.kind == "thesis":
         schedule = Path(f"{stem}.schedule.csv")
         write_schedule(c, seed, schedule)
@@ -239,7 +260,10 @@ def _run_one_ns3(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, 
     cached = not fresh and key_file.exists() and out_json.exists() and key_file.read_text() == key.hexdigest()
     if not cached:
         key_file.unlink(missing_ok=True)
-        _call_ns3(cmd)
+        if agent is None:
+            _call_ns3(cmd)
+        else:
+            lockstep.drive(cmd, agent.fn, agent.obs_dim, agent.act_dim)
         key_file.write_text(key.hexdigest())
     rep = json.loads(out_json.read_text())
     flows = np.loadtxt(f"{stem}.flows.csv", delimiter=",", skiprows=1, ndmin=2).tolist() \
@@ -248,14 +272,16 @@ def _run_one_ns3(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, 
 
 
 def run_ns3(binary: Path, cells: list[Cell], seeds: list[int], jobs: int, workdir: Path,
-            show_progress=True, extra: tuple = (), fresh: bool = False) -> dict:
+            show_progress=True, extra: tuple = (), fresh: bool = False, agent: Agent | None = None,
+            label: str = "ns-3 ") -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     tasks = [(c, s) for c in cells for s in seeds]
     res = {}
-    bar = Progress(len(tasks), unit=" runs", label="ns-3 ") if show_progress else None
+    bar = Progress(len(tasks), unit=" runs", label=label) if show_progress else None
     with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
         digest = hashlib.sha256(SOURCE.read_bytes()).digest()  # the cache key covers the scenario source
-        futs = {ex.submit(_run_one_ns3, binary, c, s, workdir, extra, fresh, digest): (c.name, s) for c, s in tasks}
+        futs = {ex.submit(_run_one_ns3, binary, c, s, workdir, extra, fresh, digest, agent): (c.name, s)
+                for c, s in tasks}
         for i, f in enumerate(cf.as_completed(futs)):
             res[futs[f]] = f.result()
             if bar:

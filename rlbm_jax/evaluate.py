@@ -17,7 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax.env import metrics as mx
+from rlbm_jax.env.params import SimParams
 from rlbm_jax.env.rlbm_env import EnvParams, RLBMEnv
+from rlbm_jax.progress import Progress
 
 
 def stack_params(items: Sequence):
@@ -55,3 +57,44 @@ def score(env: RLBMEnv, env_params: EnvParams, agent: Callable | None, seeds: Se
     fn = jax.vmap(per_seed, in_axes=(0, None)) if batched else per_seed
     out = jax.jit(fn)(env_params, keys)
     return {k: np.asarray(v) for k, v in out.items()}
+
+
+def score_policies(env: RLBMEnv, sims: Sequence[SimParams], agents: dict, baselines: Sequence[str],
+                   seeds: Sequence[int], show_progress: bool = True) -> dict:
+    """Every agent ({name: fn(obs) -> action}, run on the "rl" policy in `sims`) and every
+    named baseline, on every scenario in `sims` (equal static fields) and seed:
+    {name: {field: array [cells, seeds]}}, the same flows for all in a cell and seed."""
+    from rlbm_jax.simulate import with_policy
+
+    ep0 = env.default_params
+    runs = list(agents.items()) + [(b, None) for b in baselines]
+    bar = Progress(len(runs), unit=" policies", label=f"{len(sims)} cells x {len(seeds)} seeds ") \
+        if show_progress else None
+    if bar:
+        bar.update(0)
+    results = {}
+    for i, (name, agent) in enumerate(runs):
+        cells = sims if agent is not None else [with_policy(p, name) for p in sims]
+        results[name] = score(env, stack_params([ep0.replace(sim=p) for p in cells]), agent, seeds, batched=True)
+        if bar:
+            bar.update(i + 1, extra=name)
+    if bar:
+        bar.close()
+    return results
+
+
+def mean_rows(results: dict, grid: Sequence[tuple], fields: Sequence[str]) -> list[dict]:
+    """One row per policy and thesis-grid cell (tcp, buffer_per_class_pkts, load): the
+    mean and standard deviation over seeds of each field of `results`
+    ({policy: {field: [cells, seeds]}}), NaN where no seed has a value."""
+    rows = []
+    for name, res in results.items():
+        for c, (t, n, ld) in enumerate(grid):
+            row = {"policy": name, "tcp": t, "buffer_per_class_pkts": n, "load": ld}
+            for f in fields:
+                v = np.asarray(res[f][c], np.float64)
+                ok = np.any(np.isfinite(v))
+                row[f] = float(np.nanmean(v)) if ok else float("nan")
+                row[f + "_std"] = float(np.nanstd(v)) if ok else float("nan")
+            rows.append(row)
+    return rows

@@ -21,6 +21,7 @@ import json
 import math
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax.policy import read_policy
@@ -170,5 +171,40 @@ def load_checked(path, *, num_classes: int | None = None, agent_interval_s: floa
         if obs.ndim != 2 or obs.shape[1] != meta["obs_dim"]:
             raise ValueError(f"policy {path}: observations must be [n, {meta['obs_dim']}], got {obs.shape}")
         return session.run(None, {name_in: obs})[0]
+
+    return fn, meta
+
+
+# the ops `to_onnx` writes, as jnp functions of their inputs
+_JNP_OPS = {
+    "Sub": jnp.subtract, "Div": jnp.divide, "Mul": jnp.multiply, "Add": jnp.add, "MatMul": jnp.matmul,
+    "Tanh": jnp.tanh, "Relu": lambda a: jnp.maximum(a, 0.0), "Exp": jnp.exp, "Identity": lambda a: a,
+    "Clip": jnp.clip,
+}
+
+
+def jax_policy(path, **checks):
+    """The exported graph as a jittable JAX function fn(obs [..., obs_dim]) -> action,
+    evaluated node by node from the file, so that the JAX env runs the very artefact
+    that ns-3 judges.  `checks` go to `load_checked`, which refuses a mismatched file
+    first.  Returns (fn, metadata)."""
+    import onnx
+    from onnx import numpy_helper
+
+    _, meta = load_checked(path, **checks)
+    graph = onnx.load(str(path)).graph
+    unknown = sorted({n.op_type for n in graph.node} - set(_JNP_OPS))
+    if unknown:
+        raise ValueError(f"policy {path}: ops {unknown} are not part of the exported policy format")
+    consts = {t.name: jnp.asarray(numpy_helper.to_array(t)) for t in graph.initializer}
+    nodes = [(n.op_type, list(n.input), n.output[0]) for n in graph.node]
+    name_in, name_out = graph.input[0].name, graph.output[0].name
+
+    def fn(obs):
+        values = dict(consts)
+        values[name_in] = jnp.asarray(obs, jnp.float32)
+        for op, ins, out in nodes:
+            values[out] = _JNP_OPS[op](*(values[i] for i in ins))
+        return values[name_out]
 
     return fn, meta

@@ -27,10 +27,9 @@ import numpy as np  # noqa: E402
 
 from rlbm_jax.env.params import TCP_NAMES, thesis_params  # noqa: E402
 from rlbm_jax.env.rlbm_env import RLBMEnv  # noqa: E402
-from rlbm_jax.evaluate import score, stack_params  # noqa: E402
+from rlbm_jax.evaluate import mean_rows, score_policies  # noqa: E402
 from rlbm_jax.policy import load_policy  # noqa: E402
-from rlbm_jax.progress import Progress  # noqa: E402
-from rlbm_jax.simulate import BASELINES, with_policy  # noqa: E402
+from rlbm_jax.simulate import BASELINES  # noqa: E402
 
 FIELDS = ("reward_mean", "goodput_bps", "util_wire", "slowdown_p99", "slowdown_p50", "queue_p99_pkts",
           "queue_mean_pkts", "fct_mean_s", "drop_rate", "flows_started", "flows_completed")
@@ -82,32 +81,15 @@ def main(argv=None):
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    ep0 = env.default_params
     seeds = list(range(a.first_seed, a.first_seed + a.seeds))
-    runs = list(agents.items()) + [(b, None) for b in a.baselines]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text("python scripts/evaluate.py " + " ".join(argv) + "\n")
-    bar = Progress(len(runs), unit=" policies", label=f"{len(grid)} cells x {len(seeds)} seeds ")
-    bar.update(0)
-    results = {}
     t0 = time.perf_counter()
-    for i, (name, agent) in enumerate(runs):
-        sims = base if agent is not None else [with_policy(p, name) for p in base]
-        params = stack_params([ep0.replace(sim=p) for p in sims])
-        results[name] = score(env, params, agent, seeds, batched=True)
-        bar.update(i + 1, extra=name)
-    bar.close()
+    results = score_policies(env, base, agents, a.baselines, seeds)
+    runs = list(agents) + list(a.baselines)
 
-    rows = []
-    for name, res in results.items():
-        for c, (t, n, ld) in enumerate(grid):
-            row = {"policy": name, "tcp": t, "buffer_per_class_pkts": n, "load": ld}
-            for f in FIELDS:
-                v = res[f][c].astype(np.float64)
-                row[f] = float(np.nanmean(v)) if np.any(np.isfinite(v)) else float("nan")
-                row[f + "_std"] = float(np.nanstd(v)) if np.any(np.isfinite(v)) else float("nan")
-            rows.append(row)
+    rows = mean_rows(results, grid, FIELDS)
     with (out / "results.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -115,7 +97,7 @@ def main(argv=None):
     summary = summarize(rows, grid, list(agents), a.baselines, results, seeds)
     (out / "summary.md").write_text(summary)
     for t in a.tcp:
-        plot(rows, t, a.buffer_pkts, [r[0] for r in runs], out / f"grid_{t}.png")
+        plot(rows, t, a.buffer_pkts, runs, out / f"grid_{t}.png")
     print(summary)
     print(json.dumps({"out": str(out), "cells": len(grid), "seeds": len(seeds),
                       "wall_s": round(time.perf_counter() - t0, 1)}))

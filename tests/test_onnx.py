@@ -13,7 +13,7 @@ import pytest
 
 from rlbm_jax.env.params import thesis_params
 from rlbm_jax.env.rlbm_env import RLBMEnv, obs_dim
-from rlbm_jax.onnx_policy import load_checked, obs_layout, to_onnx
+from rlbm_jax.onnx_policy import jax_policy, load_checked, obs_layout, to_onnx
 from rlbm_jax.policy import ACTION_MAPS, load_policy, save_policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +48,7 @@ def test_onnx_matches_jax_on_random_and_recorded_observations(tmp_path, action_m
     src = _random_policy(tmp_path / "pol", action_map, activation=activation)
     fn_jax, _ = load_policy(src)
     fn_onnx, meta = load_checked(to_onnx(src, tmp_path / "p.onnx"), num_classes=P, agent_interval_s=0.1)
+    fn_graph = jax.jit(jax_policy(tmp_path / "p.onnx")[0])  # the file's graph, run by JAX (eval_ns3's JAX side)
     assert meta["obs_layout"] == obs_layout(P) and meta["action_map"] == action_map
     rng = np.random.default_rng(1)
     random_obs = (rng.normal(size=(500, obs_dim(P))) * rng.choice([0.1, 1, 30], size=(500, 1))).astype(np.float32)
@@ -55,6 +56,7 @@ def test_onnx_matches_jax_on_random_and_recorded_observations(tmp_path, action_m
     assert np.ptp(recorded, axis=0).max() > 0  # the env moved
     for obs in (random_obs, recorded, random_obs[:1]):  # batch is dynamic, a single row included
         np.testing.assert_allclose(fn_onnx(obs), np.asarray(fn_jax(jnp.asarray(obs))), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(fn_graph(obs)), fn_onnx(obs), rtol=1e-5, atol=1e-5)
 
 
 def test_export_script_writes_the_trained_policy(tmp_path):

@@ -12,6 +12,14 @@
 // a flow's class follows from its size, and it connects to sink port 10000 + class
 // so that the buffer can classify its data packets.
 //
+// Agent: with --agent_interval_s the run is cut into agent intervals; at each
+// boundary the scenario computes rlbm_jax's RLBMEnv observation and scores the
+// interval on RLBMEnv's reward (reward_mean in the report, every interval in
+// --intervals_out).  With --policy=rl --agent=stdio it then writes the observation
+// as one line on stdout and blocks until one line of per-class alphas arrives on
+// stdin (a policy process driven in lock-step); class c admits while its queue is
+// below alpha_c * beta_c * (B - Q), capped by its FIFO.
+//
 // Output: one JSON object with the same report fields as rlbm_jax's
 // `metrics.summarize`, optionally a per-flow CSV and a cwnd trace.  Rates, drop
 // counts and queue statistics cover [warmup_s, seconds]; FCT statistics cover
@@ -145,6 +153,7 @@ const std::map<std::string, std::vector<double>> kPolicyAlpha = {
     {"sb-sophisticated", {8.0, 1.0}},
     {"dt", {1.0, 1.0}},
     {"abm", {1.0, 1.0}},
+    {"rl", {1.0}}, // the agent's action before its first decision (RLBMEnv's reset state)
 };
 
 struct Params {
@@ -157,6 +166,7 @@ struct Params {
     uint32_t bufferPkts;
     std::string policy;
     std::vector<double> alpha;
+    std::vector<double> beta; // rl: threshold = alpha * beta * free buffer
     std::string scheduler;
     std::vector<double> classThresholdBytes;
     // TCP
@@ -181,6 +191,11 @@ struct Params {
     uint64_t seed;
     std::string out, flowsOut, cwndOut;
     double traceIntervalS;
+    // agent
+    std::string agent;     // "" or "stdio"
+    double agentIntervalS; // 0 = no per-interval observations and reward
+    double flowsScale;
+    std::string intervalsOut;
 
     double DataPktBits() const { return (mssBytes + kDataHeaderBytes) * 8.0; }
 
@@ -248,8 +263,9 @@ Options DeclareOptions() {
     o.Add("num_classes", "2", "number of traffic classes (FIFOs) at the bottleneck");
     o.Add("class_cap_pkts", "100", "FIFO cap per class (packets): one value or one per class");
     o.Add("buffer_pkts", "0", "shared buffer size B in packets (0 = sum of the class caps)");
-    o.Add("policy", "sb-naive", "buffer policy: droptail, sb-naive, sb-sophisticated, dt, abm");
+    o.Add("policy", "sb-naive", "buffer policy: droptail, sb-naive, sb-sophisticated, dt, abm, rl");
     o.Add("alpha", "", "policy weights, comma list (empty = the policy's defaults)");
+    o.Add("beta", "1", "rl: per-class weights beta_c of the threshold alpha_c * beta_c * (B - Q)");
     o.Add("scheduler", "rr", "rr (per-packet round robin) or strict (class 0 first)");
     o.Add("class_threshold_bytes", "2000000",
           "flow-size thresholds between classes (num_classes-1 values, or one for all)");
@@ -288,6 +304,11 @@ Options DeclareOptions() {
     o.Add("flows_out", "", "per-flow CSV of completed flows (optional)");
     o.Add("cwnd_out", "", "cwnd/ssthresh trace CSV of the first long (else first) flow");
     o.Add("trace_interval_s", "0.01", "sampling period of the cwnd trace (s)");
+    o.Add("agent_interval_s", "0",
+          "agent interval (s): RLBMEnv observation and reward at every k * agent_interval_s (0 = off)");
+    o.Add("agent", "", "rl: 'stdio' = observation lines out on stdout, alpha lines in on stdin, in lock-step");
+    o.Add("flows_scale", "10", "observation scale of the flows finished in an interval (RLBMEnv flows_scale)");
+    o.Add("intervals_out", "", "per-interval CSV: reward, its terms, the observation and the alpha applied");
     return o;
 }
 
@@ -347,7 +368,7 @@ Params ParseCommandLine(int argc, char* argv[]) {
             c.bufferPkts += cap;
         }
     }
-    c.policy = OneOf("policy", o["policy"], {"droptail", "sb-naive", "sb-sophisticated", "dt", "abm"});
+    c.policy = OneOf("policy", o["policy"], {"droptail", "sb-naive", "sb-sophisticated", "dt", "abm", "rl"});
     std::vector<double> alpha;
     for (const auto& a : SplitList(o["alpha"])) {
         alpha.push_back(ToFinite("alpha", a, 0, false));
@@ -359,6 +380,13 @@ Params ParseCommandLine(int argc, char* argv[]) {
     }
     for (uint32_t k = 0; k < c.numClasses; ++k) {
         c.alpha.push_back(alpha[std::min<size_t>(k, alpha.size() - 1)]);
+    }
+    const auto beta = SplitList(o["beta"]);
+    if (beta.size() != 1 && beta.size() != c.numClasses) {
+        BadParameter("beta", "need one value or num_classes (" + std::to_string(c.numClasses) + ") values");
+    }
+    for (uint32_t k = 0; k < c.numClasses; ++k) {
+        c.beta.push_back(ToFinite("beta", beta[beta.size() == 1 ? 0 : k], 0, false));
     }
     c.scheduler = OneOf("scheduler", o["scheduler"], {"rr", "strict"});
     const auto thr = SplitList(o["class_threshold_bytes"]);
@@ -418,6 +446,22 @@ Params ParseCommandLine(int argc, char* argv[]) {
     c.flowsOut = Trim(o["flows_out"]);
     c.cwndOut = Trim(o["cwnd_out"]);
     c.traceIntervalS = ToFinite("trace_interval_s", o["trace_interval_s"], 0, true);
+    c.agentIntervalS = ToFinite("agent_interval_s", o["agent_interval_s"], 0, false);
+    if (c.agentIntervalS > c.seconds) BadParameter("agent_interval_s", "must not exceed seconds");
+    c.agent = OneOf("agent", Trim(o["agent"]), {"", "stdio"});
+    c.flowsScale = ToFinite("flows_scale", o["flows_scale"], 0, true);
+    c.intervalsOut = Trim(o["intervals_out"]);
+    if (c.policy == "rl" && c.agent.empty()) {
+        BadParameter("policy", "rl takes its alphas from an agent: add --agent=stdio and --agent_interval_s");
+    }
+    if (!c.agent.empty()) {
+        if (c.policy != "rl") BadParameter("agent", "an agent sets the thresholds of --policy=rl only");
+        if (c.agentIntervalS == 0) BadParameter("agent_interval_s", "the agent needs a positive interval");
+        if (c.out == "-") BadParameter("out", "stdout carries the agent's observations: give a report path");
+    }
+    if (!c.intervalsOut.empty() && c.agentIntervalS == 0) {
+        BadParameter("intervals_out", "needs --agent_interval_s > 0");
+    }
     return c;
 }
 
@@ -546,6 +590,7 @@ enum class Policy {
     StaticBuffer, // sb-naive and sb-sophisticated: alpha_c * B / sum(alpha)
     DynamicThresholds,
     Abm,
+    Rl, // alpha_c * beta_c * (B - Q), alpha set by an agent every interval
 };
 
 struct BufferConfig {
@@ -554,7 +599,9 @@ struct BufferConfig {
     uint32_t bufferPkts = 0;
     Policy policy = Policy::DropTail;
     std::vector<double> alpha;
+    std::vector<double> beta;
     bool strictPriority = false;
+    bool countIntervals = false;   // keep the per-interval counters of the agent's observation
     double windowS = 0;            // drain-rate window (one base RTT)
     double windowCapacityPkts = 0; // data packets the link sends in one window
     double warmupS = 0;            // measured window [warmupS, endS]
@@ -570,6 +617,13 @@ struct BufferStats {
     std::vector<std::vector<double>> classTime;      // [P][cap_c+1] seconds at each class length
     std::vector<double> classPktSeconds;             // [P] time integral of each class length
     double measuredS = 0;
+};
+
+/// Data segments (payload > 0) dequeued per class and dropped, since the last
+/// `TakeInterval` (RLBMEnv's per-interval drain rates and drops count data packets).
+struct IntervalCounts {
+    std::vector<uint64_t> dataDequeues; // [P]
+    uint64_t dataDrops = 0;
 };
 
 /// One DropTail FIFO per class behind per-class admission thresholds, served by
@@ -600,6 +654,8 @@ class RlbmBufferQueueDisc : public QueueDisc {
         m_stats.dequeues.assign(p, 0);
         m_stats.occupancyTime.assign(cfg.bufferPkts + 1, 0.0);
         m_stats.classPktSeconds.assign(p, 0.0);
+        m_interval.dataDequeues.assign(p, 0);
+        m_interval.dataDrops = 0;
         m_stats.classTime.clear();
         for (uint32_t c = 0; c < p; ++c) {
             m_stats.classTime.emplace_back(cfg.capPkts[c] + 1, 0.0);
@@ -611,6 +667,21 @@ class RlbmBufferQueueDisc : public QueueDisc {
     void FinishMeasurement() { AccountOccupancy(m_cfg.endS); }
 
     const BufferStats& GetStats() const { return m_stats; }
+
+    /// The agent's per-class alphas (rl), applied from the next arriving packet on.
+    void SetAlpha(const std::vector<double>& alpha) { m_cfg.alpha = alpha; }
+    const std::vector<double>& GetAlpha() const { return m_cfg.alpha; }
+
+    /// The counters since the last call, which restarts them.
+    IntervalCounts TakeInterval() {
+        IntervalCounts out = m_interval;
+        std::fill(m_interval.dataDequeues.begin(), m_interval.dataDequeues.end(), 0);
+        m_interval.dataDrops = 0;
+        return out;
+    }
+
+    const std::vector<uint32_t>& ClassLengths() const { return m_len; }
+    uint32_t Occupancy() const { return m_total; }
 
   protected:
     void DoDispose() override {
@@ -630,6 +701,7 @@ class RlbmBufferQueueDisc : public QueueDisc {
         if (!admit || !GetInternalQueue(c)->Enqueue(item)) {
             if (measuring) ++m_stats.drops[c];
             if (measuring && retx) ++m_stats.retxDrops;
+            if (seg.payload > 0) ++m_interval.dataDrops;
             if (!admit) DropBeforeEnqueue(item, "class threshold or shared buffer exceeded");
             return false;
         }
@@ -654,6 +726,7 @@ class RlbmBufferQueueDisc : public QueueDisc {
         m_lastServed = c;
         ++m_windowDeq[c];
         if (Simulator::Now().GetSeconds() >= m_cfg.warmupS) ++m_stats.dequeues[c];
+        if (m_cfg.countIntervals && Parse(item).payload > 0) ++m_interval.dataDequeues[c];
         return item;
     }
 
@@ -741,6 +814,9 @@ class RlbmBufferQueueDisc : public QueueDisc {
             thr = m_cfg.alpha[c] * free *
                   std::clamp(m_drainNorm[c], 1.0 / m_cfg.numClasses, 1.0);
             break;
+        case Policy::Rl:
+            thr = m_cfg.alpha[c] * m_cfg.beta[c] * free;
+            break;
         }
         return std::min(std::max(thr, 0.0), double(m_cfg.capPkts[c]));
     }
@@ -785,6 +861,7 @@ class RlbmBufferQueueDisc : public QueueDisc {
     EventId m_windowEvent;
     double m_lastChangeS = 0;
     BufferStats m_stats;
+    IntervalCounts m_interval;
 };
 
 NS_OBJECT_ENSURE_REGISTERED(RlbmBufferQueueDisc);
@@ -940,6 +1017,7 @@ class Scenario {
     void Build() {
         BuildTopology();
         BuildTraffic();
+        if (m_cfg.agentIntervalS > 0) Simulator::ScheduleNow(&Scenario::OnAgentBoundary, this, 0u);
     }
 
     /// Run the simulation; returns the wall-clock seconds of Simulator::Run.
@@ -949,6 +1027,7 @@ class Scenario {
         Simulator::Run();
         const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - t0;
         m_buffer->FinishMeasurement();
+        FinishIntervals();
         return wall.count();
     }
 
@@ -956,6 +1035,7 @@ class Scenario {
     void WriteFlows(std::ostream& os) const;
 
     void SetCwndTrace(std::ostream* os) { m_cwndOs = os; }
+    void SetIntervalsOut(std::ostream* os);
 
   private:
     void BuildTopology();
@@ -970,6 +1050,14 @@ class Scenario {
     void OnSsthresh(uint32_t, uint32_t ssthresh) { m_traceSsthresh = ssthresh; }
     void SampleCwnd();
     JsonObject ConfigJson() const;
+    // agent intervals
+    void OnSinkDeliver(const Ipv4Header& ip, Ptr<const Packet> segment, uint32_t iface);
+    void OnAgentBoundary(uint32_t k);
+    std::vector<double> Observation(const IntervalCounts& iv, double capacityPkts) const;
+    std::vector<double> CloseInterval(uint32_t k);
+    std::vector<double> AskAgent(uint32_t k, const std::vector<double>& obs) const;
+    void FinishIntervals();
+    double IntervalCapacityPkts() const { return m_cfg.agentIntervalS * m_cfg.bottleneckRateBps / m_cfg.DataPktBits(); }
 
     bool Measuring() const { return Simulator::Now().GetSeconds() >= m_cfg.warmupS; }
 
@@ -995,6 +1083,14 @@ class Scenario {
     const Flow* m_traceFlow = nullptr;
     uint32_t m_traceCwnd = 0;
     uint32_t m_traceSsthresh = std::numeric_limits<uint32_t>::max();
+
+    // the current agent interval (RLBMEnv's Interval) and the reward so far
+    uint64_t m_ivSinkPkts = 0;    // data segments that reached the sink
+    uint64_t m_ivFlowsDone = 0;   // flows whose last byte reached the sink
+    double m_ivWorstSlowdown = 0; // largest FCT slowdown among them
+    uint32_t m_intervalsClosed = 0;
+    double m_rewardSum = 0;
+    std::ostream* m_intervalsOs = nullptr;
 };
 
 void Scenario::BuildTopology() {
@@ -1040,8 +1136,11 @@ void Scenario::BuildTopology() {
     bc.policy = c.policy == "droptail" ? Policy::DropTail
                 : c.policy == "dt"     ? Policy::DynamicThresholds
                 : c.policy == "abm"    ? Policy::Abm
+                : c.policy == "rl"     ? Policy::Rl
                                        : Policy::StaticBuffer;
     bc.alpha = c.alpha;
+    bc.beta = c.beta;
+    bc.countIntervals = c.agentIntervalS > 0;
     bc.strictPriority = c.scheduler == "strict";
     bc.windowS = c.BaseRttS();
     bc.windowCapacityPkts = c.BaseRttS() * c.bottleneckRateBps / c.DataPktBits();
@@ -1070,6 +1169,10 @@ void Scenario::BuildTopology() {
         Ptr<Application> app = sinkHelper.Install(sink).Get(0);
         app->SetStartTime(Seconds(0));
         app->TraceConnectWithoutContext("Rx", MakeCallback(&Scenario::OnSinkRx, this));
+    }
+    if (c.agentIntervalS > 0) {
+        sink->GetObject<Ipv4L3Protocol>()->TraceConnectWithoutContext(
+            "LocalDeliver", MakeCallback(&Scenario::OnSinkDeliver, this));
     }
     bnPort->TraceConnectWithoutContext("PhyTxEnd", MakeCallback(&Scenario::OnBottleneckTx, this));
 }
@@ -1193,6 +1296,8 @@ void Scenario::OnSinkRx(Ptr<const Packet> packet, const Address& from) {
         const double ideal = m_cfg.BaseRttS() + double(f.sizeBytes) * 8.0 / m_cfg.bottleneckRateBps;
         m_completions.push_back({f.sizeBytes, f.cls, fct, fct / ideal, f.startS});
         m_byKey.erase(it);
+        ++m_ivFlowsDone;
+        m_ivWorstSlowdown = std::max(m_ivWorstSlowdown, fct / ideal);
     }
 }
 
@@ -1210,6 +1315,116 @@ void Scenario::SampleCwnd() {
     }
 }
 
+void Scenario::OnSinkDeliver(const Ipv4Header& ip, Ptr<const Packet> segment, uint32_t) {
+    if (ip.GetProtocol() != 6 /* TCP */) return;
+    TcpHeader tcp;
+    segment->PeekHeader(tcp);
+    if (segment->GetSize() > tcp.GetSerializedSize()) ++m_ivSinkPkts;
+}
+
+void Scenario::SetIntervalsOut(std::ostream* os) {
+    m_intervalsOs = os;
+    *os << "interval,t_end_s,reward,throughput,worst_slowdown,flows_done";
+    for (const char* name : {"beta", "drain_rate"}) {
+        for (uint32_t c = 0; c < m_cfg.numClasses; ++c) *os << "," << name << "_c" << c;
+    }
+    *os << ",free_buffer_fraction,flows_finished_scaled,drops_per_capacity";
+    for (uint32_t c = 0; c < m_cfg.numClasses; ++c) *os << ",queue_bdp_c" << c;
+    *os << ",buffer_bdp";
+    for (uint32_t c = 0; c < m_cfg.numClasses; ++c) *os << ",alpha_c" << c;
+    *os << "\n";
+}
+
+/// RLBMEnv's observation [3P + 4] now, after an interval with counters `iv`.
+std::vector<double> Scenario::Observation(const IntervalCounts& iv, double capacityPkts) const {
+    const Params& c = m_cfg;
+    const double bdp = c.bottleneckRateBps * c.BaseRttS() / c.DataPktBits();
+    const double b = c.bufferPkts;
+    std::vector<double> obs(c.beta);
+    for (uint32_t k = 0; k < c.numClasses; ++k) obs.push_back(double(iv.dataDequeues[k]) / capacityPkts);
+    obs.push_back((b - double(m_buffer->Occupancy())) / b);
+    obs.push_back(double(m_ivFlowsDone) / c.flowsScale);
+    obs.push_back(double(iv.dataDrops) / capacityPkts);
+    for (uint32_t len : m_buffer->ClassLengths()) obs.push_back(double(len) / bdp);
+    obs.push_back(b / bdp);
+    return obs;
+}
+
+/// Score interval k on RLBMEnv's reward, log it, start the next one; returns the
+/// observation at its end.
+std::vector<double> Scenario::CloseInterval(uint32_t k) {
+    const double cap = IntervalCapacityPkts();
+    const std::vector<double> obs = Observation(m_buffer->TakeInterval(), cap);
+    const double throughput = double(m_ivSinkPkts) / cap;
+    const double worst = m_ivFlowsDone > 0 ? std::max(m_ivWorstSlowdown, 1e-6) : 1.0;
+    const double reward = -std::log(worst) + std::log1p(throughput);
+    m_rewardSum += reward;
+    ++m_intervalsClosed;
+    if (m_intervalsOs) {
+        std::ostream& os = *m_intervalsOs;
+        os << k << "," << Simulator::Now().GetSeconds() << "," << reward << "," << throughput << "," << worst
+           << "," << m_ivFlowsDone;
+        for (double v : obs) os << "," << v;
+        for (double a : m_buffer->GetAlpha()) os << "," << a;
+        os << "\n";
+    }
+    m_ivSinkPkts = 0;
+    m_ivFlowsDone = 0;
+    m_ivWorstSlowdown = 0;
+    return obs;
+}
+
+/// Boundary k (time k * agent_interval_s): close interval k - 1, let the agent act on
+/// the observation, schedule boundary k + 1 if it falls inside the run.
+void Scenario::OnAgentBoundary(uint32_t k) {
+    std::vector<double> obs;
+    if (k == 0) {
+        obs = Observation(m_buffer->TakeInterval(), IntervalCapacityPkts());
+    } else {
+        obs = CloseInterval(k - 1);
+    }
+    if (m_cfg.agent == "stdio") m_buffer->SetAlpha(AskAgent(k, obs));
+    const double next = (k + 1) * m_cfg.agentIntervalS;
+    if (next < m_cfg.seconds - 1e-9) {
+        Simulator::Schedule(Seconds(next) - Simulator::Now(), &Scenario::OnAgentBoundary, this, k + 1);
+    }
+}
+
+/// One lock-step exchange: "obs K v0 v1 ..." out, one line of num_classes alphas in
+/// (clipped to [0, 1] as RLBMEnv does).  A closed pipe or a malformed line ends the
+/// run with status 3.
+std::vector<double> Scenario::AskAgent(uint32_t k, const std::vector<double>& obs) const {
+    std::ostringstream line;
+    line.precision(17);
+    line << "obs " << k;
+    for (double v : obs) line << " " << v;
+    std::cout << line.str() << "\n" << std::flush;
+    std::string reply;
+    if (!std::getline(std::cin, reply)) {
+        std::cerr << "rlbm_scenario: the agent closed its pipe before answering interval " << k << std::endl;
+        std::exit(3);
+    }
+    std::istringstream in(reply);
+    std::vector<double> alpha;
+    double a;
+    while (in >> a) alpha.push_back(a);
+    if (!in.eof() || alpha.size() != m_cfg.numClasses ||
+        !std::all_of(alpha.begin(), alpha.end(), [](double x) { return std::isfinite(x); })) {
+        std::cerr << "rlbm_scenario: interval " << k << ": the agent answered '" << reply << "'; expected "
+                  << m_cfg.numClasses << " finite alphas" << std::endl;
+        std::exit(3);
+    }
+    for (double& x : alpha) x = std::clamp(x, 0.0, 1.0);
+    return alpha;
+}
+
+/// Close the last full interval, whose boundary coincides with the end of the run.
+void Scenario::FinishIntervals() {
+    if (m_cfg.agentIntervalS <= 0) return;
+    const auto full = uint32_t(std::floor(m_cfg.seconds / m_cfg.agentIntervalS + 1e-6));
+    while (m_intervalsClosed < full) CloseInterval(m_intervalsClosed);
+}
+
 JsonObject Scenario::ConfigJson() const {
     const Params& c = m_cfg;
     JsonObject o;
@@ -1223,6 +1438,7 @@ JsonObject Scenario::ConfigJson() const {
         .Num("buffer_pkts", c.bufferPkts)
         .Str("policy", c.policy)
         .Raw("alpha", JsonArr(c.alpha))
+        .Raw("beta", JsonArr(c.beta))
         .Str("scheduler", c.scheduler)
         .Raw("class_threshold_bytes", JsonArr(c.classThresholdBytes))
         .Str("tcp", c.tcp)
@@ -1257,6 +1473,10 @@ JsonObject Scenario::ConfigJson() const {
         .Str("flows_out", c.flowsOut)
         .Str("cwnd_out", c.cwndOut)
         .Num("trace_interval_s", c.traceIntervalS)
+        .Num("agent_interval_s", c.agentIntervalS)
+        .Str("agent", c.agent)
+        .Num("flows_scale", c.flowsScale)
+        .Str("intervals_out", c.intervalsOut)
         .Num("base_rtt_s", c.BaseRttS())
         .Num("bdp_pkts", c.bottleneckRateBps * c.BaseRttS() / c.DataPktBits())
         .Num("mean_flow_size_bytes", m_sizes.Empty() ? std::nan("") : m_sizes.MeanBytes())
@@ -1323,7 +1543,9 @@ std::string Scenario::Report(double wallS) const {
         .Num("rto_count", double(g_rtoCount))
         .Num("retx_arrivals", double(st.retxArrivals))
         .Num("retx_drops", double(st.retxDrops))
-        .Num("measured_s", measured);
+        .Num("measured_s", measured)
+        .Num("reward_mean", m_intervalsClosed ? m_rewardSum / m_intervalsClosed : std::nan(""))
+        .Num("agent_intervals", m_intervalsClosed);
     for (uint32_t k = 0; k < c.numClasses; ++k) {
         const std::string s = std::to_string(k);
         o.Num("queue_mean_pkts_c" + s, st.classPktSeconds[k] / histTotal)
@@ -1396,6 +1618,7 @@ int main(int argc, char* argv[]) {
     auto jsonOs = OpenOutput("out", cfg.out);
     auto flowsOs = OpenOutput("flows_out", cfg.flowsOut);
     auto cwndOs = OpenOutput("cwnd_out", cfg.cwndOut);
+    auto intervalsOs = OpenOutput("intervals_out", cfg.intervalsOut);
 
     RngSeedManager::SetSeed(1);
     RngSeedManager::SetRun(cfg.seed);
@@ -1405,6 +1628,10 @@ int main(int argc, char* argv[]) {
     if (cwndOs) {
         cwndOs->precision(10);
         scenario.SetCwndTrace(cwndOs.get());
+    }
+    if (intervalsOs) {
+        intervalsOs->precision(10);
+        scenario.SetIntervalsOut(intervalsOs.get());
     }
     scenario.Build();
     const double wallS = scenario.Run();
@@ -1418,7 +1645,7 @@ int main(int argc, char* argv[]) {
     if (flowsOs) scenario.WriteFlows(*flowsOs);
     Simulator::Destroy();
     bool ok = true;
-    for (auto* os : {jsonOs.get(), flowsOs.get(), cwndOs.get()}) {
+    for (auto* os : {jsonOs.get(), flowsOs.get(), cwndOs.get(), intervalsOs.get()}) {
         if (os && !(os->flush())) ok = false;
     }
     if (!ok) {
