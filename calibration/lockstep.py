@@ -17,35 +17,53 @@ import numpy as np
 
 def drive(cmd: list[str], policy: Callable, obs_dim: int, act_dim: int) -> int:
     """Run `cmd` answering its observations with policy(obs [1, obs_dim]) -> [1, act_dim];
-    returns the number of decisions.  Raises RuntimeError when the scenario fails or
-    speaks out of protocol, or the policy gives a wrongly shaped or non-finite action."""
+    returns the number of decisions.  Raises RuntimeError, with the end of the
+    scenario's stderr, when the scenario fails or speaks out of protocol, or the policy
+    gives a wrongly shaped or non-finite action."""
     with tempfile.TemporaryFile(mode="w+") as err:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
                                 bufsize=1)
+
+        def fail(why: str):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            err.seek(0)
+            tail = err.read()[-3000:]
+            raise RuntimeError(f"ns-3 agent run ({' '.join(cmd)}): {why}" + (f"\nns-3 stderr:\n{tail}" if tail else ""))
+
         decisions = 0
         try:
             for line in proc.stdout:
                 parts = line.split()
-                if len(parts) != obs_dim + 2 or parts[0] != "obs" or int(parts[1]) != decisions:
-                    raise RuntimeError(f"expected 'obs {decisions}' and {obs_dim} values from ns-3, got "
-                                       f"{line[:200]!r}")
-                obs = np.asarray(parts[2:], np.float32)[None]
+                try:
+                    ok = len(parts) == obs_dim + 2 and parts[0] == "obs" and int(parts[1]) == decisions
+                    obs = np.asarray(parts[2:], np.float32)[None] if ok else None
+                except ValueError:
+                    ok = False
+                if not ok:
+                    fail(f"expected 'obs {decisions}' and {obs_dim} numbers, got {line[:200]!r}")
                 act = np.asarray(policy(obs), np.float32)
                 if act.shape != (1, act_dim) or not np.all(np.isfinite(act)):
-                    raise RuntimeError(f"policy gave {act!r} for observation {decisions}; expected "
-                                       f"{act_dim} finite alphas")
+                    fail(f"policy gave {act!r} for observation {decisions}; expected {act_dim} finite alphas")
                 # repr of a float32 widened to float: the exact value, read back by strtod
                 proc.stdin.write(" ".join(repr(float(a)) for a in act[0]) + "\n")
                 proc.stdin.flush()
                 decisions += 1
-        except BaseException:
-            proc.kill()
+        except BrokenPipeError:
+            fail(f"the scenario stopped reading after {decisions} decisions")
+        except BaseException:  # the policy raised, or an interrupt: stop the scenario too
+            if proc.poll() is None:
+                proc.kill()
             proc.wait()
             raise
         finally:
-            proc.stdin.close()
+            if proc.stdin and not proc.stdin.closed:
+                try:
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass
         rc = proc.wait()
         if rc != 0:
-            err.seek(0)
-            raise RuntimeError(f"ns-3 run failed (status {rc}, {' '.join(cmd)}):\n{err.read()[-3000:]}")
+            fail(f"exit status {rc} after {decisions} decisions")
     return decisions

@@ -56,6 +56,7 @@ FLOW_METRICS = ("slowdown_p50", "slowdown_p99")
 EXTRA_METRICS = ("queue_p99_pkts", "fct_mean_s", "goodput_bps", "flows_completed", "rto_count")
 BUILD = ROOT / "calibration" / "ns3" / "build.sh"
 SOURCE = ROOT / "calibration" / "ns3" / "rlbm_scenario.cc"
+LOCKSTEP = ROOT / "calibration" / "lockstep.py"
 
 
 @dataclasses.dataclass
@@ -235,7 +236,8 @@ class Agent:
     flows_scale: float
 
     def args(self) -> list[str]:
-        return ["--agent=stdio", f"--agent_interval_s={self.interval_s!r}", f"--flows_scale={self.flows_scale!r}"]
+        return ["--agent=stdio", f"--agent_interval_s={float(self.interval_s)!r}",
+                f"--flows_scale={float(self.flows_scale)!r}"]
 
 
 def _run_one_ns3(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, fresh: bool,
@@ -243,13 +245,14 @@ def _run_one_ns3(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, 
     """One ns-3 run; reuses an earlier result when the scenario source, the command line,
     the flow schedule and the agent are all unchanged (unless `fresh`).  With `agent`,
     the run's rl policy is driven by it in lock-step, and its per-interval log is kept."""
-    stem = workdir / f"{c.name.replace('/', '_')}_s{seed}"
+    stem = workdir / (f"{c.name.replace('/', '_')}_s{seed}" + (f"_{agent.digest[:10]}" if agent else ""))
     cmd = [str(binary), *ns3_args(c, seed), *extra, f"--out={stem}.json", f"--flows_out={stem}.flows.csv"]
     if agent is not None:
         cmd += [*agent.args(), f"--intervals_out={stem}.intervals.csv"]
     key = hashlib.sha256(source_digest)
-    if agent is not None:
+    if agent is not None:  # the policy and the driver that answers for it
         key.update(agent.digest.encode())
+        key.update(LOCKSTEP.read_bytes())
     if c.kind == "thesis":
         schedule = Path(f"{stem}.schedule.csv")
         write_schedule(c, seed, schedule)
@@ -263,7 +266,10 @@ def _run_one_ns3(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, 
         if agent is None:
             _call_ns3(cmd)
         else:
-            lockstep.drive(cmd, agent.fn, agent.obs_dim, agent.act_dim)
+            decisions = lockstep.drive(cmd, agent.fn, agent.obs_dim, agent.act_dim)
+            done = json.loads(out_json.read_text())["agent_intervals"]
+            if decisions not in (done, done + 1):  # the last interval's end gets no decision
+                raise RuntimeError(f"{stem}: {decisions} agent decisions for {done} intervals")
         key_file.write_text(key.hexdigest())
     rep = json.loads(out_json.read_text())
     flows = np.loadtxt(f"{stem}.flows.csv", delimiter=",", skiprows=1, ndmin=2).tolist() \
@@ -606,9 +612,6 @@ CAUSES = {
                  "(REPORT section 3)",
     "rto-storm": "queueing delay of 4 BDP (320 ms) exceeds the 200 ms RTO floor: ns-3 times out "
                  "spuriously and resends the window, which we do not (REPORT sections 1 and 3)",
-    "many-small-cubic": "not explained: with 64 CUBIC flows of about 5 segments each ns-3 drops twice as "
-                        "often; the --ss_ack_cap_segs=1 ablation moves it only from 0.0060 to 0.0052, and "
-                        "Limited Transmit is not the cause (REPORT section 3)",
     "second-event": "ns-3 ends the first slow-start overshoot with a second congestion event (one "
                     "segment sent during its SACK recovery is dropped); CUBIC's fast convergence then "
                     "sets W_max below the BDP for the first 5 s epoch. Ours ends it in one event "
@@ -639,9 +642,7 @@ def explain_miss(cell: str, metric: str) -> str:
         return CAUSES["second-event"]
     if cell.startswith("long/") and cell.endswith("/4bdp/rtt80ms"):
         return CAUSES["rto-storm"]
-    if cell == "long/cubic/N64/0.25bdp/rtt20ms" and metric == "drop_rate":
-        return CAUSES["many-small-cubic"]
-    if metric == "drop_rate" and "/cubic/" in cell:
+    if metric == "drop_rate" and cell.startswith("thesis/cubic/"):
         return CAUSES["cubic-rto"]
     if metric == "queue_mean_pkts" and cell.startswith("thesis/cubic/"):
         return CAUSES["cubic-queue"]

@@ -21,6 +21,10 @@ from rlbm_jax.env.params import SimParams
 from rlbm_jax.env.rlbm_env import EnvParams, RLBMEnv
 from rlbm_jax.progress import Progress
 
+# the report fields a grid evaluation keeps per policy and cell
+REPORT_FIELDS = ("reward_mean", "goodput_bps", "util_wire", "slowdown_p99", "slowdown_p50", "queue_p99_pkts",
+                 "queue_mean_pkts", "fct_mean_s", "drop_rate", "flows_started", "flows_completed")
+
 
 def stack_params(items: Sequence):
     """Stack pytrees with equal static fields along a new leading axis."""
@@ -98,3 +102,13 @@ def mean_rows(results: dict, grid: Sequence[tuple], fields: Sequence[str]) -> li
                 row[f + "_std"] = float(np.nanstd(v)) if ok else float("nan")
             rows.append(row)
     return rows
+
+
+def beats_baselines(mean: Callable[[str, str], float], agent: str, baselines: Sequence[str]) -> tuple[bool, bool]:
+    """The targets of a trained policy in one cell, from mean(policy, field) over seeds:
+    (a higher mean reward than every baseline, a lower p99 FCT slowdown than every
+    baseline at no more than 2 % throughput loss against the best baseline's)."""
+    reward = all(mean(agent, "reward_mean") > mean(b, "reward_mean") for b in baselines)
+    slowdown = (mean(agent, "slowdown_p99") < min(mean(b, "slowdown_p99") for b in baselines)
+                and mean(agent, "goodput_bps") >= 0.98 * max(mean(b, "goodput_bps") for b in baselines))
+    return reward, slowdown

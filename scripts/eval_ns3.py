@@ -38,17 +38,14 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from calibration import run as cal  # noqa: E402
-from rlbm_jax.env.params import THESIS_DEFAULTS, TCP_NAMES, make_params  # noqa: E402
+from rlbm_jax.env.params import THESIS_BETA, THESIS_DEFAULTS, TCP_NAMES, make_params  # noqa: E402
 from rlbm_jax.env.rlbm_env import RLBMEnv  # noqa: E402
-from rlbm_jax.evaluate import mean_rows, score_policies  # noqa: E402
+from rlbm_jax.evaluate import REPORT_FIELDS as FIELDS, beats_baselines, mean_rows, score_policies  # noqa: E402
 from rlbm_jax.onnx_policy import jax_policy, load_checked  # noqa: E402
 from rlbm_jax.simulate import BASELINES  # noqa: E402
 
 POLICY = "rl"  # the ONNX policy's label in every table
-BETA = (1.0, 0.5)  # the thesis's per-class weights of the rl threshold
 AGENT_INTERVAL_S = 0.1
-FIELDS = ("reward_mean", "goodput_bps", "util_wire", "slowdown_p99", "slowdown_p50", "queue_p99_pkts",
-          "queue_mean_pkts", "fct_mean_s", "drop_rate", "flows_started", "flows_completed")
 GAP_FIELDS = ("reward_mean", "util_wire", "queue_mean_pkts", "drop_rate", "slowdown_p50", "slowdown_p99")
 PLOTS = (("reward_mean", "mean reward per interval", 1.0), ("slowdown_p99", "p99 FCT slowdown", 1.0),
          ("goodput_bps", "throughput (Mbit/s)", 1e-6), ("queue_p99_pkts", "p99 buffer occupancy (pkts)", 1.0))
@@ -82,7 +79,7 @@ def main(argv=None):
         num_classes = THESIS_DEFAULTS["num_classes"]
         ort_fn, meta = load_checked(a.onnx, num_classes=num_classes, agent_interval_s=AGENT_INTERVAL_S)
         jax_fn, _ = jax_policy(a.onnx)
-        kws = [dict(THESIS_DEFAULTS, tcp=t, buffer_per_class_pkts=n, load=ld, policy=POLICY, beta=BETA,
+        kws = [dict(THESIS_DEFAULTS, tcp=t, buffer_per_class_pkts=n, load=ld, policy=POLICY, beta=THESIS_BETA,
                     queue_capacity_pkts=max(a.buffer_pkts)) for t, n, ld in grid]
         sims = [make_params(**kw) for kw in kws]
         env = RLBMEnv(sims[0], agent_interval_s=AGENT_INTERVAL_S, episode_s=a.seconds,
@@ -145,16 +142,12 @@ def verdicts(res: dict, c: int, baselines) -> dict:
     best = max(baselines, key=lambda b: mean(b, "reward_mean"))
     d = res[POLICY]["reward_mean"][c] - res[best]["reward_mean"][c]
     se = float(np.std(d, ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
-    return {
-        "reward": all(mean(POLICY, "reward_mean") > mean(b, "reward_mean") for b in baselines),
-        "slowdown": (mean(POLICY, "slowdown_p99") < min(mean(b, "slowdown_p99") for b in baselines)
-                     and mean(POLICY, "goodput_bps") >= 0.98 * max(mean(b, "goodput_bps") for b in baselines)),
-        "best": best, "diff": float(np.mean(d)), "se": se,
-    }
+    reward, slowdown = beats_baselines(mean, POLICY, baselines)
+    return {"reward": reward, "slowdown": slowdown, "best": best, "diff": float(np.mean(d)), "se": se}
 
 
 def gap(ns3_v, jax_v) -> float:
-    """Relative difference of ns-3's mean from JAX's (reward: absolute difference)."""
+    """Relative difference of ns-3's mean over seeds from JAX's."""
     x, y = float(np.nanmean(ns3_v)), float(np.nanmean(jax_v))
     return (x - y) / abs(y) if y else float("nan")
 

@@ -25,14 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from rlbm_jax.env.params import TCP_NAMES, thesis_params  # noqa: E402
+from rlbm_jax.env.params import TCP_NAMES, THESIS_BETA, thesis_params  # noqa: E402
 from rlbm_jax.env.rlbm_env import RLBMEnv  # noqa: E402
-from rlbm_jax.evaluate import mean_rows, score_policies  # noqa: E402
+from rlbm_jax.evaluate import REPORT_FIELDS, beats_baselines, mean_rows, score_policies  # noqa: E402
 from rlbm_jax.policy import load_policy  # noqa: E402
 from rlbm_jax.simulate import BASELINES  # noqa: E402
 
-FIELDS = ("reward_mean", "goodput_bps", "util_wire", "slowdown_p99", "slowdown_p50", "queue_p99_pkts",
-          "queue_mean_pkts", "fct_mean_s", "drop_rate", "flows_started", "flows_completed")
 PLOTS = (("goodput_bps", "throughput (Mbit/s)", 1e-6), ("slowdown_p99", "p99 FCT slowdown", 1.0),
          ("queue_p99_pkts", "p99 buffer occupancy (pkts)", 1.0), ("fct_mean_s", "mean FCT (s)", 1.0),
          ("reward_mean", "mean reward per interval", 1.0))
@@ -71,7 +69,7 @@ def main(argv=None):
     cap = max(a.buffer_pkts)
     try:
         grid = cells(a)
-        base = [thesis_params(tcp=t, buffer_per_class_pkts=n, load=ld, policy="rl", beta=(1.0, 0.5),
+        base = [thesis_params(tcp=t, buffer_per_class_pkts=n, load=ld, policy="rl", beta=THESIS_BETA,
                               queue_capacity_pkts=cap, pkts_per_tick=a.pkts_per_tick) for t, n, ld in grid]
         env = RLBMEnv(base[0], agent_interval_s=0.1, episode_s=a.seconds)
         agents = {}
@@ -89,7 +87,7 @@ def main(argv=None):
     results = score_policies(env, base, agents, a.baselines, seeds)
     runs = list(agents) + list(a.baselines)
 
-    rows = mean_rows(results, grid, FIELDS)
+    rows = mean_rows(results, grid, REPORT_FIELDS)
     with (out / "results.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -122,8 +120,7 @@ def summarize(rows, grid, agents, baselines, results, seeds) -> str:
             se = float(np.std(d) / np.sqrt(max(len(d) - 1, 1)))
             sd_best = min(get[(b, t, n, ld)]["slowdown_p99"] for b in baselines)
             thr_best = max(get[(b, t, n, ld)]["goodput_bps"] for b in baselines)
-            r_ok = all(me["reward_mean"] > get[(b, t, n, ld)]["reward_mean"] for b in baselines)
-            sd_ok = me["slowdown_p99"] < sd_best and me["goodput_bps"] >= 0.98 * thr_best
+            r_ok, sd_ok = beats_baselines(lambda pol, f: get[(pol, t, n, ld)][f], ag, baselines)
             wins_r += r_ok
             wins_sd += sd_ok
             tag = ("reward" if r_ok else "") + ("+slowdown" if sd_ok else "")

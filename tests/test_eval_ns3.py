@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from rlbm_jax.env.params import THESIS_DEFAULTS, make_params
+from rlbm_jax.env.params import THESIS_BETA as BETA, THESIS_DEFAULTS, make_params
 from rlbm_jax.env.rlbm_env import RLBMEnv, obs_dim
 from rlbm_jax.onnx_policy import load_checked, obs_layout, to_onnx
 from rlbm_jax.policy import save_policy
@@ -24,7 +24,6 @@ sys.path.insert(0, str(ROOT))
 from calibration import lockstep, run as cal  # noqa: E402
 
 P = 2
-BETA = (1.0, 0.5)
 TRAINED = ROOT / "results" / "train_default" / "policy"
 
 
@@ -75,8 +74,9 @@ def test_constant_onnx_policy_in_ns3_is_dynamic_thresholds_with_alpha_times_beta
     assert a["agent_intervals"] == 150
     # and the static alpha really is what DT needs to match: another alpha changes the run
     other = cal.run_ns3(ns3_binary, [_cell("dt2", policy="dt", alpha=[1.0, 0.5])], [2], 1, tmp_path,
-                        show_progress=False)["dt2"]["seeds"][0]
-    assert _metrics(other) != _metrics(b)
+                        show_progress=False, extra=("--agent_interval_s=0.1", "--flows_scale=10.0"))["dt2"]["seeds"][0]
+    assert other["drops_c0"] + other["drops_c1"] != a["drops_c0"] + a["drops_c1"]
+    assert other["reward_mean"] != a["reward_mean"]
 
 
 def test_trained_policy_runs_in_ns3_in_lockstep_on_the_env_observation(ns3_binary, tmp_path):
@@ -89,7 +89,8 @@ def test_trained_policy_runs_in_ns3_in_lockstep_on_the_env_observation(ns3_binar
     cell = _cell("trained", seconds=20.0, load=0.8)
     res = cal.run_ns3(ns3_binary, [cell], [3], 1, tmp_path, show_progress=False, agent=agent)["trained"]
     rep = res["seeds"][0]
-    with open(tmp_path / "trained_s3.intervals.csv") as f:
+    (log,) = tmp_path.glob("trained_s3_*.intervals.csv")
+    with open(log) as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == rep["agent_intervals"] == 200
     obs = np.array([[float(r[k]) for k in obs_layout(P)] for r in rows], np.float32)
@@ -132,6 +133,9 @@ def test_eval_ns3_writes_the_transfer_report(tmp_path):
     for r in rows:
         assert 0.0 < float(r["util_wire"]) < 1.0 and math.isfinite(float(r["reward_mean"]))
     assert (out / "ns3_vs_jax.png").stat().st_size > 0 and (out / "grid_newreno.png").stat().st_size > 0
+    # the policy ran inside ns-3 in lock-step: one decision per 0.1 s, all 100 intervals scored
+    runs = sorted((out / "ns3_runs").glob("eval_rl_*.json"))
+    assert len(runs) == 2 and all(json.loads(r.read_text())["agent_intervals"] == 100 for r in runs)
 
 
 @pytest.mark.parametrize("case", ["width", "interval", "not_onnx", "missing"])

@@ -147,3 +147,43 @@ def test_only_the_first_partial_ack_restarts_the_rto_in_recovery():
     again = tcp_mod.on_acks(opened.replace(undet=jnp.array([3]), undet_tx=jnp.array([60])), jnp.int32(50), one,
                             zero, one, jnp.array([70]), jnp.array([0.02]), p, tick_s)
     assert int(again.state[0]) == tcp_mod.RECOVERY and not bool(again.rec_partial[0])
+
+
+def test_cubic_target_and_cnt_are_whole_segments_like_ns3():
+    """ns-3.37 TcpCubic::Update truncates C |t - K|^3 to whole segments and divides
+    integers: after a loss at 5 segments (ssthresh 3, W_max 5, K = 1.71 s) the target
+    is 4 at once (cnt 3), then W_max once C |t - K|^3 < 1 (t > K - 1.357 s); a
+    continuous curve would ask for ~40 ACKs per segment at first."""
+    p = long_flow_params(1, 1.0, tcp="cubic", mss_bytes=1000)
+    tick_s = float(p.tick_s)
+    fl = tcp_mod.init_flows(1).replace(cwnd=jnp.array([3.0]), w_max=jnp.array([5.0]),
+                                       delay_min_s=jnp.array([0.02]), epoch_start=jnp.array([-1]))
+    at = lambda s: jnp.int32(round(s / tick_s))
+    cnt, epoch, k, origin = tcp_mod._cubic_cnt(fl, at(1.0), p, tick_s)
+    assert (float(cnt[0]), float(origin[0])) == (3.0, 5.0)
+    np.testing.assert_allclose(float(k[0]), (2 / 0.4) ** (1 / 3), rtol=1e-5)
+    run = fl.replace(epoch_start=epoch, cubic_k_s=k, cubic_origin=origin)
+    assert float(tcp_mod._cubic_cnt(run.replace(cwnd=jnp.array([4.0])), at(1.1), p, tick_s)[0][0]) == 400.0
+    assert float(tcp_mod._cubic_cnt(run.replace(cwnd=jnp.array([4.0])), at(1.4), p, tick_s)[0][0]) == 4.0
+    # the counter: every ACK adds at most one segment, the rest waits (never reset)
+    cwnd, bank = tcp_mod._cubic_grow(jnp.array([3.0]), jnp.array([0]), jnp.array([2]), 1.0, cnt)
+    assert (float(cwnd[0]), int(bank[0])) == (3.0, 2)
+    cwnd, bank = tcp_mod._cubic_grow(cwnd, bank, jnp.array([5]), 1.0, cnt)
+    assert (float(cwnd[0]), int(bank[0])) == (4.0, 4)
+
+
+def test_cubic_leaves_recovery_one_segment_above_ssthresh_like_ns3():
+    """ns-3.37 passes the ACK that ends fast recovery to CUBIC in OPEN: cwnd = ssthresh,
+    then the new epoch's cnt (= ssthresh: the truncated target is ssthresh + 1) is met by
+    that ACK's cumulative advance, the flight at the loss."""
+    p = long_flow_params(1, 1.0, tcp="cubic", mss_bytes=1000)
+    fl = tcp_mod.init_flows(1).replace(
+        active=jnp.array([True]), size_pkts=jnp.array([tcp_mod.BIG_PKTS]), cwnd=jnp.array([3.0]),
+        ssthresh=jnp.array([3.0]), w_max=jnp.array([5.0]), state=jnp.array([tcp_mod.RECOVERY]),
+        recover_fs=jnp.array([5.0]), retx_out=jnp.array([1]), outstanding=jnp.array([3]), tx_next=jnp.array([8]),
+        srtt_s=jnp.array([0.02]), rttvar_s=jnp.array([0.001]), rto_s=jnp.array([0.2]), delay_min_s=jnp.array([0.02]))
+    one = jnp.array([1])
+    out = tcp_mod.on_acks(fl, jnp.int32(1000), one, one, jnp.array([0]), jnp.array([7]), jnp.array([0.02]), p,
+                          float(p.tick_s))
+    assert int(out.state[0]) == tcp_mod.OPEN
+    assert float(out.cwnd[0]) == 4.0 and int(out.cwnd_cnt[0]) == 2

@@ -51,6 +51,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -1085,7 +1086,8 @@ class Scenario {
     uint32_t m_traceSsthresh = std::numeric_limits<uint32_t>::max();
 
     // the current agent interval (RLBMEnv's Interval) and the reward so far
-    uint64_t m_ivSinkPkts = 0;    // data segments that reached the sink
+    uint64_t m_ivSinkPkts = 0;    // distinct data segments that reached the sink
+    std::unordered_map<uint64_t, std::unordered_set<uint32_t>> m_sinkSeen; // per flow: sequence numbers
     uint64_t m_ivFlowsDone = 0;   // flows whose last byte reached the sink
     double m_ivWorstSlowdown = 0; // largest FCT slowdown among them
     uint32_t m_intervalsClosed = 0;
@@ -1319,7 +1321,11 @@ void Scenario::OnSinkDeliver(const Ipv4Header& ip, Ptr<const Packet> segment, ui
     if (ip.GetProtocol() != 6 /* TCP */) return;
     TcpHeader tcp;
     segment->PeekHeader(tcp);
-    if (segment->GetSize() > tcp.GetSerializedSize()) ++m_ivSinkPkts;
+    if (segment->GetSize() <= tcp.GetSerializedSize()) return; // no data
+    // distinct data only, as RLBMEnv's throughput: a resent segment that already arrived
+    // (ns-3.37 resends the window after a timeout) does not count again
+    auto& seen = m_sinkSeen[FlowKey(ip.GetSource(), tcp.GetSourcePort())];
+    if (seen.insert(tcp.GetSequenceNumber().GetValue()).second) ++m_ivSinkPkts;
 }
 
 void Scenario::SetIntervalsOut(std::ostream* os) {
@@ -1630,7 +1636,7 @@ int main(int argc, char* argv[]) {
         scenario.SetCwndTrace(cwndOs.get());
     }
     if (intervalsOs) {
-        intervalsOs->precision(10);
+        intervalsOs->precision(17); // the observation exactly as the agent got it
         scenario.SetIntervalsOut(intervalsOs.get());
     }
     scenario.Build();

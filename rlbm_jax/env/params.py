@@ -135,6 +135,9 @@ class SimParams:
 # construction and validation
 # ---------------------------------------------------------------------------
 
+# the thesis's per-class weights beta_c of the RL threshold alpha_c * beta_c * (B - Q)
+THESIS_BETA = (1.0, 0.5)
+
 THESIS_DEFAULTS = dict(
     num_senders=10,
     access_rate_bps=100e6,

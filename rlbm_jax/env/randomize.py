@@ -16,7 +16,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment
 
-from rlbm_jax.env.params import TCP_NAMES, SimParams
+from rlbm_jax.env.params import TCP_NAMES, THESIS_BETA, SimParams
 from rlbm_jax.env.rlbm_env import EnvParams, EnvState, RLBMEnv
 
 
@@ -126,7 +126,7 @@ def thesis_randomized_env(*, buffer_pkts=(100, 1000), load=(0.1, 0.9), tcp=TCP_N
     episode's N, load and TCP drawn at reset.  Returns (env, params)."""
     from rlbm_jax.env.params import thesis_params
 
-    kw = dict(policy="rl", beta=(1.0, 0.5), queue_capacity_pkts=int(buffer_pkts[1]),
+    kw = dict(policy="rl", beta=THESIS_BETA, queue_capacity_pkts=int(buffer_pkts[1]),
               buffer_per_class_pkts=int(buffer_pkts[1]), pkts_per_tick=pkts_per_tick, completion_log_size=16)
     kw.update(sim_overrides)
     env = RandomizedEnv(RLBMEnv(thesis_params(**kw), agent_interval_s=agent_interval_s, episode_s=episode_s),

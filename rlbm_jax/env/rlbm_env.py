@@ -36,7 +36,7 @@ from flax import struct
 from gymnax.environments import environment, spaces
 
 from rlbm_jax.env import metrics as mx, sim
-from rlbm_jax.env.params import SimParams, thesis_params
+from rlbm_jax.env.params import THESIS_BETA, SimParams, thesis_params
 
 
 def obs_dim(num_classes: int) -> int:
@@ -66,7 +66,7 @@ def make_env_params(sim_params: SimParams | None = None, *, agent_interval_s: fl
                     episode_s: float = 60.0, flows_scale: float = 10.0) -> EnvParams:
     """EnvParams for a simulator configuration (default: the thesis scenario, "rl" policy)."""
     if sim_params is None:
-        sim_params = thesis_params(policy="rl", beta=(1.0, 0.5))
+        sim_params = thesis_params(policy="rl", beta=THESIS_BETA)
     if not agent_interval_s > 0:
         raise ValueError(f"agent_interval_s must be positive, got {agent_interval_s!r}")
     if not episode_s >= agent_interval_s:

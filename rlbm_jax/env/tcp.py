@@ -23,7 +23,10 @@ max(1, floor(MSS^2 / cwnd)) whole bytes, as ns-3.37 (a little under 1/cwnd).
 CUBIC follows ns-3.37 (beta 0.7, C 0.4, fast convergence, HyStart with ACK-train
 and delay detection, no Reno-friendly region) and, like ns-3.37, counts segments
 rather than ACKs (byte counting in slow start, so with delayed ACKs it doubles
-its window per round trip where NewReno grows 1.5x).
+its window per round trip where NewReno grows 1.5x).  Its congestion avoidance is
+ns-3.37's in whole segments: the target's distance from the origin truncated to an
+integer, an integer cnt, a counter of ACKed segments that is never reset and at most
+one segment per ACK, and the ACK that ends fast recovery counted in OPEN.
 Not modelled (documented in DESIGN.md): spurious retransmissions after an RTO,
 the delayed-ACK timer (an odd segment is ACKed with the next or when the pipe
 empties).  Lost SYNs are handled where a flow starts (`sim.tick`).
@@ -75,6 +78,7 @@ class FlowState:
     epoch_start: jnp.ndarray  # int32 tick, -1 = no epoch
     cubic_k_s: jnp.ndarray  # float32
     cubic_origin: jnp.ndarray  # float32
+    cwnd_cnt: jnp.ndarray  # int32 CUBIC: segments ACKed in CA toward the next +1 (m_cWndCnt, never reset)
     delay_min_s: jnp.ndarray  # float32, 0 = none yet
     hs_round_end_tx: jnp.ndarray  # int32 HyStart round
     hs_round_start: jnp.ndarray  # int32 tick
@@ -148,7 +152,7 @@ def init_flows(num_slots: int) -> FlowState:
         outstanding=zi, undet=zi, undet_tx=zi, lost_q=zi, retx_out=zi, retx_dropped=zi, ghost=zi,
         state=zi, prr_delivered=zi, prr_out=zi, recover_fs=zf, srtt_s=zf,
         rttvar_s=zf, rto_s=zf, rto_deadline=zi, da_parity=zi, w_max=zf, epoch_start=zi - 1,
-        cubic_k_s=zf, cubic_origin=zf, delay_min_s=zf, hs_round_end_tx=zi, hs_round_start=zi,
+        cubic_k_s=zf, cubic_origin=zf, cwnd_cnt=zi, delay_min_s=zf, hs_round_end_tx=zi, hs_round_start=zi,
         hs_last_ack=zi, hs_curr_rtt_s=zf + jnp.inf, hs_samples=zi, hs_found=zb, rec_partial=zb,
     )
 
@@ -190,21 +194,37 @@ def _loss_ssthresh(fl, flight, params):
     return jnp.where(is_cubic, cub, reno), jnp.where(is_cubic, w_max, fl.w_max)
 
 
-def _cubic_increment(fl, t, params, tick_s):
-    """Segments CUBIC adds per ACK in congestion avoidance, and the epoch bookkeeping."""
+def _cubic_cnt(fl, t, params, tick_s):
+    """CUBIC's cnt (segments to ACK in congestion avoidance before cwnd grows by one) and
+    the epoch bookkeeping, in ns-3.37's whole segments (TcpCubic::Update): the window is
+    floor(cwnd), the distance |C (t - K)^3| from the origin is truncated to an integer
+    (so the target sits up to a segment closer to the origin, which at a few segments
+    per flow brings cwnd back to W_max within about a round trip after a loss), and cnt
+    is an integer division."""
+    seg = jnp.floor(fl.cwnd)
     new_epoch = fl.epoch_start < 0
-    below = fl.w_max > fl.cwnd
-    k_new = jnp.where(below, jnp.cbrt(jnp.maximum(fl.w_max - fl.cwnd, 0.0) / params.cubic_c), 0.0)
-    origin_new = jnp.where(below, fl.w_max, fl.cwnd)
+    below = fl.w_max > seg
+    k_new = jnp.where(below, jnp.cbrt(jnp.maximum(fl.w_max - seg, 0.0) / params.cubic_c), 0.0)
+    origin_new = jnp.where(below, fl.w_max, seg)
     epoch = jnp.where(new_epoch, t, fl.epoch_start)
     k = jnp.where(new_epoch, k_new, fl.cubic_k_s)
     origin = jnp.where(new_epoch, origin_new, fl.cubic_origin)
     el = (t - epoch).astype(jnp.float32) * tick_s + fl.delay_min_s - k
-    target = origin + params.cubic_c * el * el * el
-    cnt = jnp.where(target > fl.cwnd, fl.cwnd / jnp.maximum(target - fl.cwnd, 1e-6), 100.0 * fl.cwnd)
+    delta = jnp.floor(params.cubic_c * jnp.abs(el) ** 3)
+    target = jnp.where(el < 0, origin - delta, origin + delta)
+    cnt = jnp.where(target > seg, jnp.floor(seg / jnp.maximum(target - seg, 1.0)), 100.0 * seg)
     cnt = jnp.where((fl.w_max == 0) & (cnt > 20.0), 20.0, cnt)
     cnt = jnp.maximum(cnt, 2.0)
-    return 1.0 / cnt, epoch, k, origin
+    return cnt, epoch, k, origin
+
+
+def _cubic_grow(cwnd, bank, segs, calls, cnt):
+    """ns-3.37 TcpCubic::IncreaseWindow in congestion avoidance: `segs` more segments
+    ACKed by `calls` ACKs go to the counter; each ACK adds at most one segment, when the
+    counter reaches cnt (which it then loses).  Returns (cwnd, counter)."""
+    bank = bank + segs
+    steps = jnp.where(segs > 0, jnp.minimum(jnp.floor(bank.astype(jnp.float32) / cnt), calls), 0.0)
+    return cwnd + steps, bank - (steps * cnt).astype(jnp.int32)
 
 
 def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s) -> FlowState:
@@ -267,23 +287,28 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     growth = jnp.where((state == LOSS) & holes, jnp.minimum(growth, acked_retx), growth)
     growth_acks = growth.astype(jnp.float32)
     cwnd = fl.cwnd
-    # slow start: +1 per ACK (NewReno) or segment (CUBIC) up to ssthresh, the rest in CA
-    room = jnp.maximum(jnp.ceil(ssthresh - cwnd), 0.0)
+    # slow start: NewReno +1 per ACK up to ssthresh, the rest in CA; CUBIC (ns-3.37) adds
+    # every segment of an ACK that finds cwnd below ssthresh, so it may pass ssthresh by
+    # the segments of one ACK less one (a tick's ACKs taken as equal)
+    calls = jnp.maximum(n_acks - jnp.where(state == OPEN, n_dup, 0), 1).astype(jnp.float32)  # non-duplicate ACKs
+    per_ack = jnp.ceil(growth_acks / calls)
+    room = jnp.maximum(jnp.ceil(ssthresh - cwnd), 0.0) + jnp.where(is_cubic, jnp.maximum(per_ack - 1.0, 0.0), 0.0)
     ss_acks = jnp.where(cwnd < ssthresh, jnp.minimum(growth_acks, room), 0.0)
     ca_acks = growth_acks - ss_acks
     cwnd_ss = cwnd + ss_acks
-    inc_cubic, ep_c, k_c, or_c = _cubic_increment(fl.replace(cwnd=cwnd_ss, w_max=w_max, epoch_start=epoch_start,
-                                                             delay_min_s=delay_min), t, params, tick_s)
+    cnt_c, ep_c, k_c, or_c = _cubic_cnt(fl.replace(cwnd=cwnd_ss, w_max=w_max, epoch_start=epoch_start,
+                                                   delay_min_s=delay_min), t, params, tick_s)
     # ns-3.37 NewReno adds max(1, floor(MSS^2 / cwnd)) bytes per ACK, in integer bytes (its
     # cwnd is a byte count, so cwnd * MSS is whole here): integer division keeps it exact,
     # and vmapped and single runs agree bit for bit
     mss_i = params.mss_bytes.astype(jnp.int32)
     cwnd_bytes = jnp.maximum(jnp.round(cwnd_ss * mss_i.astype(jnp.float32)).astype(jnp.int32), 1)
     inc_reno = jnp.maximum(1, (mss_i * mss_i) // cwnd_bytes).astype(jnp.float32) / mss_i.astype(jnp.float32)
-    inc = jnp.where(is_cubic, inc_cubic, inc_reno)
     ca_on = grow & (ca_acks > 0)
-    cwnd_grown = cwnd_ss + ca_acks * inc
+    cwnd_cubic, bank = _cubic_grow(cwnd_ss, fl.cwnd_cnt, ca_acks.astype(jnp.int32), calls, cnt_c)
+    cwnd_grown = jnp.where(is_cubic, cwnd_cubic, cwnd_ss + ca_acks * inc_reno)
     cwnd = jnp.where(grow, cwnd_grown, cwnd)
+    cwnd_cnt = jnp.where(ca_on & is_cubic, bank, fl.cwnd_cnt)
     epoch_start = jnp.where(ca_on & is_cubic, ep_c, epoch_start)
     cubic_k = jnp.where(ca_on & is_cubic, k_c, fl.cubic_k_s)
     cubic_origin = jnp.where(ca_on & is_cubic, or_c, fl.cubic_origin)
@@ -329,6 +354,20 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     cwnd = jnp.where(leave_rec, ssthresh, cwnd)
     epoch_start = jnp.where(leave_rec, -1, epoch_start)
     state = jnp.where(leave_rec | leave_loss, OPEN, state)
+    # ns-3.37 hands the ACK that ends recovery to CUBIC's IncreaseWindow, in OPEN: it
+    # starts the new epoch and its cumulative advance goes to the counter, so cwnd often
+    # leaves recovery at ssthresh + 1.  That advance is taken as the flight at the loss,
+    # which it is when the episode had one hole; after several holes ns-3's is smaller.
+    exit_c = leave_rec & is_cubic
+    cnt_x, ep_x, k_x, or_x = _cubic_cnt(fl.replace(cwnd=cwnd, w_max=w_max, epoch_start=epoch_start,
+                                                   delay_min_s=delay_min, cubic_k_s=cubic_k,
+                                                   cubic_origin=cubic_origin), t, params, tick_s)
+    cwnd_x, bank_x = _cubic_grow(cwnd, cwnd_cnt, jnp.ceil(recover_fs).astype(jnp.int32), 1.0, cnt_x)
+    cwnd = jnp.where(exit_c, cwnd_x, cwnd)
+    cwnd_cnt = jnp.where(exit_c, bank_x, cwnd_cnt)
+    epoch_start = jnp.where(exit_c, ep_x, epoch_start)
+    cubic_k = jnp.where(exit_c, k_x, cubic_k)
+    cubic_origin = jnp.where(exit_c, or_x, cubic_origin)
 
     # RTO timer restarts on any ACK that is not a pure duplicate, except that in RECOVERY
     # only the first partial ACK restarts it (ns-3.37, RFC 6582's "impatient" timer): a
@@ -344,7 +383,7 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
         rto_s=rto_s, delay_min_s=delay_min, da_parity=da_parity, lost_q=lost_q, undet=undet,
         ssthresh=ssthresh, w_max=w_max, epoch_start=epoch_start, state=state,
         prr_delivered=prr_delivered, prr_out=prr_out, recover_fs=recover_fs, cwnd=jnp.maximum(cwnd, 1.0),
-        cubic_k_s=cubic_k, cubic_origin=cubic_origin, hs_round_end_tx=hs_round_end,
+        cubic_k_s=cubic_k, cubic_origin=cubic_origin, cwnd_cnt=cwnd_cnt, hs_round_end_tx=hs_round_end,
         hs_round_start=hs_round_start, hs_last_ack=hs_last_ack, hs_curr_rtt_s=hs_curr,
         hs_samples=hs_samples, hs_found=hs_found, rto_deadline=rto_deadline, rec_partial=rec_partial,
     )
