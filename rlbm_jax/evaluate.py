@@ -112,3 +112,32 @@ def beats_baselines(mean: Callable[[str, str], float], agent: str, baselines: Se
     slowdown = (mean(agent, "slowdown_p99") < min(mean(b, "slowdown_p99") for b in baselines)
                 and mean(agent, "goodput_bps") >= 0.98 * max(mean(b, "goodput_bps") for b in baselines))
     return reward, slowdown
+
+
+def plot_load_grid(tcp: str, buffers: Sequence[int], panels: Sequence[tuple], draw: Callable, path,
+                   legend: dict | None = None):
+    """The thesis figures: one row per panel (field, axis label, scale), one column per
+    per-class buffer size, load on x.  draw(ax, field, scale, buffer_pkts, first) draws
+    one panel's lines (`first`: the panel that carries the legend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(panels), len(buffers), figsize=(4.2 * len(buffers), 2.6 * len(panels)),
+                             squeeze=False)
+    for j, n in enumerate(buffers):
+        for i, (f, label, scale) in enumerate(panels):
+            ax = axes[i, j]
+            draw(ax, f, scale, n, i == 0 and j == 0)
+            if i == 0:
+                ax.set_title(f"{tcp}, N = {n} pkts per class")
+            if j == 0:
+                ax.set_ylabel(label)
+            if i == len(panels) - 1:
+                ax.set_xlabel("load")
+            ax.grid(alpha=0.3)
+    axes[0, 0].legend(**(legend or {"fontsize": 7}))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 from calibration import run as cal  # noqa: E402
 from rlbm_jax.env.params import THESIS_BETA, THESIS_DEFAULTS, TCP_NAMES, make_params  # noqa: E402
 from rlbm_jax.env.rlbm_env import RLBMEnv  # noqa: E402
-from rlbm_jax.evaluate import REPORT_FIELDS as FIELDS, beats_baselines, mean_rows, score_policies  # noqa: E402
+from rlbm_jax.evaluate import REPORT_FIELDS as FIELDS, beats_baselines, mean_rows, plot_load_grid, score_policies  # noqa: E402
 from rlbm_jax.onnx_policy import jax_policy, load_checked  # noqa: E402
 from rlbm_jax.simulate import BASELINES  # noqa: E402
 
@@ -250,36 +250,19 @@ def scatter(grid, policies, ns3, jax_res, path):
 
 
 def grid_plot(rows, tcp, buffers, policies, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(PLOTS), len(buffers), figsize=(4.2 * len(buffers), 2.6 * len(PLOTS)), squeeze=False)
     colors = {p: f"C{i}" for i, p in enumerate(policies)}
     colors[POLICY] = "k"
-    for j, n in enumerate(buffers):
-        for i, (f, label, scale) in enumerate(PLOTS):
-            ax = axes[i, j]
-            for simulator, ls in (("ns-3", "-"), ("jax", "--")):
-                for p in policies:
-                    rr = sorted((r for r in rows[simulator]
-                                 if r["policy"] == p and r["tcp"] == tcp and r["buffer_per_class_pkts"] == n),
-                                key=lambda r: r["load"])
-                    ax.plot([r["load"] for r in rr], np.array([r[f] for r in rr]) * scale, ls=ls, marker="o", ms=3,
-                            color=colors[p], lw=2.2 if p == POLICY else 1,
-                            label=f"{p} ({simulator})" if i == 0 and j == 0 else None)
-            if i == 0:
-                ax.set_title(f"{tcp}, N = {n} pkts per class")
-            if j == 0:
-                ax.set_ylabel(label)
-            if i == len(PLOTS) - 1:
-                ax.set_xlabel("load")
-            ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+
+    def draw(ax, f, scale, n, first):
+        for simulator, ls in (("ns-3", "-"), ("jax", "--")):
+            for p in policies:
+                rr = sorted((r for r in rows[simulator]
+                             if r["policy"] == p and r["tcp"] == tcp and r["buffer_per_class_pkts"] == n),
+                            key=lambda r: r["load"])
+                ax.plot([r["load"] for r in rr], np.array([r[f] for r in rr]) * scale, ls=ls, marker="o", ms=3,
+                        color=colors[p], lw=2.2 if p == POLICY else 1, label=f"{p} ({simulator})" if first else None)
+
+    plot_load_grid(tcp, buffers, PLOTS, draw, path, legend={"fontsize": 6, "ncol": 2})
 
 
 if __name__ == "__main__":

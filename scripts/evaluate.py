@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 from rlbm_jax.env.params import TCP_NAMES, THESIS_BETA, thesis_params  # noqa: E402
 from rlbm_jax.env.rlbm_env import RLBMEnv  # noqa: E402
-from rlbm_jax.evaluate import REPORT_FIELDS, beats_baselines, mean_rows, score_policies  # noqa: E402
+from rlbm_jax.evaluate import REPORT_FIELDS, beats_baselines, mean_rows, plot_load_grid, score_policies  # noqa: E402
 from rlbm_jax.policy import load_policy  # noqa: E402
 from rlbm_jax.simulate import BASELINES  # noqa: E402
 
@@ -148,34 +148,16 @@ def summarize(rows, grid, agents, baselines, results, seeds) -> str:
 
 
 def plot(rows, tcp, buffers, policies, path):
-    import matplotlib
+    def draw(ax, f, scale, n, first):
+        for p in policies:
+            rr = sorted((r for r in rows if r["policy"] == p and r["tcp"] == tcp and r["buffer_per_class_pkts"] == n),
+                        key=lambda r: r["load"])
+            y = np.array([r[f] for r in rr]) * scale
+            e = np.array([r[f + "_std"] for r in rr]) * scale
+            style = dict(lw=2.2, color="k") if not p.startswith(("sb-", "dt", "abm", "droptail")) else dict(lw=1)
+            ax.errorbar([r["load"] for r in rr], y, yerr=e, label=p, capsize=2, marker="o", ms=3, **style)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(PLOTS), len(buffers), figsize=(4.2 * len(buffers), 2.6 * len(PLOTS)), squeeze=False)
-    for j, n in enumerate(buffers):
-        for i, (f, label, scale) in enumerate(PLOTS):
-            ax = axes[i, j]
-            for p in policies:
-                rr = sorted((r for r in rows if r["policy"] == p and r["tcp"] == tcp and r["buffer_per_class_pkts"] == n),
-                            key=lambda r: r["load"])
-                x = [r["load"] for r in rr]
-                y = np.array([r[f] for r in rr]) * scale
-                e = np.array([r[f + "_std"] for r in rr]) * scale
-                style = dict(lw=2.2, color="k") if not p.startswith(("sb-", "dt", "abm", "droptail")) else dict(lw=1)
-                ax.errorbar(x, y, yerr=e, label=p, capsize=2, marker="o", ms=3, **style)
-            if i == 0:
-                ax.set_title(f"{tcp}, N = {n} pkts per class")
-            if j == 0:
-                ax.set_ylabel(label)
-            if i == len(PLOTS) - 1:
-                ax.set_xlabel("load")
-            ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    plot_load_grid(tcp, buffers, PLOTS, draw, path)
 
 
 if __name__ == "__main__":
