@@ -296,7 +296,18 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     ss_acks = jnp.where(cwnd < ssthresh, jnp.minimum(growth_acks, room), 0.0)
     ca_acks = growth_acks - ss_acks
     cwnd_ss = cwnd + ss_acks
-    cnt_c, ep_c, k_c, or_c = _cubic_cnt(fl.replace(cwnd=cwnd_ss, w_max=w_max, epoch_start=epoch_start,
+    # ns-3.37 hands the ACK that ends recovery to CUBIC's IncreaseWindow, in OPEN, after
+    # cwnd = ssthresh: it starts the new epoch and its cumulative advance goes to the
+    # counter, so cwnd often leaves recovery at ssthresh + 1.  That advance is taken as
+    # the flight at the loss, which it is when the episode had one hole (after several,
+    # ns-3's is smaller).  A flow grows in CA or leaves recovery, never both in one tick,
+    # so one CUBIC update serves both.
+    repaired = (lost_q == 0) & (retx_out == 0) & (fl.retx_dropped == 0)
+    leave_rec = has & (state == RECOVERY) & repaired
+    exit_c = leave_rec & is_cubic
+    cwnd_in = jnp.where(exit_c, ssthresh, cwnd_ss)
+    cnt_c, ep_c, k_c, or_c = _cubic_cnt(fl.replace(cwnd=cwnd_in, w_max=w_max,
+                                                   epoch_start=jnp.where(exit_c, -1, epoch_start),
                                                    delay_min_s=delay_min), t, params, tick_s)
     # ns-3.37 NewReno adds max(1, floor(MSS^2 / cwnd)) bytes per ACK, in integer bytes (its
     # cwnd is a byte count, so cwnd * MSS is whole here): integer division keeps it exact,
@@ -305,7 +316,9 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     cwnd_bytes = jnp.maximum(jnp.round(cwnd_ss * mss_i.astype(jnp.float32)).astype(jnp.int32), 1)
     inc_reno = jnp.maximum(1, (mss_i * mss_i) // cwnd_bytes).astype(jnp.float32) / mss_i.astype(jnp.float32)
     ca_on = grow & (ca_acks > 0)
-    cwnd_cubic, bank = _cubic_grow(cwnd_ss, fl.cwnd_cnt, ca_acks.astype(jnp.int32), calls, cnt_c)
+    cwnd_cubic, bank = _cubic_grow(cwnd_in, fl.cwnd_cnt,
+                                   jnp.where(exit_c, jnp.ceil(recover_fs), ca_acks).astype(jnp.int32),
+                                   jnp.where(exit_c, 1.0, calls), cnt_c)
     cwnd_grown = jnp.where(is_cubic, cwnd_cubic, cwnd_ss + ca_acks * inc_reno)
     cwnd = jnp.where(grow, cwnd_grown, cwnd)
     cwnd_cnt = jnp.where(ca_on & is_cubic, bank, fl.cwnd_cnt)
@@ -348,26 +361,16 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     cwnd = jnp.where(in_rec, pipe + sndcnt, cwnd)
 
     # ---- leaving RECOVERY / LOSS once every hole of the episode is repaired --------
-    repaired = (lost_q == 0) & (retx_out == 0) & (fl.retx_dropped == 0)
-    leave_rec = has & (state == RECOVERY) & repaired
     leave_loss = has & (state == LOSS) & repaired & (ghost == 0)
     cwnd = jnp.where(leave_rec, ssthresh, cwnd)
     epoch_start = jnp.where(leave_rec, -1, epoch_start)
     state = jnp.where(leave_rec | leave_loss, OPEN, state)
-    # ns-3.37 hands the ACK that ends recovery to CUBIC's IncreaseWindow, in OPEN: it
-    # starts the new epoch and its cumulative advance goes to the counter, so cwnd often
-    # leaves recovery at ssthresh + 1.  That advance is taken as the flight at the loss,
-    # which it is when the episode had one hole; after several holes ns-3's is smaller.
-    exit_c = leave_rec & is_cubic
-    cnt_x, ep_x, k_x, or_x = _cubic_cnt(fl.replace(cwnd=cwnd, w_max=w_max, epoch_start=epoch_start,
-                                                   delay_min_s=delay_min, cubic_k_s=cubic_k,
-                                                   cubic_origin=cubic_origin), t, params, tick_s)
-    cwnd_x, bank_x = _cubic_grow(cwnd, cwnd_cnt, jnp.ceil(recover_fs).astype(jnp.int32), 1.0, cnt_x)
-    cwnd = jnp.where(exit_c, cwnd_x, cwnd)
-    cwnd_cnt = jnp.where(exit_c, bank_x, cwnd_cnt)
-    epoch_start = jnp.where(exit_c, ep_x, epoch_start)
-    cubic_k = jnp.where(exit_c, k_x, cubic_k)
-    cubic_origin = jnp.where(exit_c, or_x, cubic_origin)
+    # CUBIC's update on the recovery-ending ACK (above)
+    cwnd = jnp.where(exit_c, cwnd_cubic, cwnd)
+    cwnd_cnt = jnp.where(exit_c, bank, cwnd_cnt)
+    epoch_start = jnp.where(exit_c, ep_c, epoch_start)
+    cubic_k = jnp.where(exit_c, k_c, cubic_k)
+    cubic_origin = jnp.where(exit_c, or_c, cubic_origin)
 
     # RTO timer restarts on any ACK that is not a pure duplicate, except that in RECOVERY
     # only the first partial ACK restarts it (ns-3.37, RFC 6582's "impatient" timer): a
