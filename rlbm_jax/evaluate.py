@@ -141,3 +141,16 @@ def plot_load_grid(tcp: str, buffers: Sequence[int], panels: Sequence[tuple], dr
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def add_grid_args(ap, *, seeds: int):
+    """The thesis-grid options that scripts/evaluate.py and scripts/eval_ns3.py share."""
+    from rlbm_jax.env.params import TCP_NAMES
+    from rlbm_jax.simulate import BASELINES
+
+    ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=BASELINES)
+    ap.add_argument("--tcp", nargs="+", default=list(TCP_NAMES), choices=TCP_NAMES)
+    ap.add_argument("--buffer-pkts", type=int, nargs="+", default=[100, 500, 1000])
+    ap.add_argument("--load", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
+    ap.add_argument("--seeds", type=int, default=seeds, help="held-out seeds per cell")
+    ap.add_argument("--first-seed", type=int, default=100_000, help="seeds are first-seed, first-seed+1, ...")

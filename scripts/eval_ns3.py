@@ -38,11 +38,10 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from calibration import run as cal  # noqa: E402
-from rlbm_jax.env.params import THESIS_BETA, THESIS_DEFAULTS, TCP_NAMES, make_params  # noqa: E402
+from rlbm_jax.env.params import THESIS_BETA, THESIS_DEFAULTS, make_params  # noqa: E402
 from rlbm_jax.env.rlbm_env import RLBMEnv  # noqa: E402
-from rlbm_jax.evaluate import REPORT_FIELDS as FIELDS, beats_baselines, mean_rows, plot_load_grid, score_policies  # noqa: E402
+from rlbm_jax.evaluate import add_grid_args, REPORT_FIELDS as FIELDS, beats_baselines, mean_rows, plot_load_grid, score_policies  # noqa: E402
 from rlbm_jax.onnx_policy import jax_policy, load_checked  # noqa: E402
-from rlbm_jax.simulate import BASELINES  # noqa: E402
 
 POLICY = "rl"  # the ONNX policy's label in every table
 AGENT_INTERVAL_S = 0.1
@@ -54,12 +53,7 @@ PLOTS = (("reward_mean", "mean reward per interval", 1.0), ("slowdown_p99", "p99
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--onnx", required=True, help="policy exported by scripts/export_onnx.py")
-    ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=BASELINES)
-    ap.add_argument("--tcp", nargs="+", default=list(TCP_NAMES), choices=TCP_NAMES)
-    ap.add_argument("--buffer-pkts", type=int, nargs="+", default=[100, 500, 1000])
-    ap.add_argument("--load", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
-    ap.add_argument("--seeds", type=int, default=3, help="held-out seeds per cell")
-    ap.add_argument("--first-seed", type=int, default=100_000, help="seeds are first-seed, first-seed+1, ...")
+    add_grid_args(ap, seeds=3)
     ap.add_argument("--seconds", type=float, default=60.0, help="episode length (whole agent intervals)")
     ap.add_argument("--jobs", type=int, default=2, help="ns-3 processes at a time")
     ap.add_argument("--fresh-ns3", action="store_true", help="rerun ns-3 even where a cached run matches")

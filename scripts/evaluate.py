@@ -25,11 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from rlbm_jax.env.params import TCP_NAMES, THESIS_BETA, thesis_params  # noqa: E402
+from rlbm_jax.env.params import THESIS_BETA, thesis_params  # noqa: E402
 from rlbm_jax.env.rlbm_env import RLBMEnv  # noqa: E402
-from rlbm_jax.evaluate import REPORT_FIELDS, beats_baselines, mean_rows, plot_load_grid, score_policies  # noqa: E402
+from rlbm_jax.evaluate import add_grid_args, REPORT_FIELDS, beats_baselines, mean_rows, plot_load_grid, score_policies  # noqa: E402
 from rlbm_jax.policy import load_policy  # noqa: E402
-from rlbm_jax.simulate import BASELINES  # noqa: E402
 
 PLOTS = (("goodput_bps", "throughput (Mbit/s)", 1e-6), ("slowdown_p99", "p99 FCT slowdown", 1.0),
          ("queue_p99_pkts", "p99 buffer occupancy (pkts)", 1.0), ("fct_mean_s", "mean FCT (s)", 1.0),
@@ -40,12 +39,7 @@ def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", nargs="*", default=[], help="policy directories (from scripts/train.py)")
     ap.add_argument("--name", nargs="*", default=None, help="labels for the policies (default: rl, rl2, ...)")
-    ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=BASELINES)
-    ap.add_argument("--tcp", nargs="+", default=list(TCP_NAMES), choices=TCP_NAMES)
-    ap.add_argument("--buffer-pkts", type=int, nargs="+", default=[100, 500, 1000])
-    ap.add_argument("--load", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
-    ap.add_argument("--seeds", type=int, default=5, help="held-out seeds per cell")
-    ap.add_argument("--first-seed", type=int, default=100_000, help="seeds are first-seed, first-seed+1, ...")
+    add_grid_args(ap, seeds=5)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--pkts-per-tick", type=int, default=1)
     ap.add_argument("--out", default="results/thesis_grid")
