@@ -5,7 +5,16 @@ normalisation, the env it was trained for) and `policy.npz` (layer weights
 `w0, b0, w1, b1, ...`).  The deterministic action is the network's mean output
 mapped into [0, 1]: "tanh01" maps x to (tanh(x) + 1) / 2, "clip01" clips x, and
 "exp2" maps x to 2 ** (4 * (tanh(x) - 1)), a log scale over (1/256, 1) for
-thresholds that span orders of magnitude (x = 0 gives 1/16).
+thresholds that span orders of magnitude (x = 0 gives 1/16); "pow2" maps x to
+2 ** clip(x, -8, 0), the same scale but linear in x, so a Gaussian policy explores
+thresholds by the same factor (2 ** std) whatever its mean below 1.
+"bdp" is for RLBMEnv's observation (`rlbm_jax.env.rlbm_env`, P classes): x_c is
+log2 of class c's threshold in BDPs, and the map returns the alpha that gives it,
+    alpha_c = clip(2 ** x_c / (beta_c * free * B/BDP), 0, 1)
+with beta, the free fraction and B/BDP read from the observation (columns 0..P-1,
+2P and 3P+3), so that alpha_c * beta_c * (B - Q) = 2 ** x_c BDPs.  A threshold in
+BDPs means the same at every buffer size, where alpha for it spans 100 x.
+Every map is fn(x [..., P], obs [..., D]) -> action; only "bdp" reads obs.
 The trainer writes this format; `scripts/simulate.py --policy DIR` reads it.
 """
 from __future__ import annotations
@@ -18,11 +27,42 @@ import numpy as np
 
 FORMAT = "rlbm-policy-v1"
 ACTIVATIONS = {"tanh": jnp.tanh, "relu": lambda x: jnp.maximum(x, 0.0)}
+BDP_LOG2_RANGE = (-4.0, 6.0)  # "bdp": thresholds from 1/16 to 64 BDPs
+
+
+def bdp_columns(num_classes: int):
+    """(beta columns, free-fraction column, B/BDP column) of RLBMEnv's observation."""
+    return list(range(num_classes)), 2 * num_classes, 3 * num_classes + 3
+
+
+def _bdp_map(x, obs):
+    p = x.shape[-1]
+    beta_cols, free_col, bb_col = bdp_columns(p)
+    if obs.shape[-1] != 3 * p + 4:
+        raise ValueError(f"action map 'bdp' needs RLBMEnv's observation of width 3P + 4 = {3 * p + 4}, "
+                         f"got {obs.shape[-1]}")
+    room_bdp = obs[..., beta_cols] * (obs[..., free_col] * obs[..., bb_col])[..., None]
+    return jnp.clip(jnp.exp2(jnp.clip(x, *BDP_LOG2_RANGE)) / jnp.maximum(room_bdp, 1e-6), 0.0, 1.0)
+
+
 ACTION_MAPS = {
-    "tanh01": lambda x: (jnp.tanh(x) + 1.0) / 2.0,
-    "clip01": lambda x: jnp.clip(x, 0.0, 1.0),
-    "exp2": lambda x: jnp.exp2(4.0 * (jnp.tanh(x) - 1.0)),
+    "tanh01": lambda x, obs=None: (jnp.tanh(x) + 1.0) / 2.0,
+    "clip01": lambda x, obs=None: jnp.clip(x, 0.0, 1.0),
+    "exp2": lambda x, obs=None: jnp.exp2(4.0 * (jnp.tanh(x) - 1.0)),
+    "pow2": lambda x, obs=None: jnp.exp2(jnp.clip(x, -8.0, 0.0)),
+    "bdp": _bdp_map,
 }
+# the pre-map value x that each map sends to a, for a strictly inside its range
+ACTION_MAP_INVERSES = {
+    "tanh01": lambda a: float(np.arctanh(2.0 * a - 1.0)),
+    "clip01": lambda a: float(a),
+    "exp2": lambda a: float(np.arctanh(1.0 + np.log2(a) / 4.0)),
+    "pow2": lambda a: float(np.log2(a)),
+    "bdp": lambda a: float(np.log2(a)),  # init_action is then the threshold in BDPs
+}
+# the open interval of actions each map reaches
+ACTION_MAP_RANGES = {"tanh01": (0.0, 1.0), "clip01": (0.0, 1.0), "exp2": (2.0 ** -8, 1.0), "pow2": (2.0 ** -8, 1.0),
+                     "bdp": (2.0 ** BDP_LOG2_RANGE[0], 2.0 ** BDP_LOG2_RANGE[1])}
 
 
 def save_policy(path, weights, *, obs_mean, obs_std, activation="tanh", action_map="tanh01", env=None,
@@ -83,6 +123,6 @@ def load_policy(path, obs_dim: int | None = None, act_dim: int | None = None):
             x = x @ w + b
             if i < len(layers) - 1:
                 x = act(x)
-        return out_map(x)
+        return out_map(x, obs)
 
     return fn, meta

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import shutil
 import sys
 import time
@@ -73,6 +72,9 @@ def parse(argv):
     g.add_argument("--action", default=d.action, choices=["gaussian", "discrete"])
     g.add_argument("--action-map", default=d.action_map)
     g.add_argument("--init-log-std", type=float, default=d.init_log_std)
+    g.add_argument("--init-action", type=float, default=d.init_action,
+                   help="the untrained policy's action: alpha, or with --action-map bdp the threshold in BDPs "
+                        "(default: the map's value at 0)")
     return ap.parse_args(argv)
 
 
@@ -81,7 +83,7 @@ def config_from_args(a) -> tuple[PPOConfig, dict]:
                     update_epochs=a.update_epochs, num_minibatches=a.num_minibatches, lr=a.lr, gamma=a.gamma,
                     gae_lambda=a.gae_lambda, clip_eps=a.clip_eps, ent_coef=a.ent_coef, network=a.network,
                     hidden=tuple(a.hidden), action=a.action, action_map=a.action_map,
-                    init_log_std=a.init_log_std).validate()
+                    init_log_std=a.init_log_std, init_action=a.init_action).validate()
     env_cfg = dict(buffer_pkts=list(a.buffer_pkts), load=list(a.load), tcp=list(a.tcp), episode_s=a.episode_s,
                    agent_interval_s=a.agent_interval_s, pkts_per_tick=a.pkts_per_tick)
     return cfg, env_cfg

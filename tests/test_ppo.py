@@ -136,6 +136,74 @@ def small_env(action_map="tanh01"):
     return env, env.default_params
 
 
+@pytest.mark.parametrize("action_map,value", [("exp2", 0.9), ("exp2", 0.01), ("pow2", 0.9), ("bdp", 8.0), ("tanh01", 0.3),
+                                                     ("clip01", 0.7)])
+def test_untrained_policy_takes_init_action(action_map, value):
+    """The untrained deterministic policy acts init_action on any observation (the
+    actor's output bias is the map's inverse of it; its kernel starts near zero).
+    With "bdp" the action is the alpha whose threshold is init_action BDPs."""
+    env, ep = thesis_randomized_env(buffer_pkts=(20, 60), episode_s=0.5, completion_log_size=4)
+    ppo = PPO(env, ep, PPOConfig(num_envs=4, num_steps=3, total_updates=1, num_minibatches=2,
+                                 action_map=action_map, init_action=value))
+    ts = ppo.init(jax.random.PRNGKey(3))
+    obs = jax.random.uniform(jax.random.PRNGKey(4), (16, env.obs_shape[0]), minval=0.0, maxval=3.0)
+    obs = obs.at[:, -1].multiply(10.0)  # B/BDP up to 30, so that 8 BDPs is below the room (alpha < 1)
+    P = env.num_classes
+
+    def taken(act):  # the action in init_action's units: alpha, or for "bdp" the threshold in BDPs
+        act = np.asarray(act)
+        if action_map != "bdp":
+            return act
+        o = np.asarray(obs)
+        return np.where(act < 1.0, act * o[:, :P] * (o[:, 2 * P] * o[:, 3 * P + 3])[:, None], np.nan)
+
+    _, act = ppo.act_deterministic(ts.params, ts.obs_stats, obs)
+    got = taken(act)
+    assert np.isfinite(got).sum() >= 8
+    np.testing.assert_allclose(got[np.isfinite(got)], value, rtol=0.05)
+    default = PPO(env, ep, PPOConfig(num_envs=4, num_steps=3, total_updates=1, num_minibatches=2,
+                                     action_map=action_map))
+    _, act0 = default.act_deterministic(default.init(jax.random.PRNGKey(3)).params, ts.obs_stats, obs)
+    got0 = taken(act0)
+    assert np.all(np.abs(got0[np.isfinite(got0)] - value) > 0.05)  # without it the policy starts at map(0)
+
+
+@pytest.mark.parametrize("kw", [dict(init_action=1.0), dict(init_action=0.0), dict(init_action=0.5, action_map="none"),
+                                dict(init_action=0.5, action="discrete"), dict(init_action=2.0 ** -9)])
+def test_config_rejects_bad_init_action(kw):
+    with pytest.raises(ValueError, match="init_action"):
+        PPOConfig(num_envs=8, num_steps=4, **kw).validate()
+
+
+def test_bdp_map_gives_thresholds_in_bdps_of_the_live_env():
+    """The "bdp" map reads beta, the free fraction and B/BDP from RLBMEnv's observation:
+    the alpha it returns makes the switch's rl threshold alpha * beta * (B - Q) equal to
+    2 ** x BDPs, checked against the simulator's own state mid-episode."""
+    from rlbm_jax.policy import ACTION_MAPS
+
+    env = RLBMEnv(thesis_params(policy="rl", beta=(1.0, 0.5), load=0.8, buffer_per_class_pkts=1000,
+                                queue_capacity_pkts=1000), agent_interval_s=0.1, episode_s=5.0)
+    p = env.default_params
+    obs, st = env.reset(jax.random.PRNGKey(5), p)
+    step = jax.jit(env.step)
+    checked = 0
+    for i in range(30):
+        x = jnp.asarray([np.log2(3.0), np.log2(1.5)], jnp.float32)
+        alpha = np.asarray(ACTION_MAPS["bdp"](x, obs))
+        q = float(np.sum(np.asarray(st.sim.queue.pkts)))
+        thr = alpha * np.asarray(p.sim.beta) * (float(p.sim.buffer_pkts) - q)
+        np.testing.assert_allclose(thr, np.array([3.0, 1.5]) * float(p.sim.bdp_pkts), rtol=1e-4)
+        checked += q > 0
+        obs, st, *_ = step(jax.random.PRNGKey(i), st, jnp.asarray(alpha), p)
+    assert checked >= 10  # the queue was not empty in most of them
+
+
+def test_bdp_map_refuses_an_env_without_the_rlbm_observation():
+    env, ep = gymnax.make("Pendulum-v1")
+    with pytest.raises(ValueError, match="bdp"):
+        PPO(env, ep, PPOConfig(num_envs=4, num_steps=4, action_map="bdp"))
+
+
 def test_ppo_learns_rlbm_and_beats_sb_naive():
     """Trained deterministic policy vs the initial one and SB-naive, on 8 held-out
     seeds with paired differences (same flows for all three)."""

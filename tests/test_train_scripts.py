@@ -1,7 +1,6 @@
 """scripts/train.py (run dir, checkpoints, --stop-after/--resume equals a straight
 run) and scripts/evaluate.py (files, pairing, refusal of a mismatched policy)."""
 import csv
-import json
 import sys
 from pathlib import Path
 

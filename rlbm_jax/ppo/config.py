@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Tuple
+from typing import Optional, Tuple
 
-from rlbm_jax.policy import ACTION_MAPS
+from rlbm_jax.policy import ACTION_MAP_INVERSES, ACTION_MAP_RANGES, ACTION_MAPS
 
 NETWORKS = ("mlp", "lstm")
 ACTIONS = ("gaussian", "discrete")
@@ -42,7 +42,19 @@ class PPOConfig:
     action: str = "gaussian"  # "gaussian": squashed by action_map; "discrete": categorical
     action_map: str = "exp2"  # for Box envs with "gaussian": see rlbm_jax.policy.ACTION_MAPS, or "none"
     init_log_std: float = -0.5
+    # the mean action of the untrained policy (Box envs, "gaussian" with an action map):
+    # the actor's output bias starts at the map's inverse of it.  None: bias 0, i.e.
+    # action_map(0) (exp2: 1/16, tanh01: 1/2, clip01: 0, pow2: 1).  With "bdp" it is
+    # the threshold in BDPs (bias 0: 1 BDP).
+    init_action: Optional[float] = None
     num_bins: int = 11  # "discrete" on a Box env: levels per action dimension
+
+    @property
+    def init_mean(self) -> float:
+        """The actor's initial output bias (pre-map), from `init_action`."""
+        if self.init_action is None:
+            return 0.0
+        return ACTION_MAP_INVERSES[self.action_map](float(self.init_action))
 
     @property
     def batch_size(self) -> int:
@@ -80,6 +92,15 @@ class PPOConfig:
             raise ValueError(f"PPOConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if self.action_map not in (*ACTION_MAPS, "none"):
             raise ValueError(f"PPOConfig.action_map must be one of {(*ACTION_MAPS, 'none')}, got {self.action_map!r}")
+        if self.init_action is not None:
+            if self.action != "gaussian" or self.action_map == "none":
+                raise ValueError(f"PPOConfig.init_action needs action='gaussian' and an action map, got "
+                                 f"action={self.action!r}, action_map={self.action_map!r}")
+            lo, hi = ACTION_MAP_RANGES[self.action_map]
+            v = self.init_action
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo < v < hi):
+                raise ValueError(f"PPOConfig.init_action must lie strictly inside ({lo:g}, {hi:g}), the range "
+                                 f"of action_map {self.action_map!r}, got {v!r}")
         if not self.hidden or any((not isinstance(h, int)) or h < 1 for h in self.hidden):
             raise ValueError(f"PPOConfig.hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
         if self.network == "lstm":

@@ -15,9 +15,8 @@ kept in the train state, so they travel with checkpoints and exported policies).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -87,7 +86,7 @@ class ActionAdapter:
         else:
             raise ValueError(f"unsupported action space {type(space).__name__}")
 
-    def to_env(self, a):
+    def to_env(self, a, obs=None):
         if self.kind == "discrete-env":
             return a[..., 0]
         if self.discrete:
@@ -96,7 +95,7 @@ class ActionAdapter:
         elif self.cfg.action_map == "none":
             x = jnp.clip(a, self.low, self.high)
         else:
-            x = ACTION_MAPS[self.cfg.action_map](a)
+            x = ACTION_MAPS[self.cfg.action_map](a, obs)
         return x.reshape(a.shape[:-1] + self.shape)
 
 
@@ -110,10 +109,15 @@ class PPO:
         self.cfg = config.validate()
         self.adapter = ActionAdapter(env.action_space(env_params), self.cfg)
         self.obs_dim = int(np.prod(env.observation_space(env_params).shape))
+        if self.cfg.action_map == "bdp" and self.adapter.kind == "box" and not self.adapter.discrete \
+                and self.obs_dim != 3 * self.adapter.act_dim + 4:
+            raise ValueError(f"PPOConfig.action_map 'bdp' reads RLBMEnv's observation (width 3P + 4 for P actions); "
+                             f"this env has {self.obs_dim} observations and {self.adapter.act_dim} actions")
         self.net = networks.ActorCritic(
             act_dim=self.adapter.act_dim, discrete=self.adapter.discrete, num_bins=self.adapter.bins,
             hidden=tuple(self.cfg.hidden), activation=self.cfg.activation, recurrent=self.cfg.network == "lstm",
-            lstm_size=self.cfg.lstm_size, init_log_std=self.cfg.init_log_std)
+            lstm_size=self.cfg.lstm_size, init_log_std=self.cfg.init_log_std,
+            init_mean=self.cfg.init_mean)
         steps = self.cfg.total_updates * self.cfg.update_epochs * self.cfg.num_minibatches
         lr = optax.linear_schedule(self.cfg.lr, 0.0, steps) if self.cfg.anneal_lr else self.cfg.lr
         self.tx = optax.chain(optax.clip_by_global_norm(self.cfg.max_grad_norm), optax.adam(lr, eps=1e-5))
@@ -166,7 +170,7 @@ class PPO:
             action = networks.sample(k_act, dist, disc)
             logp = networks.log_prob(dist, action, disc)
             obs2, env_state, reward, term, trunc, info = self._step_envs(
-                jax.random.split(k_env, cfg.num_envs), env_state, self.adapter.to_env(action))
+                jax.random.split(k_env, cfg.num_envs), env_state, self.adapter.to_env(action, obs))
             done = jnp.logical_or(term, trunc)
             fobs = self.normalize(ts.obs_stats, info["final_observation"].astype(jnp.float32))
             _, _, boot = self.net.apply(ts.params, carry2, fobs[None], jnp.zeros_like(first)[None])
@@ -260,7 +264,7 @@ class PPO:
         carry, dist, _ = self.net.apply(params, carry, self.normalize(obs_stats, obs)[None], first[None])
         a = networks.mode(jax.tree.map(lambda x: x[0] if x.ndim > 1 and x.shape[0] == 1 else x, dist),
                           self.adapter.discrete)
-        return carry, self.adapter.to_env(a)
+        return carry, self.adapter.to_env(a, obs)
 
 
 def gae(reward, value, boot, terminated, done, gamma: float, lam: float):
