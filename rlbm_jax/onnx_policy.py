@@ -24,7 +24,8 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.policy import BDP_LOG2_RANGE, bdp_columns, read_policy
+from rlbm_jax.env.rlbm_env import threshold_columns
+from rlbm_jax.policy import BDP_LOG2_RANGE, read_policy
 
 FORMAT = "rlbm-onnx-policy-v1"
 OPSET = 17
@@ -89,23 +90,22 @@ def to_onnx(policy_dir, out_path, *, agent_interval_s: float | None = None, flow
         x = node("Mul", [node("Add", [t, const("one", 1.0)], "out_shift"), const("half", 0.5)], "action_raw")
     elif amap == "clip01":
         x = node("Clip", [x, const("zero", 0.0), const("one", 1.0)], "action_raw")
-    elif amap == "pow2":  # 2 ** clip(x, -8, 0) = exp(ln2 * clip(x, -8, 0))
-        c = node("Clip", [x, const("pow2_lo", -8.0), const("zero", 0.0)], "out_clip")
-        x = node("Exp", [node("Mul", [c, const("ln2", math.log(2.0))], "out_log")], "action_raw")
-    elif amap == "bdp":  # clip(2 ** clip(x) / (beta * free * B/BDP), 0, 1), columns picked by MatMul
-        beta_cols, free_col, bb_col = bdp_columns(num_classes)
-        pick = np.zeros((obs_dim, num_classes), np.float32)
-        pick[beta_cols, range(num_classes)] = 1.0
-        one_col = lambda j: np.eye(obs_dim, 1, -j, dtype=np.float32)  # [obs_dim, 1] selecting column j
-        beta = node("MatMul", ["obs", const("pick_beta", pick)], "obs_beta")
-        free = node("MatMul", ["obs", const("pick_free", one_col(free_col))], "obs_free")
-        bb = node("MatMul", ["obs", const("pick_bb", one_col(bb_col))], "obs_bb")
-        room = node("Mul", [beta, node("Mul", [free, bb], "room_total")], "room_bdp")
-        room = node("Clip", [room, const("room_lo", 1e-6), const("room_hi", np.inf)], "room_safe")
-        c = node("Clip", [x, const("bdp_lo", BDP_LOG2_RANGE[0]), const("bdp_hi", BDP_LOG2_RANGE[1])], "out_clip")
-        target = node("Exp", [node("Mul", [c, const("ln2", math.log(2.0))], "out_log")], "target_bdp")
-        x = node("Clip", [node("Div", [target, room], "alpha_raw"), const("zero", 0.0), const("one", 1.0)],
-                 "action_raw")
+    elif amap in ("pow2", "bdp"):
+        lo, hi = (-8.0, 0.0) if amap == "pow2" else BDP_LOG2_RANGE
+        c = node("Clip", [x, const("log2_lo", lo), const("log2_hi", hi)], "out_clip")
+        x = node("Exp", [node("Mul", [c, const("ln2", math.log(2.0))], "out_log")], "out_pow2")  # 2 ** clip(x)
+        if amap == "bdp":  # alpha = clip(2 ** clip(x) / (beta * free * B/BDP), 0, 1), columns picked by MatMul
+            beta_cols, free_col, bb_col = threshold_columns(num_classes)
+            pick = np.zeros((obs_dim, num_classes), np.float32)
+            pick[beta_cols, range(num_classes)] = 1.0
+            one_col = lambda j: np.eye(obs_dim, 1, -j, dtype=np.float32)  # [obs_dim, 1] selecting column j
+            beta = node("MatMul", ["obs", const("pick_beta", pick)], "obs_beta")
+            free = node("MatMul", ["obs", const("pick_free", one_col(free_col))], "obs_free")
+            bb = node("MatMul", ["obs", const("pick_bb", one_col(bb_col))], "obs_bb")
+            room = node("Mul", [beta, node("Mul", [free, bb], "room_total")], "room_bdp")
+            room = node("Clip", [room, const("room_lo", 1e-6), const("room_hi", np.inf)], "room_safe")
+            x = node("Clip", [node("Div", [x, room], "alpha_raw"), const("zero", 0.0), const("one", 1.0)],
+                     "action_raw")
     else:  # exp2: 2 ** (4 * (tanh(x) - 1)) = exp(4 ln2 * (tanh(x) - 1))
         t = node("Tanh", [x], "out_tanh")
         y = node("Mul", [node("Sub", [t, const("one", 1.0)], "out_shift"), const("four_ln2", 4.0 * math.log(2.0))],

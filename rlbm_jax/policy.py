@@ -21,48 +21,55 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
+
+from rlbm_jax.env.rlbm_env import obs_dim, threshold_columns
 
 FORMAT = "rlbm-policy-v1"
 ACTIVATIONS = {"tanh": jnp.tanh, "relu": lambda x: jnp.maximum(x, 0.0)}
 BDP_LOG2_RANGE = (-4.0, 6.0)  # "bdp": thresholds from 1/16 to 64 BDPs
 
 
-def bdp_columns(num_classes: int):
-    """(beta columns, free-fraction column, B/BDP column) of RLBMEnv's observation."""
-    return list(range(num_classes)), 2 * num_classes, 3 * num_classes + 3
-
-
 def _bdp_map(x, obs):
     p = x.shape[-1]
-    beta_cols, free_col, bb_col = bdp_columns(p)
-    if obs.shape[-1] != 3 * p + 4:
-        raise ValueError(f"action map 'bdp' needs RLBMEnv's observation of width 3P + 4 = {3 * p + 4}, "
-                         f"got {obs.shape[-1]}")
+    if obs is None or obs.shape[-1] != obs_dim(p):
+        raise ValueError(f"action map 'bdp' needs RLBMEnv's observation of width 3P + 4 = {obs_dim(p)}, "
+                         f"got {None if obs is None else obs.shape[-1]}")
+    beta_cols, free_col, bb_col = threshold_columns(p)
     room_bdp = obs[..., beta_cols] * (obs[..., free_col] * obs[..., bb_col])[..., None]
     return jnp.clip(jnp.exp2(jnp.clip(x, *BDP_LOG2_RANGE)) / jnp.maximum(room_bdp, 1e-6), 0.0, 1.0)
 
 
-ACTION_MAPS = {
-    "tanh01": lambda x, obs=None: (jnp.tanh(x) + 1.0) / 2.0,
-    "clip01": lambda x, obs=None: jnp.clip(x, 0.0, 1.0),
-    "exp2": lambda x, obs=None: jnp.exp2(4.0 * (jnp.tanh(x) - 1.0)),
-    "pow2": lambda x, obs=None: jnp.exp2(jnp.clip(x, -8.0, 0.0)),
-    "bdp": _bdp_map,
+class ActionMap(NamedTuple):
+    fn: Callable  # fn(x, obs) -> action
+    inverse: Callable  # the pre-map x that fn sends to a (a strictly inside `reach`); for "bdp" a is in BDPs
+    reach: tuple  # the open interval of actions (for "bdp": thresholds in BDPs) the map reaches
+
+
+_MAPS = {
+    "tanh01": ActionMap(lambda x, obs=None: (jnp.tanh(x) + 1.0) / 2.0, lambda a: float(np.arctanh(2.0 * a - 1.0)),
+                        (0.0, 1.0)),
+    "clip01": ActionMap(lambda x, obs=None: jnp.clip(x, 0.0, 1.0), float, (0.0, 1.0)),
+    "exp2": ActionMap(lambda x, obs=None: jnp.exp2(4.0 * (jnp.tanh(x) - 1.0)),
+                      lambda a: float(np.arctanh(1.0 + np.log2(a) / 4.0)), (2.0 ** -8, 1.0)),
+    "pow2": ActionMap(lambda x, obs=None: jnp.exp2(jnp.clip(x, -8.0, 0.0)), lambda a: float(np.log2(a)),
+                      (2.0 ** -8, 1.0)),
+    "bdp": ActionMap(_bdp_map, lambda a: float(np.log2(a)), tuple(2.0 ** b for b in BDP_LOG2_RANGE)),
 }
-# the pre-map value x that each map sends to a, for a strictly inside its range
-ACTION_MAP_INVERSES = {
-    "tanh01": lambda a: float(np.arctanh(2.0 * a - 1.0)),
-    "clip01": lambda a: float(a),
-    "exp2": lambda a: float(np.arctanh(1.0 + np.log2(a) / 4.0)),
-    "pow2": lambda a: float(np.log2(a)),
-    "bdp": lambda a: float(np.log2(a)),  # init_action is then the threshold in BDPs
-}
-# the open interval of actions each map reaches
-ACTION_MAP_RANGES = {"tanh01": (0.0, 1.0), "clip01": (0.0, 1.0), "exp2": (2.0 ** -8, 1.0), "pow2": (2.0 ** -8, 1.0),
-                     "bdp": (2.0 ** BDP_LOG2_RANGE[0], 2.0 ** BDP_LOG2_RANGE[1])}
+ACTION_MAPS = {k: m.fn for k, m in _MAPS.items()}
+
+
+def map_inverse(name: str, a: float) -> float:
+    """The pre-map value that action map `name` sends to `a`."""
+    return _MAPS[name].inverse(float(a))
+
+
+def map_reach(name: str) -> tuple:
+    """The open interval of actions action map `name` reaches."""
+    return _MAPS[name].reach
 
 
 def save_policy(path, weights, *, obs_mean, obs_std, activation="tanh", action_map="tanh01", env=None,

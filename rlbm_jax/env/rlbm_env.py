@@ -44,6 +44,12 @@ def obs_dim(num_classes: int) -> int:
     return 3 * num_classes + 4
 
 
+def threshold_columns(num_classes: int):
+    """Columns of the observation that fix a class threshold's scale: (beta [P],
+    free fraction of the shared buffer, B/BDP)."""
+    return list(range(num_classes)), 2 * num_classes, 3 * num_classes + 3
+
+
 @struct.dataclass
 class EnvState(environment.EnvState):
     sim: sim.SimState

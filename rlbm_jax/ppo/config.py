@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import Optional, Tuple
 
-from rlbm_jax.policy import ACTION_MAP_INVERSES, ACTION_MAP_RANGES, ACTION_MAPS
+from rlbm_jax.policy import ACTION_MAPS, map_inverse, map_reach
 
 NETWORKS = ("mlp", "lstm")
 ACTIONS = ("gaussian", "discrete")
@@ -54,7 +54,7 @@ class PPOConfig:
         """The actor's initial output bias (pre-map), from `init_action`."""
         if self.init_action is None:
             return 0.0
-        return ACTION_MAP_INVERSES[self.action_map](float(self.init_action))
+        return map_inverse(self.action_map, self.init_action)
 
     @property
     def batch_size(self) -> int:
@@ -96,7 +96,7 @@ class PPOConfig:
             if self.action != "gaussian" or self.action_map == "none":
                 raise ValueError(f"PPOConfig.init_action needs action='gaussian' and an action map, got "
                                  f"action={self.action!r}, action_map={self.action_map!r}")
-            lo, hi = ACTION_MAP_RANGES[self.action_map]
+            lo, hi = map_reach(self.action_map)
             v = self.init_action
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo < v < hi):
                 raise ValueError(f"PPOConfig.init_action must lie strictly inside ({lo:g}, {hi:g}), the range "

@@ -109,10 +109,8 @@ class PPO:
         self.cfg = config.validate()
         self.adapter = ActionAdapter(env.action_space(env_params), self.cfg)
         self.obs_dim = int(np.prod(env.observation_space(env_params).shape))
-        if self.cfg.action_map == "bdp" and self.adapter.kind == "box" and not self.adapter.discrete \
-                and self.obs_dim != 3 * self.adapter.act_dim + 4:
-            raise ValueError(f"PPOConfig.action_map 'bdp' reads RLBMEnv's observation (width 3P + 4 for P actions); "
-                             f"this env has {self.obs_dim} observations and {self.adapter.act_dim} actions")
+        # the action map must accept this env's observation (a map that reads it refuses a foreign one)
+        jax.eval_shape(self.adapter.to_env, jnp.zeros((self.adapter.act_dim,)), jnp.zeros((self.obs_dim,)))
         self.net = networks.ActorCritic(
             act_dim=self.adapter.act_dim, discrete=self.adapter.discrete, num_bins=self.adapter.bins,
             hidden=tuple(self.cfg.hidden), activation=self.cfg.activation, recurrent=self.cfg.network == "lstm",
