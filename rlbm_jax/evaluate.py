@@ -104,6 +104,25 @@ def mean_rows(results: dict, grid: Sequence[tuple], fields: Sequence[str]) -> li
     return rows
 
 
+def per_seed_rows(results: dict, grid: Sequence[tuple], fields: Sequence[str], seeds: Sequence[int]) -> list[dict]:
+    """One row per policy, thesis-grid cell and seed: every field of `results` as run, so
+    a comparison can be re-done (paired by seed) without re-simulating."""
+    return [{"policy": name, "tcp": t, "buffer_per_class_pkts": n, "load": ld, "seed": int(s),
+             **{f: float(res[f][c][j]) for f in fields}}
+            for name, res in results.items() for c, (t, n, ld) in enumerate(grid) for j, s in enumerate(seeds)]
+
+
+def paired_grid_diff(a, b) -> tuple[float, float]:
+    """Mean over a grid of the paired difference a - b (arrays [cells, seeds]) and its
+    standard error.  Every cell of one seed draws its flows from the same key, so the
+    cells of a seed are not independent samples: the error is that of the per-seed grid
+    means over the seeds (the cells are fixed; the seeds are the random draws)."""
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    per_seed = d.mean(axis=0)
+    se = float(per_seed.std(ddof=1) / np.sqrt(per_seed.size)) if per_seed.size > 1 else float("nan")
+    return float(d.mean()), se
+
+
 def beats_baselines(mean: Callable[[str, str], float], agent: str, baselines: Sequence[str]) -> tuple[bool, bool]:
     """The targets of a trained policy in one cell, from mean(policy, field) over seeds:
     (a higher mean reward than every baseline, a lower p99 FCT slowdown than every

@@ -7,8 +7,8 @@ Grid (defaults): TCP {cubic, newreno} x per-class buffer N {100, 500, 1000} x lo
 {0.1, ..., 0.8}; each cell is a 60 s thesis run (flows start in the first 45 s) scored
 on the env's reward (mean per 0.1 s interval) and the simulator's report.  Every
 policy sees the same flows in a cell and seed (seeds pair the comparison).  Writes
-results.csv (mean and std over seeds per policy and cell), summary.md (the table and
-where the trained policy wins or not), figures (throughput, p99 FCT slowdown, p99
+results.csv (mean and std over seeds per policy and cell), per_seed.csv (every run),
+summary.md (the table and where the trained policy wins or not), figures (throughput, p99 FCT slowdown, p99
 buffer occupancy, mean FCT and reward vs load, one panel per buffer size, one figure
 per TCP) and command.txt.
 """
@@ -27,7 +27,8 @@ import numpy as np  # noqa: E402
 
 from rlbm_jax.env.params import THESIS_BETA, thesis_params  # noqa: E402
 from rlbm_jax.env.rlbm_env import RLBMEnv  # noqa: E402
-from rlbm_jax.evaluate import add_grid_args, REPORT_FIELDS, beats_baselines, mean_rows, plot_load_grid, score_policies  # noqa: E402
+from rlbm_jax.evaluate import (add_grid_args, REPORT_FIELDS, beats_baselines, mean_rows, paired_grid_diff,  # noqa: E402
+                               per_seed_rows, plot_load_grid, score_policies)
 from rlbm_jax.policy import load_policy  # noqa: E402
 
 PLOTS = (("goodput_bps", "throughput (Mbit/s)", 1e-6), ("slowdown_p99", "p99 FCT slowdown", 1.0),
@@ -82,10 +83,11 @@ def main(argv=None):
     runs = list(agents) + list(a.baselines)
 
     rows = mean_rows(results, grid, REPORT_FIELDS)
-    with (out / "results.csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    for name, table in (("results.csv", rows), ("per_seed.csv", per_seed_rows(results, grid, REPORT_FIELDS, seeds))):
+        with (out / name).open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(table[0]))
+            w.writeheader()
+            w.writerows(table)
     summary = summarize(rows, grid, list(agents), a.baselines, results, seeds)
     (out / "summary.md").write_text(summary)
     for t in a.tcp:
@@ -121,18 +123,18 @@ def summarize(rows, grid, agents, baselines, results, seeds) -> str:
             lines.append(f"| {t} | {n} | {ld:.1f} | {me['reward_mean']:.4f} | {best} ({get[(best, t, n, ld)]['reward_mean']:.4f}) "
                          f"| {float(np.mean(d)):+.4f} ± {se:.4f} | {me['slowdown_p99']:.2f} / {sd_best:.2f} "
                          f"| {me['goodput_bps'] / 1e6:.3f} / {thr_best / 1e6:.3f} | {tag or '-'} |")
-        lines += ["", "Against each baseline, paired over cells and seeds (reward difference, its standard error; "
+        lines += ["", "Against each baseline, paired over cells and seeds (reward difference; its standard error "
+                  "over seeds, of each seed's mean over the grid, since every cell of a seed draws from the same key; "
                   "cells where the agent's mean reward is higher; median ratio of p99 FCT slowdown; lowest "
                   "throughput ratio):", "",
                   "| baseline | reward diff ± s.e. | cells with higher reward | p99 slowdown ratio (median) "
                   "| throughput ratio (min / median) |", "|---|---:|---:|---:|---:|"]
         for b in baselines:
-            d = (results[ag]["reward_mean"] - results[b]["reward_mean"]).astype(np.float64)
-            per_cell = d.mean(1)
-            se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
+            diff, se = paired_grid_diff(results[ag]["reward_mean"], results[b]["reward_mean"])
+            per_cell = (results[ag]["reward_mean"] - results[b]["reward_mean"]).mean(1)
             sd = [get[(ag, *g)]["slowdown_p99"] / get[(b, *g)]["slowdown_p99"] for g in grid]
             th = [get[(ag, *g)]["goodput_bps"] / get[(b, *g)]["goodput_bps"] for g in grid]
-            lines.append(f"| {b} | {float(d.mean()):+.5f} ± {se:.5f} | {int((per_cell > 0).sum())}/{len(grid)} "
+            lines.append(f"| {b} | {diff:+.5f} ± {se:.5f} | {int((per_cell > 0).sum())}/{len(grid)} "
                          f"| {float(np.nanmedian(sd)):.3f} | {float(np.nanmin(th)):.4f} / {float(np.nanmedian(th)):.4f} |")
         mean_r = {p: float(np.mean([get[(p, *g)]["reward_mean"] for g in grid])) for p in [ag, *baselines]}
         lines += ["", f"- higher mean reward than every baseline: {wins_r}/{len(grid)} cells",

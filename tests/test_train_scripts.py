@@ -12,6 +12,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import evaluate as evaluate_cli  # noqa: E402
 import train as train_cli  # noqa: E402
 
+from rlbm_jax.evaluate import paired_grid_diff  # noqa: E402
 from rlbm_jax.policy import save_policy  # noqa: E402
 
 TINY = ["--num-envs", "4", "--num-steps", "3", "--updates", "4", "--num-minibatches", "2", "--episode-s", "0.5",
@@ -63,6 +64,32 @@ def test_evaluate_writes_table_and_pairs_seeds(tmp_path):
     # the same flows for every policy in a cell (arrivals depend on the seed only)
     started = {float(r["flows_started"]) for r in res}
     assert len(started) == 1 and started.pop() > 0
+    # every run is kept: per_seed.csv has one row per policy and seed, and its means are results.csv's
+    runs = list(csv.DictReader(open(out / "per_seed.csv")))
+    assert sorted((r["policy"], int(r["seed"])) for r in runs) == sorted(
+        (p, s) for p in ("rl", "sb-naive", "abm") for s in (100_000, 100_001))
+    for r in res:
+        mine = [float(x["reward_mean"]) for x in runs if x["policy"] == r["policy"]]
+        assert np.isclose(np.mean(mine), float(r["reward_mean"]), rtol=1e-6)
+
+
+def test_paired_grid_error_is_over_seeds():
+    """The cells of one seed share its flows, so the grid's paired error is that of the
+    per-seed means: a difference that is one offset per seed, equal in every cell, has
+    the error of those offsets over the seeds, not one shrunk by the number of cells."""
+    rng = np.random.default_rng(0)
+    offsets = rng.normal(0.0, 1e-3, 6)
+    a = rng.normal(0.3, 0.01, (48, 6))
+    diff, se = paired_grid_diff(a + offsets[None, :], a)
+    assert np.isclose(diff, offsets.mean())
+    assert np.isclose(se, offsets.std(ddof=1) / np.sqrt(6))
+    naive = np.std(np.broadcast_to(offsets, (48, 6)), ddof=1) / np.sqrt(48 * 6)
+    assert se > 5 * naive
+    # independent noise per cell and seed: the per-seed means average it over the cells
+    noise = rng.normal(0.0, 1e-3, (48, 6))
+    _, se2 = paired_grid_diff(a + noise, a)
+    assert np.isclose(se2, noise.mean(0).std(ddof=1) / np.sqrt(6))
+    assert np.isnan(paired_grid_diff(a[:, :1], a[:, :1])[1])
 
 
 def test_evaluate_refuses_mismatched_policy(tmp_path, capsys):
