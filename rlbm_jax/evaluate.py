@@ -112,13 +112,14 @@ def per_seed_rows(results: dict, grid: Sequence[tuple], fields: Sequence[str], s
             for name, res in results.items() for c, (t, n, ld) in enumerate(grid) for j, s in enumerate(seeds)]
 
 
-def paired_grid_diff(a, b) -> tuple[float, float]:
-    """Mean over a grid of the paired difference a - b (arrays [cells, seeds]) and its
-    standard error.  Every cell of one seed draws its flows from the same key, so the
-    cells of a seed are not independent samples: the error is that of the per-seed grid
-    means over the seeds (the cells are fixed; the seeds are the random draws)."""
+def paired_diff(a, b) -> tuple[float, float]:
+    """Mean of the paired difference a - b (arrays [seeds] for one cell, or [cells, seeds]
+    for a grid) and its standard error over the seeds.  Every cell of one seed draws its
+    flows from the same key, so the cells of a seed are not independent samples: the
+    error is that of the per-seed means over the cells (the cells are fixed; the seeds are
+    the random draws).  NaN with one seed."""
     d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
-    per_seed = d.mean(axis=0)
+    per_seed = d.reshape(-1, d.shape[-1]).mean(axis=0)
     se = float(per_seed.std(ddof=1) / np.sqrt(per_seed.size)) if per_seed.size > 1 else float("nan")
     return float(d.mean()), se
 

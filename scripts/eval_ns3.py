@@ -40,7 +40,8 @@ import numpy as np  # noqa: E402
 from calibration import run as cal  # noqa: E402
 from rlbm_jax.env.params import THESIS_BETA, THESIS_DEFAULTS, make_params  # noqa: E402
 from rlbm_jax.env.rlbm_env import RLBMEnv  # noqa: E402
-from rlbm_jax.evaluate import add_grid_args, REPORT_FIELDS as FIELDS, beats_baselines, mean_rows, plot_load_grid, score_policies  # noqa: E402
+from rlbm_jax.evaluate import (add_grid_args, REPORT_FIELDS as FIELDS, beats_baselines, mean_rows,  # noqa: E402
+                               paired_diff, plot_load_grid, score_policies)
 from rlbm_jax.onnx_policy import jax_policy, load_checked  # noqa: E402
 
 POLICY = "rl"  # the ONNX policy's label in every table
@@ -134,10 +135,9 @@ def verdicts(res: dict, c: int, baselines) -> dict:
     the best baseline and its standard error over seeds."""
     mean = lambda p, f: float(np.nanmean(res[p][f][c]))
     best = max(baselines, key=lambda b: mean(b, "reward_mean"))
-    d = res[POLICY]["reward_mean"][c] - res[best]["reward_mean"][c]
-    se = float(np.std(d, ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+    diff, se = paired_diff(res[POLICY]["reward_mean"][c], res[best]["reward_mean"][c])
     reward, slowdown = beats_baselines(mean, POLICY, baselines)
-    return {"reward": reward, "slowdown": slowdown, "best": best, "diff": float(np.mean(d)), "se": se}
+    return {"reward": reward, "slowdown": slowdown, "best": best, "diff": diff, "se": se}
 
 
 def gap(ns3_v, jax_v) -> float:

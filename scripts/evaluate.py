@@ -8,9 +8,9 @@ Grid (defaults): TCP {cubic, newreno} x per-class buffer N {100, 500, 1000} x lo
 on the env's reward (mean per 0.1 s interval) and the simulator's report.  Every
 policy sees the same flows in a cell and seed (seeds pair the comparison).  Writes
 results.csv (mean and std over seeds per policy and cell), per_seed.csv (every run),
-summary.md (the table and where the trained policy wins or not), figures (throughput, p99 FCT slowdown, p99
-buffer occupancy, mean FCT and reward vs load, one panel per buffer size, one figure
-per TCP) and command.txt.
+summary.md (the table and where the trained policy wins or not), figures (throughput,
+p99 FCT slowdown, p99 buffer occupancy, mean FCT and reward vs load, one panel per
+buffer size, one figure per TCP) and command.txt.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 from rlbm_jax.env.params import THESIS_BETA, thesis_params  # noqa: E402
 from rlbm_jax.env.rlbm_env import RLBMEnv  # noqa: E402
-from rlbm_jax.evaluate import (add_grid_args, REPORT_FIELDS, beats_baselines, mean_rows, paired_grid_diff,  # noqa: E402
+from rlbm_jax.evaluate import (add_grid_args, REPORT_FIELDS, beats_baselines, mean_rows, paired_diff,  # noqa: E402
                                per_seed_rows, plot_load_grid, score_policies)
 from rlbm_jax.policy import load_policy  # noqa: E402
 
@@ -112,8 +112,7 @@ def summarize(rows, grid, agents, baselines, results, seeds) -> str:
         for c, (t, n, ld) in enumerate(grid):
             me = get[(ag, t, n, ld)]
             best = max(baselines, key=lambda b: get[(b, t, n, ld)]["reward_mean"])
-            d = results[ag]["reward_mean"][c] - results[best]["reward_mean"][c]
-            se = float(np.std(d) / np.sqrt(max(len(d) - 1, 1)))
+            diff, se = paired_diff(results[ag]["reward_mean"][c], results[best]["reward_mean"][c])
             sd_best = min(get[(b, t, n, ld)]["slowdown_p99"] for b in baselines)
             thr_best = max(get[(b, t, n, ld)]["goodput_bps"] for b in baselines)
             r_ok, sd_ok = beats_baselines(lambda pol, f: get[(pol, t, n, ld)][f], ag, baselines)
@@ -121,7 +120,7 @@ def summarize(rows, grid, agents, baselines, results, seeds) -> str:
             wins_sd += sd_ok
             tag = ("reward" if r_ok else "") + ("+slowdown" if sd_ok else "")
             lines.append(f"| {t} | {n} | {ld:.1f} | {me['reward_mean']:.4f} | {best} ({get[(best, t, n, ld)]['reward_mean']:.4f}) "
-                         f"| {float(np.mean(d)):+.4f} ± {se:.4f} | {me['slowdown_p99']:.2f} / {sd_best:.2f} "
+                         f"| {diff:+.4f} ± {se:.4f} | {me['slowdown_p99']:.2f} / {sd_best:.2f} "
                          f"| {me['goodput_bps'] / 1e6:.3f} / {thr_best / 1e6:.3f} | {tag or '-'} |")
         lines += ["", "Against each baseline, paired over cells and seeds (reward difference; its standard error "
                   "over seeds, of each seed's mean over the grid, since every cell of a seed draws from the same key; "
@@ -130,7 +129,7 @@ def summarize(rows, grid, agents, baselines, results, seeds) -> str:
                   "| baseline | reward diff ± s.e. | cells with higher reward | p99 slowdown ratio (median) "
                   "| throughput ratio (min / median) |", "|---|---:|---:|---:|---:|"]
         for b in baselines:
-            diff, se = paired_grid_diff(results[ag]["reward_mean"], results[b]["reward_mean"])
+            diff, se = paired_diff(results[ag]["reward_mean"], results[b]["reward_mean"])
             per_cell = (results[ag]["reward_mean"] - results[b]["reward_mean"]).mean(1)
             sd = [get[(ag, *g)]["slowdown_p99"] / get[(b, *g)]["slowdown_p99"] for g in grid]
             th = [get[(ag, *g)]["goodput_bps"] / get[(b, *g)]["goodput_bps"] for g in grid]

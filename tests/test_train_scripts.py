@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import evaluate as evaluate_cli  # noqa: E402
 import train as train_cli  # noqa: E402
 
-from rlbm_jax.evaluate import paired_grid_diff  # noqa: E402
+from rlbm_jax.evaluate import paired_diff  # noqa: E402
 from rlbm_jax.policy import save_policy  # noqa: E402
 
 TINY = ["--num-envs", "4", "--num-steps", "3", "--updates", "4", "--num-minibatches", "2", "--episode-s", "0.5",
@@ -80,16 +80,19 @@ def test_paired_grid_error_is_over_seeds():
     rng = np.random.default_rng(0)
     offsets = rng.normal(0.0, 1e-3, 6)
     a = rng.normal(0.3, 0.01, (48, 6))
-    diff, se = paired_grid_diff(a + offsets[None, :], a)
+    diff, se = paired_diff(a + offsets[None, :], a)
     assert np.isclose(diff, offsets.mean())
     assert np.isclose(se, offsets.std(ddof=1) / np.sqrt(6))
     naive = np.std(np.broadcast_to(offsets, (48, 6)), ddof=1) / np.sqrt(48 * 6)
     assert se > 5 * naive
     # independent noise per cell and seed: the per-seed means average it over the cells
     noise = rng.normal(0.0, 1e-3, (48, 6))
-    _, se2 = paired_grid_diff(a + noise, a)
+    _, se2 = paired_diff(a + noise, a)
     assert np.isclose(se2, noise.mean(0).std(ddof=1) / np.sqrt(6))
-    assert np.isnan(paired_grid_diff(a[:, :1], a[:, :1])[1])
+    assert np.isnan(paired_diff(a[:, :1], a[:, :1])[1])
+    # one cell ([seeds]): the error over its seeds
+    d1, se1 = paired_diff(a[0] + noise[0], a[0])
+    assert np.isclose(d1, noise[0].mean()) and np.isclose(se1, noise[0].std(ddof=1) / np.sqrt(6))
 
 
 def test_evaluate_refuses_mismatched_policy(tmp_path, capsys):
