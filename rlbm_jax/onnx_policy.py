@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax.env.rlbm_env import threshold_columns
-from rlbm_jax.policy import BDP_LOG2_RANGE, read_policy
+from rlbm_jax.policy import BDP_LOG2_RANGE, POW2_LOG2_RANGE, read_policy
 
 FORMAT = "rlbm-onnx-policy-v1"
 OPSET = 17
@@ -91,7 +91,7 @@ def to_onnx(policy_dir, out_path, *, agent_interval_s: float | None = None, flow
     elif amap == "clip01":
         x = node("Clip", [x, const("zero", 0.0), const("one", 1.0)], "action_raw")
     elif amap in ("pow2", "bdp"):
-        lo, hi = (-8.0, 0.0) if amap == "pow2" else BDP_LOG2_RANGE
+        lo, hi = POW2_LOG2_RANGE if amap == "pow2" else BDP_LOG2_RANGE
         c = node("Clip", [x, const("log2_lo", lo), const("log2_hi", hi)], "out_clip")
         x = node("Exp", [node("Mul", [c, const("ln2", math.log(2.0))], "out_log")], "out_pow2")  # 2 ** clip(x)
         if amap == "bdp":  # alpha = clip(2 ** clip(x) / (beta * free * B/BDP), 0, 1), columns picked by MatMul

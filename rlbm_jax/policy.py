@@ -30,6 +30,7 @@ from rlbm_jax.env.rlbm_env import obs_dim, threshold_columns
 
 FORMAT = "rlbm-policy-v1"
 ACTIVATIONS = {"tanh": jnp.tanh, "relu": lambda x: jnp.maximum(x, 0.0)}
+POW2_LOG2_RANGE = (-8.0, 0.0)  # "pow2": alpha from 1/256 to 1
 BDP_LOG2_RANGE = (-4.0, 6.0)  # "bdp": thresholds from 1/16 to 64 BDPs
 
 
@@ -55,8 +56,8 @@ _MAPS = {
     "clip01": ActionMap(lambda x, obs=None: jnp.clip(x, 0.0, 1.0), float, (0.0, 1.0)),
     "exp2": ActionMap(lambda x, obs=None: jnp.exp2(4.0 * (jnp.tanh(x) - 1.0)),
                       lambda a: float(np.arctanh(1.0 + np.log2(a) / 4.0)), (2.0 ** -8, 1.0)),
-    "pow2": ActionMap(lambda x, obs=None: jnp.exp2(jnp.clip(x, -8.0, 0.0)), lambda a: float(np.log2(a)),
-                      (2.0 ** -8, 1.0)),
+    "pow2": ActionMap(lambda x, obs=None: jnp.exp2(jnp.clip(x, *POW2_LOG2_RANGE)), lambda a: float(np.log2(a)),
+                      tuple(2.0 ** b for b in POW2_LOG2_RANGE)),
     "bdp": ActionMap(_bdp_map, lambda a: float(np.log2(a)), tuple(2.0 ** b for b in BDP_LOG2_RANGE)),
 }
 ACTION_MAPS = {k: m.fn for k, m in _MAPS.items()}
