@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Train a buffer-management policy with PPO on the thesis scenario, with domain
 randomisation: every episode draws its per-class buffer N (100..1000 packets), load
-(0.1..0.9) and TCP (CUBIC or NewReno).
+(0.1..0.9) and TCP (CUBIC or NewReno).  By default the policy picks each class's
+threshold in BDPs (`--action-map bdp`), starting from 4 BDPs (`THESIS_PPO`).
 
     python scripts/train.py                          # defaults: 256 envs, about 12 min on 2 cores
     python scripts/train.py --num-envs 4096          # on an accelerator
@@ -29,17 +30,23 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from rlbm_jax.env.params import TCP_NAMES  # noqa: E402
-from rlbm_jax.env.randomize import thesis_randomized_env  # noqa: E402
+from rlbm_jax.env.randomize import BUFFER_DISTS, thesis_randomized_env  # noqa: E402
 from rlbm_jax.ppo import PPO, PPOConfig  # noqa: E402
 from rlbm_jax.ppo.checkpoint import Checkpointer  # noqa: E402
 from rlbm_jax.ppo.export import export_policy  # noqa: E402
 from rlbm_jax.progress import Progress  # noqa: E402
 
-ENV_KEYS = ("buffer_pkts", "load", "tcp", "episode_s", "agent_interval_s", "pkts_per_tick")
+# The thesis scenario's own PPO defaults (the rest are PPOConfig's): the action is log2 of
+# each class's threshold in BDPs, so one output means the same queue at every buffer size;
+# it starts at 4 BDPs (the thesis's N = 100) and a larger step lets it move in 160 updates.
+# results/README.md has the runs that chose them.
+THESIS_PPO = dict(action_map="bdp", init_action=4.0, init_log_std=0.5, lr=1e-3)
+
+ENV_KEYS = ("buffer_pkts", "buffer_dist", "load", "tcp", "episode_s", "agent_interval_s", "pkts_per_tick")
 
 
 def parse(argv):
-    d = PPOConfig()
+    d = PPOConfig(**THESIS_PPO)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir", default="runs/default", help="output directory (default runs/default)")
     ap.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
@@ -51,6 +58,8 @@ def parse(argv):
     g = ap.add_argument_group("scenario")
     g.add_argument("--buffer-pkts", type=int, nargs=2, default=[100, 1000], metavar=("LO", "HI"),
                    help="per-class buffer N range")
+    g.add_argument("--buffer-dist", default="uniform", choices=BUFFER_DISTS,
+                   help="how an episode draws N in the --buffer-pkts range (default uniform)")
     g.add_argument("--load", type=float, nargs=2, default=[0.1, 0.9], metavar=("LO", "HI"))
     g.add_argument("--tcp", nargs="+", default=list(TCP_NAMES), choices=TCP_NAMES)
     g.add_argument("--episode-s", type=float, default=60.0)
@@ -84,13 +93,14 @@ def config_from_args(a) -> tuple[PPOConfig, dict]:
                     gae_lambda=a.gae_lambda, clip_eps=a.clip_eps, ent_coef=a.ent_coef, network=a.network,
                     hidden=tuple(a.hidden), action=a.action, action_map=a.action_map,
                     init_log_std=a.init_log_std, init_action=a.init_action).validate()
-    env_cfg = dict(buffer_pkts=list(a.buffer_pkts), load=list(a.load), tcp=list(a.tcp), episode_s=a.episode_s,
+    env_cfg = dict(buffer_pkts=list(a.buffer_pkts), buffer_dist=a.buffer_dist, load=list(a.load), tcp=list(a.tcp), episode_s=a.episode_s,
                    agent_interval_s=a.agent_interval_s, pkts_per_tick=a.pkts_per_tick)
     return cfg, env_cfg
 
 
 def make_env(env_cfg: dict):
-    return thesis_randomized_env(buffer_pkts=tuple(env_cfg["buffer_pkts"]), load=tuple(env_cfg["load"]),
+    return thesis_randomized_env(buffer_pkts=tuple(env_cfg["buffer_pkts"]),
+                                 buffer_dist=env_cfg.get("buffer_dist", "uniform"), load=tuple(env_cfg["load"]),
                                  tcp=tuple(env_cfg["tcp"]), episode_s=env_cfg["episode_s"],
                                  agent_interval_s=env_cfg["agent_interval_s"], pkts_per_tick=env_cfg["pkts_per_tick"])
 

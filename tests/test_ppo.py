@@ -90,6 +90,26 @@ def test_randomized_env_draws_within_ranges():
         thesis_randomized_env(tcp=("vegas",))
 
 
+def test_log_uniform_buffer_draw_follows_its_pmf():
+    lo, hi = 100, 1000
+    _, ep = thesis_randomized_env(buffer_pkts=(lo, hi), buffer_dist="log-uniform", episode_s=1.0)
+    keys = jax.random.split(jax.random.PRNGKey(3), 40000)
+    n = np.asarray(jax.vmap(lambda k: sample_scenario(k, ep).class_cap_pkts[0])(keys))
+    assert n.min() >= lo and n.max() <= hi
+    # each octave-like band [a, b) gets log(b / a) / log((hi + 1) / lo) of the episodes
+    edges = np.array([100, 150, 200, 300, 400, 600, 800, 1001])
+    want = np.diff(np.log(edges)) / np.log((hi + 1) / lo)
+    got = np.histogram(n, edges)[0] / n.size
+    se = np.sqrt(want * (1 - want) / n.size)
+    assert np.all(np.abs(got - want) < 4 * se), (got, want)
+    # the uniform default gives [100, 200) about 11 % of episodes; log-uniform 30 %
+    _, eu = thesis_randomized_env(buffer_pkts=(lo, hi), episode_s=1.0)
+    nu = np.asarray(jax.vmap(lambda k: sample_scenario(k, eu).class_cap_pkts[0])(keys))
+    assert abs(np.mean(nu < 200) - 100 / 901) < 0.01 and abs(np.mean(n < 200) - np.log(2) / np.log(10.01)) < 0.01
+    with pytest.raises(ValueError, match="buffer_dist"):
+        thesis_randomized_env(buffer_dist="normal")
+
+
 def test_orthogonal_init_is_qr_of_the_same_draw():
     for shape in [(9, 64), (64, 64), (64, 3)]:
         key = jax.random.key(7)

@@ -1,8 +1,9 @@
 """Domain randomisation: every episode draws its own scenario.
 
 `RandomizedEnv(env)` wraps an `RLBMEnv`.  On each reset it draws, from the ranges
-in `RandomizedParams`, the per-class buffer N (integer, uniform in
-[buffer_lo_pkts, buffer_hi_pkts]; shared buffer B = P * N as in the thesis), the load
+in `RandomizedParams`, the per-class buffer N (integer in [buffer_lo_pkts, buffer_hi_pkts],
+uniform, or log-uniform so that every factor of 2 in N gets the same share of
+episodes; shared buffer B = P * N as in the thesis), the load
 (uniform in [load_lo, load_hi]) and the TCP variant (uniform over `tcp_allowed`), and
 keeps the drawn `SimParams` in its state, so `step` stays a pure function of
 (key, state, action, params) and auto-reset draws a new scenario.  Observations,
@@ -34,10 +35,14 @@ class RandomizedParams(environment.EnvParams):
     load_lo: float = 0.1
     load_hi: float = 0.9
     tcp_allowed: jnp.ndarray = None  # [len(TCP_NAMES)] bool
+    buffer_log_uniform: jnp.ndarray = None  # [] bool: N log-uniform instead of uniform
+
+
+BUFFER_DISTS = ("uniform", "log-uniform")
 
 
 def make_randomized_params(env_params: EnvParams, *, buffer_pkts=(100, 1000), load=(0.1, 0.9),
-                           tcp=TCP_NAMES) -> RandomizedParams:
+                           tcp=TCP_NAMES, buffer_dist: str = "uniform") -> RandomizedParams:
     """Ranges checked against the wrapped env (the ring must hold the largest buffer)."""
     lo, hi = (int(b) for b in buffer_pkts)
     if not 1 <= lo <= hi:
@@ -52,16 +57,24 @@ def make_randomized_params(env_params: EnvParams, *, buffer_pkts=(100, 1000), lo
     bad = [t for t in tcp if t not in TCP_NAMES]
     if bad or not tcp:
         raise ValueError(f"tcp must be a non-empty subset of {TCP_NAMES}, got {tcp!r}")
+    if buffer_dist not in BUFFER_DISTS:
+        raise ValueError(f"buffer_dist must be one of {BUFFER_DISTS}, got {buffer_dist!r}")
     mask = jnp.asarray([n in tcp for n in TCP_NAMES])
     return RandomizedParams(env=env_params, buffer_lo_pkts=lo, buffer_hi_pkts=hi, load_lo=llo, load_hi=lhi,
-                            tcp_allowed=mask, max_steps_in_episode=env_params.max_steps_in_episode)
+                            tcp_allowed=mask, buffer_log_uniform=jnp.asarray(buffer_dist == "log-uniform"),
+                            max_steps_in_episode=env_params.max_steps_in_episode)
 
 
 def sample_scenario(key, params: RandomizedParams) -> SimParams:
     """One draw of (N, load, TCP) applied to the wrapped env's sim params."""
     base = params.env.sim
     kb, kl, kt = jax.random.split(key, 3)
-    n = jax.random.randint(kb, (), params.buffer_lo_pkts, params.buffer_hi_pkts + 1)
+    lo, hi = params.buffer_lo_pkts, params.buffer_hi_pkts
+    n_lin = jax.random.randint(kb, (), lo, hi + 1)
+    # log-uniform on [lo, hi + 1), floored: P(N = n) = log((n + 1) / n) / log((hi + 1) / lo)
+    u = jax.random.uniform(kb, ())
+    n_log = jnp.floor(lo * jnp.exp(u * jnp.log((hi + 1.0) / lo))).astype(n_lin.dtype)
+    n = jnp.where(params.buffer_log_uniform, jnp.clip(n_log, lo, hi), n_lin)
     load = jax.random.uniform(kl, (), minval=params.load_lo, maxval=params.load_hi)
     logits = jnp.where(params.tcp_allowed, 0.0, -jnp.inf)
     tcp_id = jax.random.categorical(kt, logits)
@@ -119,8 +132,9 @@ class RandomizedEnv(environment.Environment[RandomizedState, RandomizedParams]):
         return jnp.asarray(False)
 
 
-def thesis_randomized_env(*, buffer_pkts=(100, 1000), load=(0.1, 0.9), tcp=TCP_NAMES, episode_s: float = 60.0,
-                          agent_interval_s: float = 0.1, pkts_per_tick: int = 1, **sim_overrides):
+def thesis_randomized_env(*, buffer_pkts=(100, 1000), load=(0.1, 0.9), tcp=TCP_NAMES, buffer_dist: str = "uniform",
+                          episode_s: float = 60.0, agent_interval_s: float = 0.1, pkts_per_tick: int = 1,
+                          **sim_overrides):
     """The thesis scenario (flows start during the first 45 s of each 60 s episode),
     "rl" policy with beta (1, 0.5), a ring that holds the largest buffer, and every
     episode's N, load and TCP drawn at reset.  Returns (env, params)."""
@@ -130,5 +144,5 @@ def thesis_randomized_env(*, buffer_pkts=(100, 1000), load=(0.1, 0.9), tcp=TCP_N
               buffer_per_class_pkts=int(buffer_pkts[1]), pkts_per_tick=pkts_per_tick, completion_log_size=16)
     kw.update(sim_overrides)
     env = RandomizedEnv(RLBMEnv(thesis_params(**kw), agent_interval_s=agent_interval_s, episode_s=episode_s),
-                        buffer_pkts=buffer_pkts, load=load, tcp=tcp)
+                        buffer_pkts=buffer_pkts, load=load, tcp=tcp, buffer_dist=buffer_dist)
     return env, env.default_params
