@@ -19,12 +19,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 
 from rlbm_jax.env.randomize import thesis_randomized_env  # noqa: E402
-from rlbm_jax.ppo import PPO, PPOConfig  # noqa: E402
+from rlbm_jax.ppo import PPO, THESIS_PPO, PPOConfig  # noqa: E402
 
 
 def bench(num_envs: int, num_steps: int, updates: int, network: str, pkts_per_tick: int):
     env, ep = thesis_randomized_env(pkts_per_tick=pkts_per_tick)
-    ppo = PPO(env, ep, PPOConfig(num_envs=num_envs, num_steps=num_steps, network=network))
+    ppo = PPO(env, ep, PPOConfig(**THESIS_PPO, num_envs=num_envs, num_steps=num_steps, network=network))
     ts = ppo.init(jax.random.PRNGKey(0))
     t0 = time.perf_counter()
     ts, _ = ppo.run(ts, updates)  # compiles; the timed call continues the same run

@@ -2,7 +2,7 @@
 """Train a buffer-management policy with PPO on the thesis scenario, with domain
 randomisation: every episode draws its per-class buffer N (100..1000 packets), load
 (0.1..0.9) and TCP (CUBIC or NewReno).  By default the policy picks each class's
-threshold in BDPs (`--action-map bdp`), starting from 4 BDPs (`THESIS_PPO`).
+threshold in BDPs (`--action-map bdp`), starting from 4 BDPs (`rlbm_jax.ppo.THESIS_PPO`).
 
     python scripts/train.py                          # defaults: 256 envs, about 12 min on 2 cores
     python scripts/train.py --num-envs 4096          # on an accelerator
@@ -31,18 +31,10 @@ import numpy as np  # noqa: E402
 
 from rlbm_jax.env.params import TCP_NAMES  # noqa: E402
 from rlbm_jax.env.randomize import BUFFER_DISTS, thesis_randomized_env  # noqa: E402
-from rlbm_jax.ppo import PPO, PPOConfig  # noqa: E402
+from rlbm_jax.ppo import PPO, THESIS_PPO, PPOConfig  # noqa: E402
 from rlbm_jax.ppo.checkpoint import Checkpointer  # noqa: E402
 from rlbm_jax.ppo.export import export_policy  # noqa: E402
 from rlbm_jax.progress import Progress  # noqa: E402
-
-# The thesis scenario's own PPO defaults (the rest are PPOConfig's): the action is log2 of
-# each class's threshold in BDPs, so one output means the same queue at every buffer size;
-# it starts at 4 BDPs (the thesis's N = 100) and a larger step lets it move in 160 updates.
-# results/README.md has the runs that chose them.
-THESIS_PPO = dict(action_map="bdp", init_action=4.0, init_log_std=0.5, lr=1e-3)
-
-ENV_KEYS = ("buffer_pkts", "buffer_dist", "load", "tcp", "episode_s", "agent_interval_s", "pkts_per_tick")
 
 
 def parse(argv):

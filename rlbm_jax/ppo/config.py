@@ -127,3 +127,11 @@ class PPOConfig:
         if "hidden" in d:
             d["hidden"] = tuple(d["hidden"])
         return cls(**d).validate()
+
+
+# The thesis scenario's own PPO settings, on top of PPOConfig's generic defaults (used by
+# scripts/train.py and scripts/bench_train.py): the action is log2 of each class's
+# threshold in BDPs, so one output means the same queue at every buffer size; it starts
+# at 4 BDPs (the thesis's N = 100) and a larger step lets it move in 160 updates.
+# results/README.md ("What made the default") has the runs that chose them.
+THESIS_PPO = dict(action_map="bdp", init_action=4.0, init_log_std=0.5, lr=1e-3)
