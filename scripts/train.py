@@ -2,9 +2,10 @@
 """Train a buffer-management policy with PPO on the thesis scenario, with domain
 randomisation: every episode draws its per-class buffer N (100..1000 packets), load
 (0.1..0.9) and TCP (CUBIC or NewReno).  By default the policy picks each class's
-threshold in BDPs (`--action-map bdp`), starting from 4 BDPs (`rlbm_jax.ppo.THESIS_PPO`).
+threshold in BDPs (`--action-map bdp`), starting from 4 BDPs for class 0 and 0.5 BDP for
+class 1 (`rlbm_jax.ppo.THESIS_PPO`).
 
-    python scripts/train.py                          # defaults: 256 envs, about 12 min on 2 cores
+    python scripts/train.py                          # defaults: 256 envs, about 13 min on 2 cores
     python scripts/train.py --num-envs 4096          # on an accelerator
     python scripts/train.py --num-seeds 4            # 4 independent seeds in one vmapped call
     python scripts/train.py --run-dir runs/x --resume
@@ -73,10 +74,17 @@ def parse(argv):
     g.add_argument("--action", default=d.action, choices=["gaussian", "discrete"])
     g.add_argument("--action-map", default=d.action_map)
     g.add_argument("--init-log-std", type=float, default=d.init_log_std)
-    g.add_argument("--init-action", type=float, default=d.init_action,
-                   help="the untrained policy's action: alpha, or with --action-map bdp the threshold in BDPs "
-                        "(default: the map's value at 0)")
+    g.add_argument("--init-action", type=float, nargs="+", default=d.init_action,
+                   help="the untrained policy's action: alpha, or with --action-map bdp the threshold in BDPs; "
+                        "one value, or one per class (default: the map's value at 0)")
     return ap.parse_args(argv)
+
+
+def _one_or_tuple(v):
+    """argparse's list for a nargs="+" option: one value as a float, several as a tuple."""
+    if v is None or isinstance(v, (int, float)):
+        return v
+    return float(v[0]) if len(v) == 1 else tuple(float(x) for x in v)
 
 
 def config_from_args(a) -> tuple[PPOConfig, dict]:
@@ -84,7 +92,7 @@ def config_from_args(a) -> tuple[PPOConfig, dict]:
                     update_epochs=a.update_epochs, num_minibatches=a.num_minibatches, lr=a.lr, gamma=a.gamma,
                     gae_lambda=a.gae_lambda, clip_eps=a.clip_eps, ent_coef=a.ent_coef, network=a.network,
                     hidden=tuple(a.hidden), action=a.action, action_map=a.action_map,
-                    init_log_std=a.init_log_std, init_action=a.init_action).validate()
+                    init_log_std=a.init_log_std, init_action=_one_or_tuple(a.init_action)).validate()
     env_cfg = dict(buffer_pkts=list(a.buffer_pkts), buffer_dist=a.buffer_dist, load=list(a.load), tcp=list(a.tcp), episode_s=a.episode_s,
                    agent_interval_s=a.agent_interval_s, pkts_per_tick=a.pkts_per_tick)
     return cfg, env_cfg
@@ -155,6 +163,7 @@ def main(argv=None):
             cfg, env_cfg = config_from_args(a)
             seed, num_seeds = a.seed, a.num_seeds
         env, env_params = make_env(env_cfg)
+        ppo = PPO(env, env_params, cfg)  # refuses a config this env cannot take (e.g. init_action's length)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -165,7 +174,6 @@ def main(argv=None):
         (run / "config.json").write_text(json.dumps({"ppo": cfg.to_dict(), "env": env_cfg, "seed": seed,
                                                       "num_seeds": num_seeds}, indent=2) + "\n")
 
-    ppo = PPO(env, env_params, cfg)
     keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
     t0 = time.perf_counter()
     ts = ppo.init_seeds(keys)

@@ -2,6 +2,7 @@
 randomisation, learning (CartPole with MLP and LSTM; the RLBM env against its
 initial policy and SB-naive), exact resume and policy export."""
 import dataclasses
+import json
 
 import gymnax
 import jax
@@ -157,11 +158,12 @@ def small_env(action_map="tanh01"):
 
 
 @pytest.mark.parametrize("action_map,value", [("exp2", 0.9), ("exp2", 0.01), ("pow2", 0.9), ("bdp", 8.0), ("tanh01", 0.3),
-                                                     ("clip01", 0.7)])
+                                                     ("clip01", 0.7), ("bdp", (8.0, 0.5)), ("exp2", (0.02, 0.6))])
 def test_untrained_policy_takes_init_action(action_map, value):
     """The untrained deterministic policy acts init_action on any observation (the
     actor's output bias is the map's inverse of it; its kernel starts near zero).
-    With "bdp" the action is the alpha whose threshold is init_action BDPs."""
+    With "bdp" the action is the alpha whose threshold is init_action BDPs.  A tuple
+    gives each class its own start."""
     env, ep = thesis_randomized_env(buffer_pkts=(20, 60), episode_s=0.5, completion_log_size=4)
     ppo = PPO(env, ep, PPOConfig(num_envs=4, num_steps=3, total_updates=1, num_minibatches=2,
                                  action_map=action_map, init_action=value))
@@ -179,20 +181,35 @@ def test_untrained_policy_takes_init_action(action_map, value):
 
     _, act = ppo.act_deterministic(ts.params, ts.obs_stats, obs)
     got = taken(act)
-    assert np.isfinite(got).sum() >= 8
-    np.testing.assert_allclose(got[np.isfinite(got)], value, rtol=0.05)
+    want = np.broadcast_to(np.asarray(value, np.float64), got.shape)  # [obs, P]: each class its own value
+    ok = np.isfinite(got)
+    assert ok[:, 0].sum() >= 8 and ok[:, 1].sum() >= 8
+    np.testing.assert_allclose(got[ok], want[ok], rtol=0.05)
     default = PPO(env, ep, PPOConfig(num_envs=4, num_steps=3, total_updates=1, num_minibatches=2,
                                      action_map=action_map))
     _, act0 = default.act_deterministic(default.init(jax.random.PRNGKey(3)).params, ts.obs_stats, obs)
     got0 = taken(act0)
-    assert np.all(np.abs(got0[np.isfinite(got0)] - value) > 0.05 * value)  # without it the policy starts at map(0)
+    ok0 = np.isfinite(got0)
+    assert np.all(np.abs(got0[ok0] - want[ok0]) > 0.05 * want[ok0])  # without it the policy starts at map(0)
 
 
 @pytest.mark.parametrize("kw", [dict(init_action=1.0), dict(init_action=0.0), dict(init_action=0.5, action_map="none"),
-                                dict(init_action=0.5, action="discrete"), dict(init_action=2.0 ** -9)])
+                                dict(init_action=0.5, action="discrete"), dict(init_action=2.0 ** -9),
+                                dict(init_action=(0.5, 1.0)), dict(init_action=()), dict(init_action=(0.5, "0.5"))])
 def test_config_rejects_bad_init_action(kw):
     with pytest.raises(ValueError, match="init_action"):
         PPOConfig(num_envs=8, num_steps=4, **kw).validate()
+
+
+def test_per_class_init_action_must_match_the_action_and_survives_the_config_file():
+    """A tuple init_action needs one value per action dimension (PPO names the mismatch),
+    and it comes back from the run directory's config as the same tuple (for --resume)."""
+    env, ep = thesis_randomized_env(buffer_pkts=(20, 60), episode_s=0.5, completion_log_size=4)
+    cfg = PPOConfig(num_envs=4, num_steps=3, total_updates=1, num_minibatches=2, action_map="bdp", init_action=(4.0, 1.0))
+    back = PPOConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert back == cfg and back.init_action == (4.0, 1.0)
+    with pytest.raises(ValueError, match="init_action has 3 values.*2 dimensions"):
+        PPO(env, ep, dataclasses.replace(cfg, init_action=(4.0, 1.0, 2.0)))
 
 
 def test_bdp_map_gives_thresholds_in_bdps_of_the_live_env():

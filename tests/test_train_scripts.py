@@ -46,6 +46,16 @@ def test_train_rejects_bad_config(tmp_path, capsys):
     assert "num_envs" in capsys.readouterr().err
     assert train_cli.main(["--run-dir", str(tmp_path / "y"), "--load", "0.5", "0.1"]) == 2
     assert train_cli.main(["--run-dir", str(tmp_path / "nothing"), "--resume"]) == 2
+    assert train_cli.main(["--run-dir", str(tmp_path / "z"), "--init-action", "4", "1", "2"]) == 2
+    assert "init_action has 3 values" in capsys.readouterr().err
+    assert not (tmp_path / "z").exists()  # refused before the run directory is written
+
+
+def test_train_takes_one_init_action_per_class():
+    cfg, _ = train_cli.config_from_args(train_cli.parse(["--init-action", "4", "0.5"]))
+    assert cfg.init_action == (4.0, 0.5)
+    cfg, _ = train_cli.config_from_args(train_cli.parse(["--init-action", "2"]))
+    assert cfg.init_action == 2.0
 
 
 def test_evaluate_writes_table_and_pairs_seeds(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 from rlbm_jax.policy import ACTION_MAPS, map_inverse, map_reach
 
@@ -45,15 +45,19 @@ class PPOConfig:
     # the mean action of the untrained policy (Box envs, "gaussian" with an action map):
     # the actor's output bias starts at the map's inverse of it.  None: bias 0, i.e.
     # action_map(0) (exp2: 1/16, tanh01: 1/2, clip01: 0, pow2: 1).  With "bdp" it is
-    # the threshold in BDPs (bias 0: 1 BDP).
-    init_action: Optional[float] = None
+    # the threshold in BDPs (bias 0: 1 BDP).  A tuple gives one value per action
+    # dimension (its length must be the env's action size, checked by PPO).
+    init_action: Optional[Union[float, Tuple[float, ...]]] = None
     num_bins: int = 11  # "discrete" on a Box env: levels per action dimension
 
     @property
-    def init_mean(self) -> float:
-        """The actor's initial output bias (pre-map), from `init_action`."""
+    def init_mean(self) -> Union[float, Tuple[float, ...]]:
+        """The actor's initial output bias (pre-map), from `init_action`: a float, or a
+        tuple with one bias per action dimension."""
         if self.init_action is None:
             return 0.0
+        if isinstance(self.init_action, tuple):
+            return tuple(map_inverse(self.action_map, v) for v in self.init_action)
         return map_inverse(self.action_map, self.init_action)
 
     @property
@@ -97,10 +101,11 @@ class PPOConfig:
                 raise ValueError(f"PPOConfig.init_action needs action='gaussian' and an action map, got "
                                  f"action={self.action!r}, action_map={self.action_map!r}")
             lo, hi = map_reach(self.action_map)
-            v = self.init_action
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo < v < hi):
-                raise ValueError(f"PPOConfig.init_action must lie strictly inside ({lo:g}, {hi:g}), the range "
-                                 f"of action_map {self.action_map!r}, got {v!r}")
+            vs = self.init_action if isinstance(self.init_action, tuple) else (self.init_action,)
+            if not vs or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo < v < hi) for v in vs):
+                raise ValueError(f"PPOConfig.init_action must be a number, or a non-empty tuple of numbers, strictly "
+                                 f"inside ({lo:g}, {hi:g}), the range of action_map {self.action_map!r}, "
+                                 f"got {self.init_action!r}")
         if not self.hidden or any((not isinstance(h, int)) or h < 1 for h in self.hidden):
             raise ValueError(f"PPOConfig.hidden must be a non-empty tuple of positive ints, got {self.hidden!r}")
         if self.network == "lstm":
@@ -115,6 +120,8 @@ class PPOConfig:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["hidden"] = list(self.hidden)
+        if isinstance(self.init_action, tuple):
+            d["init_action"] = list(self.init_action)
         return d
 
     @classmethod
@@ -126,12 +133,15 @@ class PPOConfig:
         d = dict(d)
         if "hidden" in d:
             d["hidden"] = tuple(d["hidden"])
+        if isinstance(d.get("init_action"), list):
+            d["init_action"] = tuple(d["init_action"])
         return cls(**d).validate()
 
 
 # The thesis scenario's own PPO settings, on top of PPOConfig's generic defaults (used by
 # scripts/train.py and scripts/bench_train.py): the action is log2 of each class's
-# threshold in BDPs, so one output means the same queue at every buffer size; it starts
-# at 4 BDPs (the thesis's N = 100) and a larger step lets it move in 160 updates.
+# threshold in BDPs, so one output means the same queue at every buffer size; class 0
+# starts at 4 BDPs (the thesis's N = 100), class 1 at 0.5 BDP (a short queue for a long
+# flow's slow start), and a larger step lets them move in 160 updates.
 # results/README.md ("What made the default") has the runs that chose them.
-THESIS_PPO = dict(action_map="bdp", init_action=4.0, init_log_std=0.5, lr=1e-3)
+THESIS_PPO = dict(action_map="bdp", init_action=(4.0, 0.5), init_log_std=0.5, lr=1e-3)

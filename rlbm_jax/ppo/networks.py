@@ -82,7 +82,7 @@ class ActorCritic(nn.Module):
     recurrent: bool = False
     lstm_size: int = 32
     init_log_std: float = -0.5
-    init_mean: float = 0.0  # initial bias of the Gaussian mean (pre-squash)
+    init_mean: float | tuple = 0.0  # initial bias of the Gaussian mean (pre-squash): one, or one per action
 
     @nn.compact
     def __call__(self, carry, obs, first):
@@ -103,8 +103,8 @@ class ActorCritic(nn.Module):
             logits = nn.Dense(self.act_dim * self.num_bins, kernel_init=ortho(0.01), name="actor_out")(a)
             dist = logits.reshape(logits.shape[:-1] + (self.act_dim, self.num_bins))
         else:
-            mean = nn.Dense(self.act_dim, kernel_init=ortho(0.01), bias_init=nn.initializers.constant(self.init_mean),
-                            name="actor_out")(a)
+            bias0 = nn.initializers.constant(jnp.asarray(self.init_mean, jnp.float32))  # scalar or [act_dim]
+            mean = nn.Dense(self.act_dim, kernel_init=ortho(0.01), bias_init=bias0, name="actor_out")(a)
             log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.act_dim,))
             dist = (mean, log_std)
         return carry, dist, value

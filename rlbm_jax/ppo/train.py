@@ -109,6 +109,9 @@ class PPO:
         self.cfg = config.validate()
         self.adapter = ActionAdapter(env.action_space(env_params), self.cfg)
         self.obs_dim = int(np.prod(env.observation_space(env_params).shape))
+        if isinstance(self.cfg.init_action, tuple) and len(self.cfg.init_action) != self.adapter.act_dim:
+            raise ValueError(f"PPOConfig.init_action has {len(self.cfg.init_action)} values; this env's action has "
+                             f"{self.adapter.act_dim} dimensions (give one value, or one per dimension)")
         # the action map must accept this env's observation (a map that reads it refuses a foreign one)
         jax.eval_shape(self.adapter.to_env, jnp.zeros((self.adapter.act_dim,)), jnp.zeros((self.obs_dim,)))
         self.net = networks.ActorCritic(
