@@ -76,7 +76,7 @@ def parse(argv):
     g.add_argument("--init-log-std", type=float, default=d.init_log_std)
     g.add_argument("--init-action", type=float, nargs="+", default=d.init_action,
                    help="the untrained policy's action: alpha, or with --action-map bdp the threshold in BDPs; "
-                        "one value, or one per class (default: the map's value at 0)")
+                        f"one value, or one per class (default {d.init_action}, rlbm_jax.ppo.THESIS_PPO)")
     return ap.parse_args(argv)
 
 
@@ -93,8 +93,8 @@ def config_from_args(a) -> tuple[PPOConfig, dict]:
                     gae_lambda=a.gae_lambda, clip_eps=a.clip_eps, ent_coef=a.ent_coef, network=a.network,
                     hidden=tuple(a.hidden), action=a.action, action_map=a.action_map,
                     init_log_std=a.init_log_std, init_action=_one_or_tuple(a.init_action)).validate()
-    env_cfg = dict(buffer_pkts=list(a.buffer_pkts), buffer_dist=a.buffer_dist, load=list(a.load), tcp=list(a.tcp), episode_s=a.episode_s,
-                   agent_interval_s=a.agent_interval_s, pkts_per_tick=a.pkts_per_tick)
+    env_cfg = dict(buffer_pkts=list(a.buffer_pkts), buffer_dist=a.buffer_dist, load=list(a.load), tcp=list(a.tcp),
+                   episode_s=a.episode_s, agent_interval_s=a.agent_interval_s, pkts_per_tick=a.pkts_per_tick)
     return cfg, env_cfg
 
 

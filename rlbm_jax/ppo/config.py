@@ -118,23 +118,17 @@ class PPOConfig:
         return self
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["hidden"] = list(self.hidden)
-        if isinstance(self.init_action, tuple):
-            d["init_action"] = list(self.init_action)
-        return d
+        """Plain JSON types: tuple fields (hidden, a per-dimension init_action) as lists."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "PPOConfig":
+        """The inverse of `to_dict` (lists back to tuples), validated."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"PPOConfig: unknown fields {sorted(unknown)}")
-        d = dict(d)
-        if "hidden" in d:
-            d["hidden"] = tuple(d["hidden"])
-        if isinstance(d.get("init_action"), list):
-            d["init_action"] = tuple(d["init_action"])
+        d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
         return cls(**d).validate()
 
 
