@@ -16,32 +16,26 @@ plots, and `--report` (markdown error table).
 """
 from __future__ import annotations
 
-import argparse
-import concurrent.futures as cf
 import csv
-import dataclasses
-import hashlib
 import json
 import math
 import os
-import subprocess
 import sys
 import time
-from importlib import resources
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from rlbm_jax import scenarios
+from rlbm_jax.env import metrics as mx, sim, tcp
+from rlbm_jax.env.params import make_params
+from rlbm_jax.ns3 import Cell, build_ns3, call as call_ns3, ns3_args, repo_root, run_ns3
+from rlbm_jax.cli import parser
+from rlbm_jax.progress import Progress
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-
-from calibration import lockstep  # noqa: E402
-from rlbm_jax.env import metrics as mx, sim, tcp, traffic  # noqa: E402
-from rlbm_jax.env.params import make_params  # noqa: E402
-from rlbm_jax.progress import Progress  # noqa: E402
+ROOT = repo_root()
 
 # metric: (relative tolerance, absolute tolerance that also passes or None)
 TOLERANCES = {
@@ -54,42 +48,20 @@ TOLERANCES = {
 # metrics that mean nothing for long-lived flows (no flow completes)
 FLOW_METRICS = ("slowdown_p50", "slowdown_p99")
 EXTRA_METRICS = ("queue_p99_pkts", "fct_mean_s", "goodput_bps", "flows_completed", "rto_count")
-BUILD = ROOT / "calibration" / "ns3" / "build.sh"
-SOURCE = ROOT / "calibration" / "ns3" / "rlbm_scenario.cc"
-LOCKSTEP = ROOT / "calibration" / "lockstep.py"
-
-
-@dataclasses.dataclass
-class Cell:
-    name: str
-    kind: str  # "thesis" or "long"
-    kw: dict  # make_params keyword arguments, the same names the ns-3 scenario takes
-    seconds: float
-
-
 # ---------------------------------------------------------------------------
 # grids
 # ---------------------------------------------------------------------------
 
 def thesis_cell(tcp, load, buffer_pkts, seconds=60.0, pkts_per_tick=1, policy="sb-naive"):
-    kw = dict(num_senders=10, num_classes=2, tcp=tcp, load=load, buffer_per_class_pkts=buffer_pkts,
-              queue_capacity_pkts=400, arrival_stop_s=45.0, policy=policy, pkts_per_tick=pkts_per_tick,
-              num_flow_slots=64)
+    kw = scenarios.thesis_cell(tcp, buffer_pkts, load, queue_capacity_pkts=400, policy=policy,
+                               pkts_per_tick=pkts_per_tick, num_flow_slots=64)
     return Cell(f"thesis/{tcp}/load{load:g}/buf{buffer_pkts}" + (f"/k{pkts_per_tick}" if pkts_per_tick > 1 else ""),
                 "thesis", kw, seconds)
 
 
 def long_cell(tcp, n, bdp_mult, rtt_s, seconds=20.0, warmup_s=5.0):
-    kw = dict(num_senders=n, num_classes=1, num_flow_slots=n, long_flows=n, load=0.0, policy="droptail",
-              access_rate_bps=1e9, access_delay_s=0.0, bottleneck_rate_bps=100e6,
-              bottleneck_delay_s=rtt_s / 2, tcp=tcp, mss_bytes=1000, long_flow_start_spread_s=1.0,
-              warmup_s=warmup_s,
-              # Linux's 200 ms, as `long_flow_params`: with the thesis's 10 ms floor, RTTs of
-              # 20-80 ms plus queueing make ns-3 time out spuriously thousands of times per run
-              min_rto_s=0.2)
-    bdp = float(make_params(**kw, buffer_per_class_pkts=1).bdp_pkts)
-    buf = max(2, int(round(bdp_mult * bdp)))
-    kw.update(buffer_per_class_pkts=buf, queue_capacity_pkts=buf)
+    kw = scenarios.long_flows(n, bdp_mult, bottleneck_delay_s=rtt_s / 2, tcp=tcp, long_flow_start_spread_s=1.0,
+                              warmup_s=warmup_s)
     return Cell(f"long/{tcp}/N{n}/{bdp_mult:g}bdp/rtt{int(rtt_s * 1e3)}ms", "long", kw, seconds)
 
 
@@ -153,154 +125,6 @@ def run_ours(cells: list[Cell], seeds: list[int], show_progress=True) -> dict:
                 h = hists[j].astype(np.float64)
                 hist.append((h / max(h.sum(), 1)).tolist())
             out[c.name] = {"seeds": rows, "flows": flows, "hist": hist, "wall_s": wall / len(group)}
-    return out
-
-
-# ---------------------------------------------------------------------------
-# ns-3
-# ---------------------------------------------------------------------------
-
-def build_ns3() -> Path:
-    """Builds (if needed) the ns-3 scenario; installs libns3-dev when it is missing."""
-    proc = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"ns-3 scenario build failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return Path(proc.stdout.strip().splitlines()[-1])
-
-
-def cdf_path(name: str) -> str:
-    if Path(name).exists():
-        return str(Path(name).resolve())
-    return str(resources.files("rlbm_jax.env") / "data" / f"{name}.csv")
-
-
-def ns3_args(c: Cell, seed: int) -> list[str]:
-    kw = dict(c.kw)
-    args = {"seconds": c.seconds, "seed": seed}
-    for k, v in kw.items():
-        if k in ("num_flow_slots", "queue_capacity_pkts", "pkts_per_tick"):
-            continue  # shapes of our simulator only
-        if k == "buffer_per_class_pkts":
-            k = "class_cap_pkts"
-        if k == "cdf":
-            v = cdf_path(v)
-        args[k] = v
-    args.setdefault("cdf", cdf_path("websearch"))
-    flat = []
-    for k, v in args.items():
-        if isinstance(v, (list, tuple)):
-            v = ",".join(str(x) for x in v)
-        elif isinstance(v, bool):
-            v = int(v)
-        flat.append(f"--{k}={v}")
-    return flat
-
-
-def write_schedule(c: Cell, seed: int, path: Path) -> int:
-    """Writes the flows our simulator starts for (cell, seed) as ns-3's `--flows_in` CSV,
-    so both simulators carry the same workload; returns the number of flows."""
-    params = make_params(**c.kw)
-    stop = min(float(params.arrival_stop_s), c.seconds)
-    rate = float(traffic.arrival_rate_per_s(params))
-    n = int(rate * stop * 1.5 + 10 * math.sqrt(rate * stop + 1) + 16)
-    t, sender, size = _schedule(jax.random.PRNGKey(int(seed)), params, n)
-    t, sender, size = np.asarray(t, np.float64), np.asarray(sender), np.asarray(size, np.float64)
-    if t[-1] < stop:
-        raise RuntimeError(f"flow schedule of {c.name} seed {seed} needs more than {n} flows")
-    keep = t < stop
-    with path.open("w") as f:
-        f.write("start_s,sender,size_bytes\n")
-        for a, b, d in zip(t[keep], sender[keep], size[keep]):
-            f.write(f"{a:.9f},{int(b)},{d:.3f}\n")
-    return int(keep.sum())
-
-
-_schedule = jax.jit(sim.flow_schedule, static_argnums=2)
-
-
-def _call_ns3(cmd: list[str]):
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"ns-3 run failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
-
-
-@dataclasses.dataclass(frozen=True)
-class Agent:
-    """A policy that sets the rl buffer policy's alphas inside ns-3 (`lockstep.drive`):
-    fn(obs [1, obs_dim]) -> [1, act_dim]; `digest` identifies it in the run cache."""
-    fn: object
-    digest: str
-    obs_dim: int
-    act_dim: int
-    interval_s: float
-    flows_scale: float
-
-    def args(self) -> list[str]:
-        return ["--agent=stdio", f"--agent_interval_s={float(self.interval_s)!r}",
-                f"--flows_scale={float(self.flows_scale)!r}"]
-
-
-def _run_one_ns3(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, fresh: bool,
-                 source_digest: bytes, agent: Agent | None = None) -> dict:
-    """One ns-3 run; reuses an earlier result when the scenario source, the command line,
-    the flow schedule and the agent are all unchanged (unless `fresh`).  With `agent`,
-    the run's rl policy is driven by it in lock-step, and its per-interval log is kept."""
-    stem = workdir / (f"{c.name.replace('/', '_')}_s{seed}" + (f"_{agent.digest[:10]}" if agent else ""))
-    cmd = [str(binary), *ns3_args(c, seed), *extra, f"--out={stem}.json", f"--flows_out={stem}.flows.csv"]
-    if agent is not None:
-        cmd += [*agent.args(), f"--intervals_out={stem}.intervals.csv"]
-    key = hashlib.sha256(source_digest)
-    if agent is not None:  # the policy and the driver that answers for it
-        key.update(agent.digest.encode())
-        key.update(LOCKSTEP.read_bytes())
-    if c.kind == "thesis":
-        schedule = Path(f"{stem}.schedule.csv")
-        write_schedule(c, seed, schedule)
-        cmd.append(f"--flows_in={schedule}")
-        key.update(schedule.read_bytes())
-    key.update(" ".join(cmd[1:]).encode())
-    key_file, out_json = Path(f"{stem}.key"), Path(f"{stem}.json")
-    cached = not fresh and key_file.exists() and out_json.exists() and key_file.read_text() == key.hexdigest()
-    if not cached:
-        key_file.unlink(missing_ok=True)
-        if agent is None:
-            _call_ns3(cmd)
-        else:
-            decisions = lockstep.drive(cmd, agent.fn, agent.obs_dim, agent.act_dim)
-            done = json.loads(out_json.read_text())["agent_intervals"]
-            if decisions not in (done, done + 1):  # the last interval's end gets no decision
-                raise RuntimeError(f"{stem}: {decisions} agent decisions for {done} intervals")
-        key_file.write_text(key.hexdigest())
-    rep = json.loads(out_json.read_text())
-    flows = np.loadtxt(f"{stem}.flows.csv", delimiter=",", skiprows=1, ndmin=2).tolist() \
-        if Path(f"{stem}.flows.csv").stat().st_size > 40 else []
-    return {"rep": rep, "flows": flows, "cmd": " ".join(cmd[1:]).replace(str(ROOT) + os.sep, ""), "cached": cached}
-
-
-def run_ns3(binary: Path, cells: list[Cell], seeds: list[int], jobs: int, workdir: Path,
-            show_progress=True, extra: tuple = (), fresh: bool = False, agent: Agent | None = None,
-            label: str = "ns-3 ") -> dict:
-    workdir.mkdir(parents=True, exist_ok=True)
-    tasks = [(c, s) for c in cells for s in seeds]
-    res = {}
-    bar = Progress(len(tasks), unit=" runs", label=label) if show_progress else None
-    with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
-        digest = hashlib.sha256(SOURCE.read_bytes()).digest()  # the cache key covers the scenario source
-        futs = {ex.submit(_run_one_ns3, binary, c, s, workdir, extra, fresh, digest, agent): (c.name, s)
-                for c, s in tasks}
-        for i, f in enumerate(cf.as_completed(futs)):
-            res[futs[f]] = f.result()
-            if bar:
-                bar.update(i + 1)
-    if bar:
-        bar.close()
-    out = {}
-    for c in cells:
-        runs = [res[(c.name, s)] for s in seeds]
-        out[c.name] = {"seeds": [r["rep"] for r in runs], "flows": [r["flows"] for r in runs],
-                       "hist": [r["rep"].get("queue_hist", []) for r in runs],
-                       "wall_s": float(np.mean([r["rep"].get("wall_s", np.nan) for r in runs])),
-                       "example_cmd": runs[0]["cmd"], "cached_runs": sum(r["cached"] for r in runs)}
     return out
 
 
@@ -510,7 +334,7 @@ def ns3_cwnd_trace(binary: Path, c: Cell, seed: int, interval_s: float, workdir:
     path = workdir / f"{c.name.replace('/', '_')}_s{seed}.cwnd.csv"
     cmd = [str(binary), *ns3_args(c, seed), f"--cwnd_out={path}", f"--trace_interval_s={interval_s}",
            f"--out={workdir / 'cwnd_trace_run.json'}"]
-    _call_ns3(cmd)
+    call_ns3(cmd)
     d = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
     return d[:, 0] - d[0, 0] + interval_s, d[:, 1], d[:, 2]
 
@@ -658,14 +482,14 @@ def _fmt(x):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--grid", default="smoke", choices=["thesis", "long", "smoke", "dial"])
-    ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--first-seed", type=int, default=1)
-    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
+    ap = parser(__doc__, "run.py")
+    ap.add_argument("--grid", default="smoke", choices=["thesis", "long", "smoke", "dial"], help="cells to run")
+    ap.add_argument("--seeds", type=int, default=10, help="seeds per cell")
+    ap.add_argument("--first-seed", type=int, default=1, help="seeds are first-seed, first-seed+1, ...")
+    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)), help="ns-3 processes at a time")
     ap.add_argument("--out", default=None, help="results directory (default calibration/results/<grid>)")
     ap.add_argument("--report", default=None, help="markdown report (default <out>/REPORT.md)")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     ap.add_argument("--ns3-arg", action="append", default=[], metavar="--NAME=VALUE",
                     help="extra ns-3 scenario argument for every run (an ablation), repeatable")
     ap.add_argument("--fresh-ns3", action="store_true",

@@ -1,3 +1,21 @@
-"""rlbm_jax: a JAX simulator and RL environment of a congested switch buffer."""
+"""rlbm_jax: a JAX simulator and RL environment of a congested switch buffer.
 
-__version__ = "0.1.0"
+    import rlbm_jax
+    rlbm_jax.list_envs()                              # env ids: the registered formulations
+    env, params = rlbm_jax.make("RLBM-v0")            # the default formulation, thesis scenario
+    env, params = rlbm_jax.make("RLBM-thesis-v0", randomize=True)   # as the thesis, each episode drawn
+
+Packages: `rlbm_jax.env` (simulator, env, formulations), `rlbm_jax.ppo` (trainer),
+`rlbm_jax.scenarios` (scenario definitions), `rlbm_jax.ns3` (the ns-3 reference
+harness), `rlbm_jax.cli` (the scripts' entry points).
+"""
+
+__version__ = "0.2.0"
+
+from rlbm_jax import env, scenarios  # noqa: E402
+from rlbm_jax.env import formulations  # noqa: E402
+from rlbm_jax.registry import list_envs, make  # noqa: E402
+
+registered_envs = list_envs
+
+__all__ = ["make", "list_envs", "registered_envs", "env", "formulations", "scenarios", "__version__"]

@@ -75,7 +75,7 @@ def score_policies(env: RLBMEnv, sims: Sequence[SimParams], agents: dict, baseli
     bar = Progress(len(runs), unit=" policies", label=f"{len(sims)} cells x {len(seeds)} seeds ") \
         if show_progress else None
     if bar:
-        bar.update(0)
+        bar.update(0, measure=False)
     results = {}
     for i, (name, agent) in enumerate(runs):
         cells = sims if agent is not None else [with_policy(p, name) for p in sims]
@@ -165,12 +165,25 @@ def plot_load_grid(tcp: str, buffers: Sequence[int], panels: Sequence[tuple], dr
 
 def add_grid_args(ap, *, seeds: int):
     """The thesis-grid options that scripts/evaluate.py and scripts/eval_ns3.py share."""
-    from rlbm_jax.env.params import TCP_NAMES
+    from rlbm_jax import scenarios
     from rlbm_jax.simulate import BASELINES
 
-    ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=BASELINES)
-    ap.add_argument("--tcp", nargs="+", default=list(TCP_NAMES), choices=TCP_NAMES)
-    ap.add_argument("--buffer-pkts", type=int, nargs="+", default=[100, 500, 1000])
-    ap.add_argument("--load", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
+    g = scenarios.THESIS_GRID
+    ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=BASELINES, help="baselines to run")
+    ap.add_argument("--tcp", nargs="+", default=list(g["tcp"]), choices=list(g["tcp"]), help="TCPs of the grid")
+    ap.add_argument("--buffer-pkts", type=int, nargs="+", default=list(g["buffer_per_class_pkts"]),
+                    help="per-class buffers N of the grid")
+    ap.add_argument("--load", type=float, nargs="+", default=list(g["load"]), help="loads of the grid")
     ap.add_argument("--seeds", type=int, default=seeds, help="held-out seeds per cell")
     ap.add_argument("--first-seed", type=int, default=100_000, help="seeds are first-seed, first-seed+1, ...")
+    ap.add_argument("--reward", default=None, help="reward to score on (a name of rlbm_jax.env.formulations."
+                    "REWARDS); default: the policy's formulation's")
+
+
+def scoring_formulation(policy_formulation: str | None, reward: str | None):
+    """The formulation an evaluation scores on: the policy's (or the default's when only
+    baselines run), with `reward` in place of its own when given."""
+    from rlbm_jax.env import formulations
+
+    form = formulations.get(policy_formulation) if policy_formulation else formulations.DEFAULT
+    return form.with_reward(reward) if reward else form

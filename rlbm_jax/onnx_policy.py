@@ -7,7 +7,8 @@ and the action map are inside the graph, so a consumer feeds raw observations.
 
 The model's metadata (`metadata_props`) says what the graph expects and what its
 output means, under keys prefixed `rlbm.`: `format`, `obs_dim`, `act_dim`,
-`obs_layout` (JSON list of feature names, `RLBMEnv`'s layout), `action`,
+`formulation` (the env id the policy was trained on), `obs_layout` (JSON list of the
+observation's entry names, the formulation's), `action` (what the output sets),
 `action_map`, `num_classes`, `agent_interval_s`, `flows_scale` and `env` (the JSON
 the trainer recorded: scenario ranges, PPO config).
 
@@ -24,21 +25,11 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.env.rlbm_env import threshold_columns
-from rlbm_jax.policy import BDP_LOG2_RANGE, POW2_LOG2_RANGE, read_policy
+from rlbm_jax.env import formulations
+from rlbm_jax.policy import BDP_LOG2_RANGE, POW2_LOG2_RANGE, bdp_columns, check_layout, read_policy
 
 FORMAT = "rlbm-onnx-policy-v1"
 OPSET = 17
-ACTION_TEXT = ("alpha per class in [0, 1]; the switch admits a class-c packet while its queue is below "
-               "alpha_c * beta_c * (B - Q) (RLBMEnv, buffer policy 'rl'), capped by the class FIFO cap")
-
-
-def obs_layout(num_classes: int) -> list[str]:
-    """Feature names of `RLBMEnv`'s observation [3P + 4], in order."""
-    c = range(num_classes)
-    return ([f"beta_c{i}" for i in c] + [f"drain_rate_c{i}" for i in c]
-            + ["free_buffer_fraction", "flows_finished_scaled", "drops_per_capacity"]
-            + [f"queue_bdp_c{i}" for i in c] + ["buffer_bdp"])
 
 
 def _require_onnx():
@@ -56,9 +47,11 @@ def to_onnx(policy_dir, out_path, *, agent_interval_s: float | None = None, flow
 
     layers, meta = read_policy(policy_dir)
     obs_dim, act_dim = int(meta["obs_dim"]), int(meta["act_dim"])
-    if (obs_dim - 4) % 3 or (obs_dim - 4) // 3 != act_dim:
-        raise ValueError(f"export: obs_dim {obs_dim} and act_dim {act_dim} are not RLBMEnv's 3P + 4 and P")
-    num_classes = act_dim
+    if not meta.get("formulation") or meta.get("num_classes") is None:
+        raise ValueError(f"export: {policy_dir} names no formulation and class count; it drives no RLBM env")
+    form = formulations.get(meta["formulation"])
+    num_classes = int(meta["num_classes"])
+    check_layout(form.obs_layout(num_classes), meta["obs_layout"], f"export: formulation {form.id}")
     scenario = (meta.get("env") or {}).get("scenario", {})
     if agent_interval_s is None:
         agent_interval_s = float(scenario.get("agent_interval_s", 0.1))
@@ -95,9 +88,9 @@ def to_onnx(policy_dir, out_path, *, agent_interval_s: float | None = None, flow
         c = node("Clip", [x, const("log2_lo", lo), const("log2_hi", hi)], "out_clip")
         x = node("Exp", [node("Mul", [c, const("ln2", math.log(2.0))], "out_log")], "out_pow2")  # 2 ** clip(x)
         if amap == "bdp":  # alpha = clip(2 ** clip(x) / (beta * free * B/BDP), 0, 1), columns picked by MatMul
-            beta_cols, free_col, bb_col = threshold_columns(num_classes)
-            pick = np.zeros((obs_dim, num_classes), np.float32)
-            pick[beta_cols, range(num_classes)] = 1.0
+            beta_cols, free_col, bb_col = bdp_columns(meta["obs_layout"], act_dim)
+            pick = np.zeros((obs_dim, act_dim), np.float32)
+            pick[beta_cols, range(act_dim)] = 1.0
             one_col = lambda j: np.eye(obs_dim, 1, -j, dtype=np.float32)  # [obs_dim, 1] selecting column j
             beta = node("MatMul", ["obs", const("pick_beta", pick)], "obs_beta")
             free = node("MatMul", ["obs", const("pick_free", one_col(free_col))], "obs_free")
@@ -120,7 +113,8 @@ def to_onnx(policy_dir, out_path, *, agent_interval_s: float | None = None, flow
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rlbm_jax")
     model.ir_version = min(model.ir_version, 9)  # readable by onnxruntime releases of the last two years
     props = {"format": FORMAT, "obs_dim": obs_dim, "act_dim": act_dim, "num_classes": num_classes,
-             "obs_layout": json.dumps(obs_layout(num_classes)), "action": ACTION_TEXT, "action_map": amap,
+             "formulation": form.id, "obs_layout": json.dumps(meta["obs_layout"]), "action": form.action.text,
+             "action_map": amap,
              "agent_interval_s": float(agent_interval_s), "flows_scale": float(flows_scale),
              "env": json.dumps(meta.get("env") or {})}
     helper.set_model_props(model, {f"rlbm.{k}": str(v) for k, v in props.items()})
@@ -131,11 +125,13 @@ def to_onnx(policy_dir, out_path, *, agent_interval_s: float | None = None, flow
     return out_path
 
 
-def load_checked(path, *, num_classes: int | None = None, agent_interval_s: float | None = None):
+def load_checked(path, *, num_classes: int | None = None, agent_interval_s: float | None = None,
+                 formulation: str | None = None):
     """Open an exported policy with onnxruntime after checking it against what the
     caller will feed it; returns (fn(obs [n, obs_dim]) -> action [n, act_dim], metadata).
     Raises ValueError, naming the mismatch, for a file that is not an ONNX model, lacks
-    or contradicts the rlbm metadata, or whose input/output widths do not match."""
+    or contradicts the rlbm metadata (its layout must be its formulation's), or whose
+    input/output widths, class count, agent interval or formulation do not match."""
     _require_onnx()
     import onnx
     import onnxruntime as ort
@@ -151,8 +147,8 @@ def load_checked(path, *, num_classes: int | None = None, agent_interval_s: floa
     props = {p.key[len("rlbm."):]: p.value for p in model.metadata_props if p.key.startswith("rlbm.")}
     if props.get("format") != FORMAT:
         raise ValueError(f"policy {path}: metadata rlbm.format is {props.get('format')!r}, expected {FORMAT!r}")
-    missing = [k for k in ("obs_dim", "act_dim", "num_classes", "obs_layout", "action_map", "agent_interval_s",
-                           "flows_scale") if k not in props]
+    missing = [k for k in ("obs_dim", "act_dim", "num_classes", "formulation", "obs_layout", "action_map",
+                           "agent_interval_s", "flows_scale") if k not in props]
     if missing:
         raise ValueError(f"policy {path}: metadata lacks {', '.join('rlbm.' + k for k in missing)}")
     try:
@@ -163,9 +159,16 @@ def load_checked(path, *, num_classes: int | None = None, agent_interval_s: floa
     except (ValueError, TypeError) as e:
         raise ValueError(f"policy {path}: malformed rlbm metadata ({e})") from None
     P = meta["num_classes"]
-    if meta["obs_layout"] != obs_layout(P) or meta["obs_dim"] != 3 * P + 4 or meta["act_dim"] != P:
+    try:
+        form = formulations.get(meta["formulation"])
+    except ValueError as e:
+        raise ValueError(f"policy {path}: {e}") from None
+    if (meta["obs_layout"] != list(form.obs_layout(P)) or meta["obs_dim"] != len(meta["obs_layout"])
+            or meta["act_dim"] != int(np.prod(form.action_space(P).shape))):
         raise ValueError(f"policy {path}: metadata describes obs_dim {meta['obs_dim']}, act_dim {meta['act_dim']} "
-                         f"and layout {meta['obs_layout']}, not RLBMEnv's for {P} classes")
+                         f"and layout {meta['obs_layout']}, not formulation {form.id}'s for {P} classes")
+    if formulation is not None and formulation != form.id:
+        raise ValueError(f"policy {path}: trained on formulation {form.id}, the scenario uses {formulation}")
     ins, outs = model.graph.input, model.graph.output
     if len(ins) != 1 or len(outs) != 1:
         raise ValueError(f"policy {path}: expects one input and one output, has {len(ins)} and {len(outs)}")
@@ -176,7 +179,7 @@ def load_checked(path, *, num_classes: int | None = None, agent_interval_s: floa
                          f"says {meta['obs_dim']} and {meta['act_dim']}")
     if num_classes is not None and P != num_classes:
         raise ValueError(f"policy {path}: trained for {P} classes, the scenario has {num_classes} "
-                         f"(observation width {meta['obs_dim']}, expected {3 * num_classes + 4})")
+                         f"(observation width {meta['obs_dim']}, expected {len(form.obs_layout(num_classes))})")
     if agent_interval_s is not None and not math.isclose(meta["agent_interval_s"], agent_interval_s, rel_tol=1e-6):
         raise ValueError(f"policy {path}: trained with an agent interval of {meta['agent_interval_s']} s, "
                          f"the scenario uses {agent_interval_s} s")

@@ -16,7 +16,7 @@ import numpy as np
 
 from rlbm_jax.env import buffer, metrics as mx, sim
 from rlbm_jax.env.params import SimParams
-from rlbm_jax.env.rlbm_env import RLBMEnv
+from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, RLBMEnv
 from rlbm_jax.progress import Progress
 
 BASELINES = ("sb-naive", "sb-sophisticated", "dt", "abm", "droptail")
@@ -38,11 +38,13 @@ def _chunking(total: int, chunks: int):
 
 
 def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], agent: Callable | None = None,
-                 agent_interval_s: float = 0.1, chunks: int = 20, show_progress: bool = True) -> dict:
+                 agent_interval_s: float = 0.1, formulation=DEFAULT_FORMULATION, chunks: int = 20,
+                 show_progress: bool = True) -> dict:
     """Simulate `seconds` of the scenario for every seed.
 
-    agent: None runs the buffer policy in `params`; a jittable fn(obs) -> alpha [P]
-    instead drives the "rl" policy through `RLBMEnv` every `agent_interval_s`."""
+    agent: None runs the buffer policy in `params`; a jittable fn(obs) -> action instead
+    drives the "rl" policy through `RLBMEnv` with `formulation` (the one the agent was
+    trained on) every `agent_interval_s`."""
     if not seconds > 0:
         raise ValueError(f"seconds must be positive, got {seconds!r}")
     if len(seeds) == 0:
@@ -59,7 +61,8 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
         get_sim = lambda st: st
     else:
         p_rl = with_policy(params, "rl")
-        env = RLBMEnv(p_rl, agent_interval_s=agent_interval_s, episode_s=max(seconds, agent_interval_s))
+        env = RLBMEnv(p_rl, formulation=formulation, agent_interval_s=agent_interval_s,
+                      episode_s=max(seconds, agent_interval_s))
         ep = env.default_params
         total = max(1, int(round(seconds / float(ep.agent_interval_s))))
         n_chunks, size = _chunking(total, chunks)

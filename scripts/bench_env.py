@@ -1,84 +1,8 @@
 #!/usr/bin/env python
-"""Simulator throughput after compilation: simulated seconds per wall second (summed
-over envs) and env ticks per second, for several batch sizes.
-
-    python scripts/bench_env.py --scenario thesis --num-envs 1 64 1024 4096 --seconds 2
-"""
-from __future__ import annotations
-
-import argparse
-import json
-import os
-import platform
+"""Entry point of `rlbm_jax.cli.bench_env` (`--help` describes it)."""
 import sys
-import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import jax  # noqa: E402
-
-from rlbm_jax.env import sim  # noqa: E402
-from rlbm_jax.env.params import long_flow_params, thesis_params  # noqa: E402
-
-
-def scenario_params(name: str, pkts_per_tick: int):
-    if name == "thesis":
-        return thesis_params(pkts_per_tick=pkts_per_tick)
-    if name == "long":
-        return long_flow_params(16, 0.25, pkts_per_tick=pkts_per_tick)
-    raise ValueError(f"unknown scenario {name!r}")
-
-
-def bench(params, num_envs: int, seconds: float, repeats: int = 2):
-    n = sim.ticks_for(seconds, params)
-    keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
-    state = jax.jit(jax.vmap(lambda k: sim.init(k, params)))(keys)
-    step = jax.jit(jax.vmap(lambda s: sim.run(s, params, n)[0]))
-    t0 = time.perf_counter()
-    compiled = step.lower(state).compile()
-    compile_s = time.perf_counter() - t0
-    state = compiled(state)  # warm-up; the timed runs continue the same trajectories
-    jax.block_until_ready(state)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        state = compiled(state)
-        jax.block_until_ready(state)
-        best = min(best, time.perf_counter() - t0)
-    sim_s = n * float(params.tick_s)
-    return {"num_envs": num_envs, "pkts_per_tick": params.pkts_per_tick, "ticks": n,
-            "sim_seconds_per_wall_s": num_envs * sim_s / best, "env_ticks_per_s": num_envs * n / best,
-            "wall_s": best, "compile_s": compile_s}
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", default="thesis", choices=["thesis", "long"])
-    ap.add_argument("--num-envs", type=int, nargs="+", default=[1, 64, 1024, 4096])
-    ap.add_argument("--pkts-per-tick", type=int, nargs="+", default=[1])
-    ap.add_argument("--seconds", type=float, default=2.0, help="simulated seconds per timed call")
-    ap.add_argument("--json", default=None, help="write results to this path (- for stdout)")
-    a = ap.parse_args(argv)
-    rows = []
-    for k in a.pkts_per_tick:
-        p = scenario_params(a.scenario, k)
-        for n in a.num_envs:
-            r = bench(p, n, a.seconds)
-            rows.append(r)
-            print(f"{a.scenario} k={k:2d} envs={n:5d}  sim-s/wall-s {r['sim_seconds_per_wall_s']:9.1f}  "
-                  f"env-ticks/s {r['env_ticks_per_s']:11.0f}  (compile {r['compile_s']:.1f}s)", flush=True)
-    meta = {"scenario": a.scenario, "machine": platform.machine(), "processor": platform.processor(),
-            "cpus": os.cpu_count(), "devices": [str(d) for d in jax.devices()], "jax": jax.__version__,
-            "command": " ".join(["python", "scripts/bench_env.py"] + (argv if argv is not None else sys.argv[1:]))}
-    if a.json:
-        text = json.dumps({"meta": meta, "results": rows}, indent=2)
-        if a.json == "-":
-            print(text)
-        else:
-            Path(a.json).write_text(text + "\n")
-    return 0
-
+from rlbm_jax.cli.bench_env import main
 
 if __name__ == "__main__":
     sys.exit(main())

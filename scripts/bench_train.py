@@ -1,69 +1,8 @@
 #!/usr/bin/env python
-"""PPO training throughput on the domain-randomised thesis env: env steps per second
-and updates per second after compilation, for several env counts.
-
-    python scripts/bench_train.py --num-envs 64 1024 4096
-"""
-from __future__ import annotations
-
-import argparse
-import json
-import os
-import platform
+"""Entry point of `rlbm_jax.cli.bench_train` (`--help` describes it)."""
 import sys
-import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import jax  # noqa: E402
-
-from rlbm_jax.env.randomize import thesis_randomized_env  # noqa: E402
-from rlbm_jax.ppo import PPO, THESIS_PPO, PPOConfig  # noqa: E402
-
-
-def bench(num_envs: int, num_steps: int, updates: int, network: str, pkts_per_tick: int):
-    env, ep = thesis_randomized_env(pkts_per_tick=pkts_per_tick)
-    ppo = PPO(env, ep, PPOConfig(**THESIS_PPO, num_envs=num_envs, num_steps=num_steps, network=network))
-    ts = ppo.init(jax.random.PRNGKey(0))
-    t0 = time.perf_counter()
-    ts, _ = ppo.run(ts, updates)  # compiles; the timed call continues the same run
-    jax.block_until_ready(ts)
-    first_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ts, _ = ppo.run(ts, updates)
-    jax.block_until_ready(ts)
-    dt = time.perf_counter() - t0
-    steps = updates * num_envs * num_steps
-    return {"num_envs": num_envs, "num_steps": num_steps, "updates": updates, "network": network,
-            "pkts_per_tick": pkts_per_tick, "env_steps_per_s": steps / dt, "updates_per_s": updates / dt,
-            "sim_seconds_per_wall_s": steps * float(ep.env.agent_interval_s) / dt,
-            "wall_s": dt, "compile_and_first_s": first_s}
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--num-envs", type=int, nargs="+", default=[64, 1024, 4096])
-    ap.add_argument("--num-steps", type=int, default=32)
-    ap.add_argument("--updates", type=int, default=1, help="updates per timed call")
-    ap.add_argument("--network", default="mlp", choices=["mlp", "lstm"])
-    ap.add_argument("--pkts-per-tick", type=int, default=1)
-    ap.add_argument("--json", default=None, help="write results to this path (- for stdout)")
-    a = ap.parse_args(argv)
-    rows = []
-    for n in a.num_envs:
-        r = bench(n, a.num_steps, a.updates, a.network, a.pkts_per_tick)
-        rows.append(r)
-        print(f"envs={n:5d} {a.network} k={a.pkts_per_tick}  env-steps/s {r['env_steps_per_s']:9.0f}  "
-              f"updates/s {r['updates_per_s']:.4f}  (compile+first {r['compile_and_first_s']:.1f}s)", flush=True)
-    meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "devices": [str(d) for d in jax.devices()],
-            "jax": jax.__version__,
-            "command": " ".join(["python", "scripts/bench_train.py"] + (argv if argv is not None else sys.argv[1:]))}
-    if a.json:
-        text = json.dumps({"meta": meta, "results": rows}, indent=2)
-        print(text) if a.json == "-" else Path(a.json).write_text(text + "\n")
-    return 0
-
+from rlbm_jax.cli.bench_train import main
 
 if __name__ == "__main__":
     sys.exit(main())

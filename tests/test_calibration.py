@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlbm_jax import ns3 as harness
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,12 +28,12 @@ run = _load_runner()
 
 @pytest.fixture(scope="module")
 def ns3_binary():
-    return run.build_ns3()
+    return harness.build_ns3()
 
 
 def test_ns3_scenario_rejects_bad_parameters(ns3_binary):
     for arg, name in (("--policy=foo", "policy"), ("--load=-1", "load"), ("--class_cap_pkts=0", "class_cap_pkts")):
-        proc = subprocess.run([str(ns3_binary), arg, f"--cdf={run.cdf_path('websearch')}", "--out=-"],
+        proc = subprocess.run([str(ns3_binary), arg, f"--cdf={harness.cdf_path('websearch')}", "--out=-"],
                               capture_output=True, text=True)
         assert proc.returncode == 2, (arg, proc.stdout[-500:], proc.stderr[-500:])
         assert name in proc.stderr
@@ -39,7 +41,7 @@ def test_ns3_scenario_rejects_bad_parameters(ns3_binary):
 
 def test_ns3_conserves_flows_and_reports_our_fields(ns3_binary, tmp_path):
     cell = run.thesis_cell("cubic", 0.6, 100, seconds=20.0)
-    res = run.run_ns3(ns3_binary, [cell], [1], jobs=1, workdir=tmp_path, show_progress=False)[cell.name]
+    res = harness.run_ns3(ns3_binary, [cell], [1], jobs=1, workdir=tmp_path, show_progress=False)[cell.name]
     rep = res["seeds"][0]
     ours = run.run_ours([cell], [1], show_progress=False)[cell.name]["seeds"][0]
     missing = {k for k in ours if k.startswith(("util", "drop", "queue_", "slowdown", "fct", "flows_"))} - set(rep)
@@ -53,7 +55,7 @@ def test_ns3_conserves_flows_and_reports_our_fields(ns3_binary, tmp_path):
     assert rep["retx_arrivals"] >= 0.5 * (rep["drops_c0"] + rep["drops_c1"])
     assert 0 <= rep["retx_drops"] <= rep["retx_arrivals"]
     # a rerun with the same source, command and flow schedule is read back, not rerun
-    again = run.run_ns3(ns3_binary, [cell], [1], jobs=1, workdir=tmp_path, show_progress=False)[cell.name]
+    again = harness.run_ns3(ns3_binary, [cell], [1], jobs=1, workdir=tmp_path, show_progress=False)[cell.name]
     assert (res["cached_runs"], again["cached_runs"]) == (0, 1)
     assert again["seeds"][0] == rep
 
@@ -61,7 +63,7 @@ def test_ns3_conserves_flows_and_reports_our_fields(ns3_binary, tmp_path):
 def test_smoke_cells_agree_with_ns3_within_tolerance(ns3_binary, tmp_path):
     cells = run.grid("smoke")
     seeds = list(range(1, 6))
-    ns3 = run.run_ns3(ns3_binary, cells, seeds, jobs=2, workdir=tmp_path, show_progress=False)
+    ns3 = harness.run_ns3(ns3_binary, cells, seeds, jobs=2, workdir=tmp_path, show_progress=False)
     ours = run.run_ours(cells, seeds, show_progress=False)
     rows = run.compare(cells, ours, ns3)
     misses = [r for r in rows if r["within"] is False]

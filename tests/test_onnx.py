@@ -11,13 +11,23 @@ import numpy as np
 import onnx
 import pytest
 
-from rlbm_jax.env.params import thesis_params
-from rlbm_jax.env.rlbm_env import RLBMEnv, obs_dim
-from rlbm_jax.onnx_policy import jax_policy, load_checked, obs_layout, to_onnx
+from rlbm_jax.env import thesis_params
+from rlbm_jax.env import formulations
+from rlbm_jax.env.rlbm_env import RLBMEnv
+from rlbm_jax.onnx_policy import jax_policy, load_checked, to_onnx
 from rlbm_jax.policy import ACTION_MAPS, load_policy, save_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 P = 2
+THESIS = formulations.get("RLBM-thesis-v0")
+
+
+def obs_layout(num_classes):
+    return list(THESIS.obs_layout(num_classes))
+
+
+def obs_dim(num_classes):
+    return len(obs_layout(num_classes))
 
 
 def _random_policy(path, action_map, seed=0, obs_clip=5.0, activation="tanh"):
@@ -25,6 +35,7 @@ def _random_policy(path, action_map, seed=0, obs_clip=5.0, activation="tanh"):
     sizes = [obs_dim(P), 32, 16, P]
     weights = [(rng.normal(0, 1 / np.sqrt(a), (a, b)), rng.normal(0, 0.3, b)) for a, b in zip(sizes, sizes[1:])]
     return save_policy(path, weights, obs_mean=rng.normal(0, 0.5, sizes[0]), obs_std=rng.uniform(0.2, 3, sizes[0]),
+                       obs_layout=obs_layout(P), formulation=THESIS.id, num_classes=P,
                        activation=activation, action_map=action_map, obs_clip=obs_clip,
                        env={"scenario": {"agent_interval_s": 0.1}})
 
@@ -32,7 +43,7 @@ def _random_policy(path, action_map, seed=0, obs_clip=5.0, activation="tanh"):
 def _recorded_observations(fn_jax, steps=40):
     """Observations of the thesis env driven by the policy itself (its own operating range)."""
     env = RLBMEnv(thesis_params(policy="rl", beta=(1.0, 0.5), load=0.8, long_flows=2, buffer_per_class_pkts=100),
-                  agent_interval_s=0.1, episode_s=10.0)
+                  formulation=THESIS, agent_interval_s=0.1, episode_s=10.0)
     p = env.default_params
     obs, st = env.reset(jax.random.PRNGKey(7), p)
     step = jax.jit(env.step)
@@ -51,6 +62,7 @@ def test_onnx_matches_jax_on_random_and_recorded_observations(tmp_path, action_m
     fn_onnx, meta = load_checked(to_onnx(src, tmp_path / "p.onnx"), num_classes=P, agent_interval_s=0.1)
     fn_graph = jax.jit(jax_policy(tmp_path / "p.onnx")[0])  # the file's graph, run by JAX (eval_ns3's JAX side)
     assert meta["obs_layout"] == obs_layout(P) and meta["action_map"] == action_map
+    assert meta["formulation"] == THESIS.id and meta["action"] == THESIS.action.text
     rng = np.random.default_rng(1)
     random_obs = (rng.normal(size=(500, obs_dim(P))) * rng.choice([0.1, 1, 30], size=(500, 1))).astype(np.float32)
     recorded = _recorded_observations(jax.jit(fn_jax)).astype(np.float32)
@@ -105,7 +117,9 @@ def test_mismatched_or_malformed_onnx_files_are_refused(tmp_path):
         (_tamper(good, tmp_path / "wide.onnx", obs_dim="13", num_classes="3", act_dim="3",
                  obs_layout=json.dumps(obs_layout(3))), {}, "graph takes width 10"),
         (_tamper(good, tmp_path / "layout.onnx", obs_layout=json.dumps(list(reversed(obs_layout(P))))), {},
-         "not RLBMEnv's"),
+         "not formulation RLBM-thesis-v0's"),
+        (_tamper(good, tmp_path / "noform.onnx", formulation="RLBM-nonesuch-v0"), {}, "unknown formulation"),
+        (good, {"formulation": "RLBM-v0"}, "trained on formulation RLBM-thesis-v0, the scenario uses RLBM-v0"),
         (_tamper(good, tmp_path / "nan.onnx", obs_dim="ten"), {}, "malformed rlbm metadata"),
     ]
     for path, kw, message in cases:

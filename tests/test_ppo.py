@@ -153,7 +153,7 @@ def small_env(action_map="tanh01"):
     tab = SizeTable(np.array([1000.0, 10000.0, 100000.0]), np.array([0.0, 0.5, 1.0]))
     sp = thesis_params(num_classes=1, num_senders=4, buffer_per_class_pkts=400, long_flows=2, load=0.3, cdf=tab,
                        policy="rl", beta=(1.0,), tcp="cubic", num_flow_slots=16, completion_log_size=64)
-    env = RLBMEnv(sp, episode_s=10.0)
+    env = RLBMEnv(sp, formulation="RLBM-thesis-v0", episode_s=10.0)
     return env, env.default_params
 
 
@@ -216,7 +216,7 @@ def test_bdp_map_gives_thresholds_in_bdps_of_the_live_env():
     """The "bdp" map reads beta, the free fraction and B/BDP from RLBMEnv's observation:
     the alpha it returns makes the switch's rl threshold alpha * beta * (B - Q) equal to
     2 ** x BDPs, checked against the simulator's own state mid-episode."""
-    from rlbm_jax.policy import ACTION_MAPS
+    from rlbm_jax.policy import build_action_map
 
     env = RLBMEnv(thesis_params(policy="rl", beta=(1.0, 0.5), load=0.8, buffer_per_class_pkts=1000,
                                 queue_capacity_pkts=1000), agent_interval_s=0.1, episode_s=5.0)
@@ -226,7 +226,7 @@ def test_bdp_map_gives_thresholds_in_bdps_of_the_live_env():
     checked = 0
     for i in range(30):
         x = jnp.asarray([np.log2(3.0), np.log2(1.5)], jnp.float32)
-        alpha = np.asarray(ACTION_MAPS["bdp"](x, obs))
+        alpha = np.asarray(build_action_map("bdp", env.obs_layout, 2)(x, obs))
         q = float(np.sum(np.asarray(st.sim.queue.pkts)))
         thr = alpha * np.asarray(p.sim.beta) * (float(p.sim.buffer_pkts) - q)
         np.testing.assert_allclose(thr, np.array([3.0, 1.5]) * float(p.sim.bdp_pkts), rtol=1e-4)
@@ -307,7 +307,8 @@ def test_export_matches_trainer_policy(tmp_path, rng):
     ppo = tiny_ppo()
     ts, _ = ppo.run(ppo.init(jax.random.PRNGKey(0)), 1)
     path = export_policy(ppo, ts.params, ts.obs_stats, tmp_path / "pol", {"name": "test"})
-    fn, meta = load_policy(path, obs_dim=ppo.obs_dim, act_dim=2)
+    fn, meta = load_policy(path, obs_layout=ppo.obs_layout, act_dim=2)
+    assert meta["formulation"] == ppo.env.formulation.id and meta["obs_layout"] == list(ppo.env.obs_layout)
     obs = jnp.asarray(rng.uniform(0, 3, size=(16, ppo.obs_dim)), jnp.float32)
     _, want = ppo.act_deterministic(ts.params, ts.obs_stats, obs)
     np.testing.assert_allclose(np.asarray(fn(obs)), np.asarray(want), rtol=1e-5, atol=1e-6)

@@ -1,17 +1,14 @@
 """Command-line entry points and the policy file format."""
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from rlbm_jax.cli import bench_env, simulate as simulate_cli
+from rlbm_jax.env import formulations
+from rlbm_jax.policy import load_policy, save_policy
 
-import simulate as simulate_cli  # noqa: E402
-
-from rlbm_jax.policy import load_policy, save_policy  # noqa: E402
+THESIS = formulations.get("RLBM-thesis-v0")
 
 REQUIRED = ["util_wire", "goodput_bps", "drop_rate", "queue_mean_pkts", "queue_p99_pkts", "fct_mean_s",
             "fct_p99_s", "slowdown_p50", "slowdown_p99", "flows_started", "flows_completed", "flows_refused",
@@ -32,10 +29,12 @@ def test_simulate_baseline_json(tmp_path):
     assert d["flows_started"] >= 1
 
 
-def _random_policy(path, obs_dim=10, act_dim=2, seed=0):
+def _random_policy(path, layout=THESIS.obs_layout(2), act_dim=2, seed=0):
     rng = np.random.default_rng(seed)
+    obs_dim = len(layout)
     w = [(rng.normal(size=(obs_dim, 16)) * 0.3, np.zeros(16)), (rng.normal(size=(16, act_dim)) * 0.3, np.zeros(act_dim))]
-    return save_policy(path, w, obs_mean=np.zeros(obs_dim), obs_std=np.ones(obs_dim))
+    return save_policy(path, w, obs_mean=np.zeros(obs_dim), obs_std=np.ones(obs_dim), obs_layout=layout,
+                       formulation=THESIS.id, num_classes=2)
 
 
 def test_simulate_with_policy_directory(tmp_path):
@@ -46,13 +45,25 @@ def test_simulate_with_policy_directory(tmp_path):
     assert d["policy"] == str(pol) and d["flows_started"] >= 1
 
 
-def test_policy_loader_checks_shapes(tmp_path):
-    pol = _random_policy(tmp_path / "pol", obs_dim=5)
+def test_policy_loader_checks_the_observation_layout(tmp_path):
+    layout = THESIS.obs_layout(2)
+    pol = _random_policy(tmp_path / "pol", layout=layout[:5])
     with pytest.raises(ValueError, match="width 5"):
-        load_policy(pol, obs_dim=10, act_dim=2)
+        load_policy(pol, obs_layout=layout, act_dim=2)
+    # the same width with another entry order is refused too, naming the first difference
+    swapped = _random_policy(tmp_path / "swapped", layout=(layout[1], layout[0]) + layout[2:])
+    with pytest.raises(ValueError, match="entry 0: 'beta_c1' expected, 'beta_c0' given"):
+        load_policy(swapped, obs_layout=layout)
     fn, meta = load_policy(pol)
     a = np.asarray(fn(np.zeros((3, 5), np.float32)))
     assert a.shape == (3, 2) and (a >= 0).all() and (a <= 1).all()
+    with pytest.raises(ValueError, match="obs_layout names 4 entries, the network takes 5"):
+        save_policy(tmp_path / "bad", [(np.zeros((5, 2)), np.zeros(2))], obs_mean=np.zeros(5), obs_std=np.ones(5),
+                    obs_layout=layout[:4])
+    # a map that reads the observation refuses a layout without its entries
+    with pytest.raises(ValueError, match="action map 'bdp' reads"):
+        save_policy(tmp_path / "bdp", [(np.zeros((5, 2)), np.zeros(2))], obs_mean=np.zeros(5), obs_std=np.ones(5),
+                    obs_layout=[f"x{i}" for i in range(5)], action_map="bdp")
 
 
 def test_simulate_rejects_unknown_policy(capsys):
@@ -60,13 +71,16 @@ def test_simulate_rejects_unknown_policy(capsys):
     assert "unknown policy" in capsys.readouterr().err
 
 
-def test_simulate_rejects_bad_parameter(capsys):
-    assert simulate_cli.main(["--bottleneck-bps", "0", *SMALL]) == 2
-    assert "bottleneck_rate_bps" in capsys.readouterr().err
+def test_simulate_errors_name_the_flag_not_the_field(capsys):
+    for args, flag, field in ((["--bottleneck-bps", "0"], "--bottleneck-bps", "bottleneck_rate_bps"),
+                              (["--buffer-pkts", "0"], "--buffer-pkts", "buffer_per_class_pkts"),
+                              (["--flow-slots", "2", "--senders", "4"], "--flow-slots", "num_flow_slots")):
+        assert simulate_cli.main([*args, *SMALL]) == 2
+        err = capsys.readouterr().err
+        assert flag in err and field not in err, err
 
 
 def test_bench_env_prints_numbers(capsys):
-    import bench_env
     assert bench_env.main(["--num-envs", "2", "--seconds", "0.05"]) == 0
     out = capsys.readouterr().out
     assert "sim-s/wall-s" in out and "env-ticks/s" in out

@@ -1,19 +1,15 @@
 """scripts/train.py (run dir, checkpoints, --stop-after/--resume equals a straight
 run) and scripts/evaluate.py (files, pairing, refusal of a mismatched policy)."""
 import csv
-import sys
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from rlbm_jax.cli import evaluate as evaluate_cli, train as train_cli
+from rlbm_jax.env import formulations
+from rlbm_jax.evaluate import paired_diff
+from rlbm_jax.policy import save_policy
 
-import evaluate as evaluate_cli  # noqa: E402
-import train as train_cli  # noqa: E402
-
-from rlbm_jax.evaluate import paired_diff  # noqa: E402
-from rlbm_jax.policy import save_policy  # noqa: E402
+LAYOUT = formulations.get("RLBM-thesis-v0").obs_layout(2)
 
 TINY = ["--num-envs", "4", "--num-steps", "3", "--updates", "4", "--num-minibatches", "2", "--episode-s", "0.5",
         "--buffer-pkts", "20", "60", "--checkpoint-every", "2", "--num-seeds", "2"]
@@ -24,9 +20,10 @@ def rows(path):
         return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
 
 
-def test_train_stop_and_resume_equals_straight_run(tmp_path):
+def test_train_stop_and_resume_equals_straight_run(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
     assert train_cli.main(["--run-dir", str(a), *TINY]) == 0
+    assert "warning" not in capsys.readouterr().err  # a short CPU run is not warned about
     assert train_cli.main(["--run-dir", str(b), *TINY, "--stop-after", "2"]) == 0
     assert not (b / "policy").exists()
     assert train_cli.main(["--run-dir", str(b), "--resume"]) == 0
@@ -43,11 +40,12 @@ def test_train_stop_and_resume_equals_straight_run(tmp_path):
 
 def test_train_rejects_bad_config(tmp_path, capsys):
     assert train_cli.main(["--run-dir", str(tmp_path / "x"), "--num-envs", "0"]) == 2
-    assert "num_envs" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--num-envs must be an integer >= 1" in err and "PPOConfig" not in err and "num_envs" not in err
     assert train_cli.main(["--run-dir", str(tmp_path / "y"), "--load", "0.5", "0.1"]) == 2
-    assert train_cli.main(["--run-dir", str(tmp_path / "nothing"), "--resume"]) == 2
+    assert "--load range" in capsys.readouterr().err
     assert train_cli.main(["--run-dir", str(tmp_path / "z"), "--init-action", "4", "1", "2"]) == 2
-    assert "init_action has 3 values" in capsys.readouterr().err
+    assert "--init-action has 3 values" in capsys.readouterr().err
     assert not (tmp_path / "z").exists()  # refused before the run directory is written
 
 
@@ -62,7 +60,7 @@ def test_evaluate_writes_table_and_pairs_seeds(tmp_path):
     pol = tmp_path / "const"
     # a constant policy: zero weights, bias 0 -> exp2 map gives alpha = 1/16 for both classes
     save_policy(pol, [(np.zeros((10, 2)), np.zeros(2))], obs_mean=np.zeros(10), obs_std=np.ones(10),
-                action_map="exp2")
+                obs_layout=LAYOUT, formulation="RLBM-thesis-v0", num_classes=2, action_map="exp2")
     out = tmp_path / "res"
     args = ["--policy", str(pol), "--baselines", "sb-naive", "abm", "--tcp", "cubic", "--buffer-pkts", "100",
             "--load", "0.9", "--seeds", "2", "--seconds", "2", "--out", str(out)]
@@ -107,6 +105,7 @@ def test_paired_grid_error_is_over_seeds():
 
 def test_evaluate_refuses_mismatched_policy(tmp_path, capsys):
     pol = tmp_path / "bad"
-    save_policy(pol, [(np.zeros((7, 2)), np.zeros(2))], obs_mean=np.zeros(7), obs_std=np.ones(7))
+    save_policy(pol, [(np.zeros((7, 2)), np.zeros(2))], obs_mean=np.zeros(7), obs_std=np.ones(7),
+                obs_layout=LAYOUT[:7], formulation="RLBM-thesis-v0", num_classes=2)
     assert evaluate_cli.main(["--policy", str(pol), "--seeds", "1", "--out", str(tmp_path / "r")]) == 2
     assert "width 7" in capsys.readouterr().err

@@ -13,12 +13,16 @@
 // so that the buffer can classify its data packets.
 //
 // Agent: with --agent_interval_s the run is cut into agent intervals; at each
-// boundary the scenario computes rlbm_jax's RLBMEnv observation and scores the
-// interval on RLBMEnv's reward (reward_mean in the report, every interval in
-// --intervals_out).  With --policy=rl --agent=stdio it then writes the observation
-// as one line on stdout and blocks until one line of per-class alphas arrives on
-// stdin (a policy process driven in lock-step); class c admits while its queue is
-// below alpha_c * beta_c * (B - Q), capped by its FIFO.
+// boundary the scenario closes the interval's record, the raw statistics of
+// rlbm_jax's `metrics.Interval` (per class data arrivals, drops, departures, queue
+// at the end and its time integral; distinct data at the sink; timeouts; lost SYNs;
+// the flows finished with their sizes, classes and slowdowns; the open flows' log
+// slowdown at both ends), and writes it to --intervals_out.  It computes no
+// observation or reward: rlbm_jax's formulations compute both from this record.  With
+// --policy=rl --agent=stdio it writes the record as one line on stdout and blocks
+// until one line of knobs arrives on stdin (a policy process driven in lock-step):
+// class c then admits while its queue is below class_alpha_c * beta_c * (B - Q),
+// capped by its FIFO.
 //
 // Output: one JSON object with the same report fields as rlbm_jax's
 // `metrics.summarize`, optionally a per-flow CSV and a cwnd trace.  Rates, drop
@@ -195,7 +199,6 @@ struct Params {
     // agent
     std::string agent;     // "" or "stdio"
     double agentIntervalS; // 0 = no per-interval observations and reward
-    double flowsScale;
     std::string intervalsOut;
 
     double DataPktBits() const { return (mssBytes + kDataHeaderBytes) * 8.0; }
@@ -306,10 +309,11 @@ Options DeclareOptions() {
     o.Add("cwnd_out", "", "cwnd/ssthresh trace CSV of the first long (else first) flow");
     o.Add("trace_interval_s", "0.01", "sampling period of the cwnd trace (s)");
     o.Add("agent_interval_s", "0",
-          "agent interval (s): RLBMEnv observation and reward at every k * agent_interval_s (0 = off)");
-    o.Add("agent", "", "rl: 'stdio' = observation lines out on stdout, alpha lines in on stdin, in lock-step");
-    o.Add("flows_scale", "10", "observation scale of the flows finished in an interval (RLBMEnv flows_scale)");
-    o.Add("intervals_out", "", "per-interval CSV: reward, its terms, the observation and the alpha applied");
+          "agent interval (s): the interval record (rlbm_jax metrics.Interval) at every k * agent_interval_s "
+          "(0 = off)");
+    o.Add("agent", "", "rl: 'stdio' = record lines out on stdout, knob lines (class_alpha=...) in on stdin, "
+                       "in lock-step");
+    o.Add("intervals_out", "", "per-interval CSV: the interval record and the alphas in effect");
     return o;
 }
 
@@ -450,7 +454,6 @@ Params ParseCommandLine(int argc, char* argv[]) {
     c.agentIntervalS = ToFinite("agent_interval_s", o["agent_interval_s"], 0, false);
     if (c.agentIntervalS > c.seconds) BadParameter("agent_interval_s", "must not exceed seconds");
     c.agent = OneOf("agent", Trim(o["agent"]), {"", "stdio"});
-    c.flowsScale = ToFinite("flows_scale", o["flows_scale"], 0, true);
     c.intervalsOut = Trim(o["intervals_out"]);
     if (c.policy == "rl" && c.agent.empty()) {
         BadParameter("policy", "rl takes its alphas from an agent: add --agent=stdio and --agent_interval_s");
@@ -620,11 +623,13 @@ struct BufferStats {
     double measuredS = 0;
 };
 
-/// Data segments (payload > 0) dequeued per class and dropped, since the last
-/// `TakeInterval` (RLBMEnv's per-interval drain rates and drops count data packets).
+/// The buffer's part of an agent interval's record (rlbm_jax `metrics.Interval`), since
+/// the last `TakeInterval`: data segments (payload > 0) per class, the time integral of
+/// each class's length, and dropped SYNs.
 struct IntervalCounts {
-    std::vector<uint64_t> dataDequeues; // [P]
-    uint64_t dataDrops = 0;
+    std::vector<uint64_t> arrivals, drops, dequeues; // [P] data segments
+    std::vector<double> queuePktS;                   // [P] integral of the class length (packet s)
+    uint64_t synDrops = 0;
 };
 
 /// One DropTail FIFO per class behind per-class admission thresholds, served by
@@ -655,8 +660,7 @@ class RlbmBufferQueueDisc : public QueueDisc {
         m_stats.dequeues.assign(p, 0);
         m_stats.occupancyTime.assign(cfg.bufferPkts + 1, 0.0);
         m_stats.classPktSeconds.assign(p, 0.0);
-        m_interval.dataDequeues.assign(p, 0);
-        m_interval.dataDrops = 0;
+        ResetInterval();
         m_stats.classTime.clear();
         for (uint32_t c = 0; c < p; ++c) {
             m_stats.classTime.emplace_back(cfg.capPkts[c] + 1, 0.0);
@@ -673,11 +677,11 @@ class RlbmBufferQueueDisc : public QueueDisc {
     void SetAlpha(const std::vector<double>& alpha) { m_cfg.alpha = alpha; }
     const std::vector<double>& GetAlpha() const { return m_cfg.alpha; }
 
-    /// The counters since the last call, which restarts them.
+    /// The counters since the last call, up to now, which restarts them.
     IntervalCounts TakeInterval() {
+        AccountInterval(Simulator::Now().GetSeconds());
         IntervalCounts out = m_interval;
-        std::fill(m_interval.dataDequeues.begin(), m_interval.dataDequeues.end(), 0);
-        m_interval.dataDrops = 0;
+        ResetInterval();
         return out;
     }
 
@@ -696,17 +700,20 @@ class RlbmBufferQueueDisc : public QueueDisc {
         const uint32_t c = Classify(seg);
         const bool measuring = Simulator::Now().GetSeconds() >= m_cfg.warmupS;
         if (measuring) ++m_stats.arrivals[c];
+        if (seg.payload > 0) ++m_interval.arrivals[c];
         const bool retx = IsRetransmission(seg);
         if (measuring && retx) ++m_stats.retxArrivals;
         const bool admit = double(m_len[c]) < std::floor(Threshold(c)) && m_total < m_cfg.bufferPkts;
         if (!admit || !GetInternalQueue(c)->Enqueue(item)) {
             if (measuring) ++m_stats.drops[c];
             if (measuring && retx) ++m_stats.retxDrops;
-            if (seg.payload > 0) ++m_interval.dataDrops;
+            if (seg.payload > 0) ++m_interval.drops[c];
+            if (seg.syn && !seg.ack) ++m_interval.synDrops;
             if (!admit) DropBeforeEnqueue(item, "class threshold or shared buffer exceeded");
             return false;
         }
         AccountOccupancy(Simulator::Now().GetSeconds());
+        AccountInterval(Simulator::Now().GetSeconds());
         ++m_len[c];
         ++m_total;
         return true;
@@ -722,12 +729,13 @@ class RlbmBufferQueueDisc : public QueueDisc {
         }
         Ptr<QueueDiscItem> item = GetInternalQueue(c)->Dequeue();
         AccountOccupancy(Simulator::Now().GetSeconds());
+        AccountInterval(Simulator::Now().GetSeconds());
         --m_len[c];
         --m_total;
         m_lastServed = c;
         ++m_windowDeq[c];
         if (Simulator::Now().GetSeconds() >= m_cfg.warmupS) ++m_stats.dequeues[c];
-        if (m_cfg.countIntervals && Parse(item).payload > 0) ++m_interval.dataDequeues[c];
+        if (m_cfg.countIntervals && Parse(item).payload > 0) ++m_interval.dequeues[c];
         return item;
     }
 
@@ -754,6 +762,7 @@ class RlbmBufferQueueDisc : public QueueDisc {
         uint16_t dstPort = 0;
         uint32_t seq = 0;
         uint32_t payload = 0;  // bytes after the TCP header (0: pure ACK, SYN or FIN)
+        bool syn = false, ack = false;
     };
 
     static Segment Parse(Ptr<const QueueDiscItem> item) {
@@ -761,7 +770,7 @@ class RlbmBufferQueueDisc : public QueueDisc {
         Ptr<const Ipv4QueueDiscItem> ip = DynamicCast<const Ipv4QueueDiscItem>(item);
         if (!ip || ip->GetHeader().GetProtocol() != 6 /* TCP */) return s;
         Ptr<const Packet> segment = ip->GetPacket();
-        uint8_t hdr[13];
+        uint8_t hdr[14];
         if (segment->GetSize() < 20 || segment->CopyData(hdr, sizeof(hdr)) != sizeof(hdr)) return s;
         const uint32_t headerBytes = uint32_t(hdr[12] >> 4) * 4;
         s.tcp = true;
@@ -769,6 +778,8 @@ class RlbmBufferQueueDisc : public QueueDisc {
         s.dstPort = uint16_t((uint32_t(hdr[2]) << 8) | hdr[3]);
         s.seq = (uint32_t(hdr[4]) << 24) | (uint32_t(hdr[5]) << 16) | (uint32_t(hdr[6]) << 8) | hdr[7];
         s.payload = segment->GetSize() > headerBytes ? segment->GetSize() - headerBytes : 0;
+        s.syn = (hdr[13] & 0x02) != 0;
+        s.ack = (hdr[13] & 0x10) != 0;
         return s;
     }
 
@@ -838,6 +849,24 @@ class RlbmBufferQueueDisc : public QueueDisc {
         m_lastChangeS = std::max(m_lastChangeS, now);
     }
 
+    /// Add each class length times the time since the last change to the interval's integral.
+    void AccountInterval(double now) {
+        const double dt = now - m_ivLastChangeS;
+        if (dt > 0) {
+            for (uint32_t c = 0; c < m_cfg.numClasses; ++c) m_interval.queuePktS[c] += m_len[c] * dt;
+        }
+        m_ivLastChangeS = std::max(m_ivLastChangeS, now);
+    }
+
+    void ResetInterval() {
+        const uint32_t p = m_cfg.numClasses;
+        m_interval.arrivals.assign(p, 0);
+        m_interval.drops.assign(p, 0);
+        m_interval.dequeues.assign(p, 0);
+        m_interval.queuePktS.assign(p, 0.0);
+        m_interval.synDrops = 0;
+    }
+
     /// ABM drain rates: dequeues of the last window over the window's capacity.
     void EndDrainWindow() {
         for (uint32_t c = 0; c < m_cfg.numClasses; ++c) {
@@ -861,6 +890,7 @@ class RlbmBufferQueueDisc : public QueueDisc {
     std::vector<uint64_t> m_windowDeq;
     EventId m_windowEvent;
     double m_lastChangeS = 0;
+    double m_ivLastChangeS = 0;
     BufferStats m_stats;
     IntervalCounts m_interval;
 };
@@ -1052,13 +1082,13 @@ class Scenario {
     void SampleCwnd();
     JsonObject ConfigJson() const;
     // agent intervals
+    using Record = std::vector<std::pair<std::string, std::string>>;
     void OnSinkDeliver(const Ipv4Header& ip, Ptr<const Packet> segment, uint32_t iface);
     void OnAgentBoundary(uint32_t k);
-    std::vector<double> Observation(const IntervalCounts& iv, double capacityPkts) const;
-    std::vector<double> CloseInterval(uint32_t k);
-    std::vector<double> AskAgent(uint32_t k, const std::vector<double>& obs) const;
+    std::vector<double> OpenLogSlowdown() const;
+    Record CloseInterval(uint32_t k);
+    std::vector<double> AskAgent(uint32_t k, const Record& rec) const;
     void FinishIntervals();
-    double IntervalCapacityPkts() const { return m_cfg.agentIntervalS * m_cfg.bottleneckRateBps / m_cfg.DataPktBits(); }
 
     bool Measuring() const { return Simulator::Now().GetSeconds() >= m_cfg.warmupS; }
 
@@ -1085,13 +1115,14 @@ class Scenario {
     uint32_t m_traceCwnd = 0;
     uint32_t m_traceSsthresh = std::numeric_limits<uint32_t>::max();
 
-    // the current agent interval (RLBMEnv's Interval) and the reward so far
+    // the current agent interval's record (rlbm_jax metrics.Interval), beside the buffer's part
     uint64_t m_ivSinkPkts = 0;    // distinct data segments that reached the sink
+    uint64_t m_ivSinkBytes = 0;   // their payload bytes
     std::unordered_map<uint64_t, std::unordered_set<uint32_t>> m_sinkSeen; // per flow: sequence numbers
-    uint64_t m_ivFlowsDone = 0;   // flows whose last byte reached the sink
-    double m_ivWorstSlowdown = 0; // largest FCT slowdown among them
+    std::vector<Completion> m_ivDone; // flows whose last byte reached the sink
+    uint64_t m_ivRtoStart = 0;    // g_rtoCount when the interval began
+    std::vector<double> m_ivOpenStart; // [P] the open flows' log slowdown when it began
     uint32_t m_intervalsClosed = 0;
-    double m_rewardSum = 0;
     std::ostream* m_intervalsOs = nullptr;
 };
 
@@ -1298,8 +1329,7 @@ void Scenario::OnSinkRx(Ptr<const Packet> packet, const Address& from) {
         const double ideal = m_cfg.BaseRttS() + double(f.sizeBytes) * 8.0 / m_cfg.bottleneckRateBps;
         m_completions.push_back({f.sizeBytes, f.cls, fct, fct / ideal, f.startS});
         m_byKey.erase(it);
-        ++m_ivFlowsDone;
-        m_ivWorstSlowdown = std::max(m_ivWorstSlowdown, fct / ideal);
+        m_ivDone.push_back(m_completions.back());
     }
 }
 
@@ -1325,99 +1355,152 @@ void Scenario::OnSinkDeliver(const Ipv4Header& ip, Ptr<const Packet> segment, ui
     // distinct data only, as RLBMEnv's throughput: a resent segment that already arrived
     // (ns-3.37 resends the window after a timeout) does not count again
     auto& seen = m_sinkSeen[FlowKey(ip.GetSource(), tcp.GetSourcePort())];
-    if (seen.insert(tcp.GetSequenceNumber().GetValue()).second) ++m_ivSinkPkts;
+    if (seen.insert(tcp.GetSequenceNumber().GetValue()).second) {
+        ++m_ivSinkPkts;
+        m_ivSinkBytes += segment->GetSize() - tcp.GetSerializedSize();
+    }
 }
+
+/// The per-class fields that open the record (rlbm_jax metrics.INTERVAL_FIELDS, in its order,
+/// less flows_logged and flows_overflow, which the reader derives from `flows`): per-class
+/// values are written "v0,v1,...", `flows` as "size:class:slowdown;...".
+static const char* const kPerClassFields[] = {"arrivals_pkts", "drops_pkts", "dequeues_pkts", "queue_end_pkts",
+                                              "queue_pkt_s"};
 
 void Scenario::SetIntervalsOut(std::ostream* os) {
     m_intervalsOs = os;
-    *os << "interval,t_end_s,reward,throughput,worst_slowdown,flows_done";
-    for (const char* name : {"beta", "drain_rate"}) {
+    // the same fields as the lock-step line, one column per class
+    *os << "interval,t_end_s";
+    auto perClass = [&](const char* name) {
         for (uint32_t c = 0; c < m_cfg.numClasses; ++c) *os << "," << name << "_c" << c;
+    };
+    for (const char* name : kPerClassFields) perClass(name);
+    *os << ",sink_pkts,sink_bytes,rto_count,syn_drops";
+    for (const char* name : {"flows_done", "slowdown_max", "log_slowdown_sum", "open_log_slowdown_start",
+                             "open_log_slowdown_end"}) {
+        perClass(name);
     }
-    *os << ",free_buffer_fraction,flows_finished_scaled,drops_per_capacity";
-    for (uint32_t c = 0; c < m_cfg.numClasses; ++c) *os << ",queue_bdp_c" << c;
-    *os << ",buffer_bdp";
-    for (uint32_t c = 0; c < m_cfg.numClasses; ++c) *os << ",alpha_c" << c;
+    *os << ",flows";
+    perClass("class_alpha");
     *os << "\n";
 }
 
-/// RLBMEnv's observation [3P + 4] now, after an interval with counters `iv`.
-std::vector<double> Scenario::Observation(const IntervalCounts& iv, double capacityPkts) const {
-    const Params& c = m_cfg;
-    const double bdp = c.bottleneckRateBps * c.BaseRttS() / c.DataPktBits();
-    const double b = c.bufferPkts;
-    std::vector<double> obs(c.beta);
-    for (uint32_t k = 0; k < c.numClasses; ++k) obs.push_back(double(iv.dataDequeues[k]) / capacityPkts);
-    obs.push_back((b - double(m_buffer->Occupancy())) / b);
-    obs.push_back(double(m_ivFlowsDone) / c.flowsScale);
-    obs.push_back(double(iv.dataDrops) / capacityPkts);
-    for (uint32_t len : m_buffer->ClassLengths()) obs.push_back(double(len) / bdp);
-    obs.push_back(b / bdp);
-    return obs;
+/// [P] sum over open flows (started, last byte not yet at the sink, not long-lived) of
+/// log(max(age, ideal) / ideal): the log slowdown each would have if it finished now.
+std::vector<double> Scenario::OpenLogSlowdown() const {
+    const double now = Simulator::Now().GetSeconds();
+    std::vector<double> out(m_cfg.numClasses, 0.0);
+    for (const auto& f : m_flows) {
+        if (f->isLong || f->completed) continue;
+        const double ideal = m_cfg.BaseRttS() + double(f->sizeBytes) * 8.0 / m_cfg.bottleneckRateBps;
+        out[f->cls] += std::log(std::max(now - f->startS, ideal) / ideal);
+    }
+    return out;
 }
 
-/// Score interval k on RLBMEnv's reward, log it, start the next one; returns the
-/// observation at its end.
-std::vector<double> Scenario::CloseInterval(uint32_t k) {
-    const double cap = IntervalCapacityPkts();
-    const std::vector<double> obs = Observation(m_buffer->TakeInterval(), cap);
-    const double throughput = double(m_ivSinkPkts) / cap;
-    const double worst = m_ivFlowsDone > 0 ? std::max(m_ivWorstSlowdown, 1e-6) : 1.0;
-    const double reward = -std::log(worst) + std::log1p(throughput);
-    m_rewardSum += reward;
-    ++m_intervalsClosed;
-    if (m_intervalsOs) {
-        std::ostream& os = *m_intervalsOs;
-        os << k << "," << Simulator::Now().GetSeconds() << "," << reward << "," << throughput << "," << worst
-           << "," << m_ivFlowsDone;
-        for (double v : obs) os << "," << v;
-        for (double a : m_buffer->GetAlpha()) os << "," << a;
-        os << "\n";
+namespace {
+template <class T>
+std::string JoinValues(const std::vector<T>& v) {
+    std::ostringstream os;
+    os.precision(17);
+    for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+    return os.str();
+}
+} // namespace
+
+/// Close interval k (or, for k = -1, the empty record before the first): its record,
+/// logged to --intervals_out, and a new interval begun.
+Scenario::Record Scenario::CloseInterval(uint32_t k) {
+    const uint32_t p = m_cfg.numClasses;
+    const IntervalCounts iv = m_buffer->TakeInterval();
+    const std::vector<double> openEnd = OpenLogSlowdown();
+    std::vector<uint64_t> done(p, 0);
+    std::vector<double> slowMax(p, 0.0), logSum(p, 0.0);
+    std::ostringstream flows;
+    flows.precision(17);
+    for (size_t i = 0; i < m_ivDone.size(); ++i) {
+        const Completion& r = m_ivDone[i];
+        ++done[r.cls];
+        slowMax[r.cls] = std::max(slowMax[r.cls], r.slowdown);
+        logSum[r.cls] += std::log(std::max(r.slowdown, 1.0));
+        flows << (i ? ";" : "") << r.sizeBytes << ":" << r.cls << ":" << r.slowdown;
+    }
+    std::vector<uint32_t> queueEnd(m_buffer->ClassLengths());
+    Record rec = {{"arrivals_pkts", JoinValues(iv.arrivals)},
+                  {"drops_pkts", JoinValues(iv.drops)},
+                  {"dequeues_pkts", JoinValues(iv.dequeues)},
+                  {"queue_end_pkts", JoinValues(queueEnd)},
+                  {"queue_pkt_s", JoinValues(iv.queuePktS)},
+                  {"sink_pkts", std::to_string(m_ivSinkPkts)},
+                  {"sink_bytes", std::to_string(m_ivSinkBytes)},
+                  {"rto_count", std::to_string(g_rtoCount - m_ivRtoStart)},
+                  {"syn_drops", std::to_string(iv.synDrops)},
+                  {"flows_done", JoinValues(done)},
+                  {"slowdown_max", JoinValues(slowMax)},
+                  {"log_slowdown_sum", JoinValues(logSum)},
+                  {"open_log_slowdown_start", JoinValues(m_ivOpenStart.empty() ? openEnd : m_ivOpenStart)},
+                  {"open_log_slowdown_end", JoinValues(openEnd)},
+                  {"flows", flows.str()}};
+    const bool first = m_ivOpenStart.empty(); // the empty record before interval 0
+    if (!first) {
+        ++m_intervalsClosed;
+        if (m_intervalsOs) {
+            std::ostream& os = *m_intervalsOs;
+            os << k << "," << Simulator::Now().GetSeconds();
+            for (const auto& [name, value] : rec) os << "," << value; // per-class values: one column each
+            for (double a : m_buffer->GetAlpha()) os << "," << a;
+            os << "\n";
+        }
     }
     m_ivSinkPkts = 0;
-    m_ivFlowsDone = 0;
-    m_ivWorstSlowdown = 0;
-    return obs;
+    m_ivSinkBytes = 0;
+    m_ivDone.clear();
+    m_ivRtoStart = g_rtoCount;
+    m_ivOpenStart = openEnd;
+    return rec;
 }
 
-/// Boundary k (time k * agent_interval_s): close interval k - 1, let the agent act on
-/// the observation, schedule boundary k + 1 if it falls inside the run.
+/// Boundary k (time k * agent_interval_s): close interval k - 1 (k = 0: the empty
+/// record an episode starts from), let the agent set the knobs from its record,
+/// schedule boundary k + 1 if it falls inside the run.
 void Scenario::OnAgentBoundary(uint32_t k) {
-    std::vector<double> obs;
-    if (k == 0) {
-        obs = Observation(m_buffer->TakeInterval(), IntervalCapacityPkts());
-    } else {
-        obs = CloseInterval(k - 1);
-    }
-    if (m_cfg.agent == "stdio") m_buffer->SetAlpha(AskAgent(k, obs));
+    const Record rec = CloseInterval(k == 0 ? 0 : k - 1);
+    if (m_cfg.agent == "stdio") m_buffer->SetAlpha(AskAgent(k, rec));
     const double next = (k + 1) * m_cfg.agentIntervalS;
     if (next < m_cfg.seconds - 1e-9) {
         Simulator::Schedule(Seconds(next) - Simulator::Now(), &Scenario::OnAgentBoundary, this, k + 1);
     }
 }
 
-/// One lock-step exchange: "obs K v0 v1 ..." out, one line of num_classes alphas in
-/// (clipped to [0, 1] as RLBMEnv does).  A closed pipe or a malformed line ends the
-/// run with status 3.
-std::vector<double> Scenario::AskAgent(uint32_t k, const std::vector<double>& obs) const {
+/// One lock-step exchange: "rec K name=value ..." out, one line "class_alpha=a0,a1,..."
+/// in (alphas clipped to [0, 1]).  A closed pipe or a malformed line ends the run
+/// with status 3.
+std::vector<double> Scenario::AskAgent(uint32_t k, const Record& rec) const {
     std::ostringstream line;
-    line.precision(17);
-    line << "obs " << k;
-    for (double v : obs) line << " " << v;
+    line << "rec " << k;
+    for (const auto& [name, value] : rec) line << " " << name << "=" << value;
     std::cout << line.str() << "\n" << std::flush;
     std::string reply;
     if (!std::getline(std::cin, reply)) {
         std::cerr << "rlbm_scenario: the agent closed its pipe before answering interval " << k << std::endl;
         std::exit(3);
     }
-    std::istringstream in(reply);
+    const std::string key = "class_alpha=";
     std::vector<double> alpha;
-    double a;
-    while (in >> a) alpha.push_back(a);
-    if (!in.eof() || alpha.size() != m_cfg.numClasses ||
-        !std::all_of(alpha.begin(), alpha.end(), [](double x) { return std::isfinite(x); })) {
+    bool ok = reply.rfind(key, 0) == 0 && reply.find(' ') == std::string::npos;
+    if (ok) {
+        std::istringstream in(reply.substr(key.size()));
+        std::string tok;
+        while (ok && std::getline(in, tok, ',')) {
+            char* end = nullptr;
+            const double a = std::strtod(tok.c_str(), &end);
+            ok = !tok.empty() && end == tok.c_str() + tok.size() && std::isfinite(a);
+            alpha.push_back(a);
+        }
+    }
+    if (!ok || alpha.size() != m_cfg.numClasses) {
         std::cerr << "rlbm_scenario: interval " << k << ": the agent answered '" << reply << "'; expected "
-                  << m_cfg.numClasses << " finite alphas" << std::endl;
+                  << "class_alpha= and " << m_cfg.numClasses << " finite alphas" << std::endl;
         std::exit(3);
     }
     for (double& x : alpha) x = std::clamp(x, 0.0, 1.0);
@@ -1481,7 +1564,6 @@ JsonObject Scenario::ConfigJson() const {
         .Num("trace_interval_s", c.traceIntervalS)
         .Num("agent_interval_s", c.agentIntervalS)
         .Str("agent", c.agent)
-        .Num("flows_scale", c.flowsScale)
         .Str("intervals_out", c.intervalsOut)
         .Num("base_rtt_s", c.BaseRttS())
         .Num("bdp_pkts", c.bottleneckRateBps * c.BaseRttS() / c.DataPktBits())
@@ -1550,7 +1632,6 @@ std::string Scenario::Report(double wallS) const {
         .Num("retx_arrivals", double(st.retxArrivals))
         .Num("retx_drops", double(st.retxDrops))
         .Num("measured_s", measured)
-        .Num("reward_mean", m_intervalsClosed ? m_rewardSum / m_intervalsClosed : std::nan(""))
         .Num("agent_intervals", m_intervalsClosed);
     for (uint32_t k = 0; k < c.numClasses; ++k) {
         const std::string s = std::to_string(k);

@@ -48,6 +48,12 @@ def _abm(view, p):
     return p.alpha * (p.buffer_pkts - view.occupancy_pkts) * mu
 
 
+def _static_bdp(view, p):
+    """Fixed thresholds in BDPs: alpha_c * BDP, never more than the free buffer B - Q
+    (alpha_c >= B/BDP: the free buffer, DT with alpha 1)."""
+    return jnp.minimum(p.alpha * p.bdp_pkts, (p.buffer_pkts - view.occupancy_pkts).astype(jnp.float32))
+
+
 def _rl(view, p):
     """Thesis RL formulation: threshold = action * beta * free buffer."""
     return view.rl_alpha * p.beta * (p.buffer_pkts - view.occupancy_pkts)
@@ -66,6 +72,7 @@ _REGISTRY: list[Policy] = [
     Policy("dt", _dynamic_thresholds, (1.0, 1.0)),
     Policy("abm", _abm, (1.0, 1.0)),
     Policy("rl", _rl, (1.0, 1.0)),
+    Policy("static-bdp", _static_bdp, (1e6, 1e6)),
 ]
 POLICY_NAMES: tuple = tuple(p.name for p in _REGISTRY)
 DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}

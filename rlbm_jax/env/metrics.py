@@ -59,33 +59,92 @@ def init_metrics(num_classes: int, capacity: int, log_size: int) -> Metrics:
 
 @struct.dataclass
 class Interval:
-    """Accumulators of one agent interval; the env zeroes them after each step."""
+    """Raw statistics of one agent interval: the record every formulation computes its
+    observation and reward from (`rlbm_jax.env.formulations`).  The env opens a fresh one
+    at each step (`sim.open_interval`), the simulator fills it tick by tick, the env
+    closes it (`sim.close_interval`); the ns-3 scenario writes the same record at every
+    agent boundary (`rlbm_jax.ns3.records_to_interval` reads it).  P classes,
+    M = `interval_log_size`.  Data packets only (a SYN takes no queue space here; in
+    ns-3 it is not counted as data).
+    """
 
-    sink_pkts: jnp.ndarray  # []
-    drops: jnp.ndarray  # []
-    deq: jnp.ndarray  # [P]
-    flows_done: jnp.ndarray  # []
-    worst_slowdown: jnp.ndarray  # [] 0 when no flow finished
+    arrivals_pkts: jnp.ndarray  # [P] data packets offered to the buffer (admitted + dropped)
+    drops_pkts: jnp.ndarray  # [P] dropped at admission
+    dequeues_pkts: jnp.ndarray  # [P] sent on the bottleneck wire
+    queue_end_pkts: jnp.ndarray  # [P] each class's queue at the interval's end
+    queue_pkt_s: jnp.ndarray  # [P] time integral of each class's queue (packets x seconds)
+    sink_pkts: jnp.ndarray  # [] distinct data packets that reached the sink
+    sink_bytes: jnp.ndarray  # [] their payload bytes
+    rto_count: jnp.ndarray  # [] retransmission timeouts
+    syn_drops: jnp.ndarray  # [] SYNs dropped (each costs its flow syn_timeout_s)
+    flows_done: jnp.ndarray  # [P] flows whose last byte reached the sink
+    slowdown_max: jnp.ndarray  # [P] largest FCT slowdown among them (0 when none)
+    log_slowdown_sum: jnp.ndarray  # [P] sum of log(max(slowdown, 1)) over them
+    open_log_slowdown_start: jnp.ndarray  # [P] sum over flows open at the start of log(max(age, ideal) / ideal)
+    open_log_slowdown_end: jnp.ndarray  # [P] the same at the interval's end (long-lived flows count 0)
+    flows: jnp.ndarray  # [M, 3] (size_bytes, cls, slowdown) of the first M flows finished
+    flows_logged: jnp.ndarray  # [] rows of `flows` written (<= M)
+    flows_overflow: jnp.ndarray  # [] finished flows beyond M (in the sums above, not in `flows`)
 
 
-def init_interval(num_classes: int) -> Interval:
-    zi = jnp.zeros((), jnp.int32)
-    return Interval(sink_pkts=zi, drops=zi, deq=jnp.zeros((num_classes,), jnp.int32), flows_done=zi,
-                    worst_slowdown=jnp.zeros((), jnp.float32))
+# the record's fields in order, with their shape: "P" per class, "" scalar, "flows" [M, 3]
+INTERVAL_FIELDS = (("arrivals_pkts", "P"), ("drops_pkts", "P"), ("dequeues_pkts", "P"), ("queue_end_pkts", "P"),
+                   ("queue_pkt_s", "P"), ("sink_pkts", ""), ("sink_bytes", ""), ("rto_count", ""),
+                   ("syn_drops", ""), ("flows_done", "P"), ("slowdown_max", "P"), ("log_slowdown_sum", "P"),
+                   ("open_log_slowdown_start", "P"), ("open_log_slowdown_end", "P"), ("flows", "flows"),
+                   ("flows_logged", ""), ("flows_overflow", ""))
+INTERVAL_INT_FIELDS = ("arrivals_pkts", "drops_pkts", "dequeues_pkts", "queue_end_pkts", "sink_pkts", "rto_count",
+                       "syn_drops", "flows_done", "flows_logged", "flows_overflow")
+FLOW_FIELDS = ("size_bytes", "cls", "slowdown")
+
+
+def init_interval(num_classes: int, log_size: int = 16) -> Interval:
+    """An empty record."""
+    zi, zf = jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)
+    pi, pf = jnp.zeros((num_classes,), jnp.int32), jnp.zeros((num_classes,), jnp.float32)
+    return Interval(arrivals_pkts=pi, drops_pkts=pi, dequeues_pkts=pi, queue_end_pkts=pi, queue_pkt_s=pf,
+                    sink_pkts=zi, sink_bytes=zf, rto_count=zi, syn_drops=zi, flows_done=pi, slowdown_max=pf,
+                    log_slowdown_sum=pf, open_log_slowdown_start=pf, open_log_slowdown_end=pf,
+                    flows=jnp.zeros((log_size, len(FLOW_FIELDS)), jnp.float32), flows_logged=zi, flows_overflow=zi)
+
+
+def open_log_slowdown(active, done_sink, cls, start_s, size_bytes, now_s, params):
+    """[P] sum over open flows (started, last byte not yet at the sink, finite size) of
+    log(max(age, ideal) / ideal), ideal = base RTT + size * 8 / C: the log slowdown each
+    would have if it finished now, at least 0.  A flow's increments over the intervals
+    it spans add up to the log slowdown it finishes with."""
+    ideal = params.base_rtt_s + size_bytes * 8.0 / params.bottleneck_rate_bps
+    is_open = active & ~done_sink & jnp.isfinite(size_bytes)
+    cost = jnp.log(jnp.maximum(now_s - start_s, ideal) / jnp.where(is_open, ideal, 1.0))
+    by_cls = cls[:, None] == jnp.arange(params.num_classes)[None, :]
+    return jnp.sum(jnp.where(is_open[:, None] & by_cls, cost[:, None], 0.0), axis=0)
 
 
 def log_completions(m: Metrics, iv: Interval, done, records) -> tuple[Metrics, Interval]:
-    """Append the [n, 5] records where done [n] is true."""
+    """Append the [n, 5] records (LOG_FIELDS) where done [n] is true to the run's log and
+    to the interval's record."""
     L = m.log.shape[0]
     rank = jnp.cumsum(done) - done
     pos = jnp.where(done, m.log_count + rank, L)
     n = jnp.sum(done, dtype=jnp.int32)
     log = m.log.at[pos].set(records, mode="drop")
     written = jnp.minimum(n, jnp.maximum(L - m.log_count, 0))
-    slow = jnp.max(jnp.where(done, records[:, 3], 0.0))
     m = m.replace(log=log, log_count=m.log_count + written, log_overflow=m.log_overflow + n - written,
                   flows_completed=m.flows_completed + n)
-    iv = iv.replace(flows_done=iv.flows_done + n, worst_slowdown=jnp.maximum(iv.worst_slowdown, slow))
+    P = iv.flows_done.shape[0]
+    M = iv.flows.shape[0]
+    slow = records[:, 3]
+    mine = done[:, None] & (records[:, 1].astype(jnp.int32)[:, None] == jnp.arange(P)[None, :])  # [n, P]
+    ipos = jnp.where(done, iv.flows_logged + rank, M)
+    rows = records[:, jnp.asarray([0, 1, 3])]  # FLOW_FIELDS
+    iv_written = jnp.minimum(n, jnp.maximum(M - iv.flows_logged, 0))
+    iv = iv.replace(
+        flows_done=iv.flows_done + jnp.sum(mine, axis=0, dtype=jnp.int32),
+        slowdown_max=jnp.maximum(iv.slowdown_max, jnp.max(jnp.where(mine, slow[:, None], 0.0), axis=0)),
+        log_slowdown_sum=iv.log_slowdown_sum + jnp.sum(
+            jnp.where(mine, jnp.log(jnp.maximum(slow, 1.0))[:, None], 0.0), axis=0),
+        flows=iv.flows.at[ipos].set(rows, mode="drop"), flows_logged=iv.flows_logged + iv_written,
+        flows_overflow=iv.flows_overflow + n - iv_written)
     return m, iv
 
 

@@ -11,6 +11,7 @@ names the offending field for any bad value.  Names carry units.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Sequence
 
@@ -83,6 +84,7 @@ class SimParams:
     pkts_per_tick: int = struct.field(pytree_node=False, default=1)
     delay_line_ticks: int = struct.field(pytree_node=False, default=64)
     completion_log_size: int = struct.field(pytree_node=False, default=1024)
+    interval_log_size: int = struct.field(pytree_node=False, default=16)  # finished flows an agent interval lists
 
     # ---- derived quantities (pure functions of the leaves) ---------------
     @property
@@ -134,32 +136,6 @@ class SimParams:
 # ---------------------------------------------------------------------------
 # construction and validation
 # ---------------------------------------------------------------------------
-
-# the thesis's per-class weights beta_c of the RL threshold alpha_c * beta_c * (B - Q)
-THESIS_BETA = (1.0, 0.5)
-
-THESIS_DEFAULTS = dict(
-    num_senders=10,
-    access_rate_bps=100e6,
-    access_delay_s=0.1e-3,
-    bottleneck_rate_bps=10e6,
-    bottleneck_delay_s=10e-3,
-    buffer_per_class_pkts=100,
-    num_classes=2,
-    tcp="cubic",
-    mss_bytes=1000,
-    initial_cwnd_pkts=10,
-    min_rto_s=0.010,
-    delayed_ack=1,
-    load=0.7,
-    arrival_stop_s=45.0,
-    cdf="websearch",
-    class_threshold_bytes=2_000_000,
-    policy="sb-naive",
-    scheduler="rr",
-    warmup_s=0.0,
-)
-
 
 def _as_f32(x):
     return jnp.asarray(x, dtype=jnp.float32)
@@ -214,6 +190,7 @@ def make_params(
     warmup_s: float = 0.0,
     delay_line_ticks: int | None = None,
     completion_log_size: int = 1024,
+    interval_log_size: int = 16,
 ) -> SimParams:
     """Build validated `SimParams`.
 
@@ -260,6 +237,7 @@ def make_params(
     if long_flows > num_flow_slots:
         raise ValueError(f"long_flows ({long_flows}) must not exceed num_flow_slots ({num_flow_slots})")
     _check_int("completion_log_size", completion_log_size, 1)
+    _check_int("interval_log_size", interval_log_size, 1)
 
     caps = np.broadcast_to(np.asarray(buffer_per_class_pkts), (num_classes,)).astype(np.int64)
     if np.any(caps <= 0):
@@ -294,6 +272,8 @@ def make_params(
     thr = np.broadcast_to(np.asarray(class_threshold_bytes, dtype=np.float64), (max(num_classes - 1, 0),))
 
     table = traffic.load_table(cdf) if isinstance(cdf, str) else cdf
+    if not isinstance(cdf, str):
+        traffic.check_cdf(table.size_bytes, table.cdf, name=table.name)
     sizes, probs = traffic.pad_table(table)
 
     data_pkt_bits = (mss_bytes + DATA_HEADER_BYTES) * 8.0
@@ -353,26 +333,8 @@ def make_params(
         pkts_per_tick=int(pkts_per_tick),
         delay_line_ticks=int(delay_line_ticks),
         completion_log_size=int(completion_log_size),
+        interval_log_size=int(interval_log_size),
     )
-
-
-def thesis_params(**overrides) -> SimParams:
-    """The thesis scenario (REFERENCE section 1) with any field overridden."""
-    kw = dict(THESIS_DEFAULTS)
-    kw.update(overrides)
-    return make_params(**kw)
-
-
-def long_flow_params(n_flows: int, buffer_bdp: float, **overrides) -> SimParams:
-    """K long-lived flows through one droptail FIFO of `buffer_bdp` x BDP packets."""
-    kw = dict(num_senders=max(1, n_flows), num_classes=1, load=0.0, long_flows=n_flows,
-              num_flow_slots=max(1, n_flows), policy="droptail", access_rate_bps=1e9,
-              bottleneck_rate_bps=100e6, bottleneck_delay_s=10e-3, access_delay_s=0.0,
-              tcp="newreno", mss_bytes=1000, min_rto_s=0.2, completion_log_size=16)
-    kw.update(overrides)
-    probe = make_params(**{**kw, "buffer_per_class_pkts": 1})
-    bdp = float(probe.bdp_pkts)
-    return make_params(**{**kw, "buffer_per_class_pkts": max(1, int(round(buffer_bdp * bdp)))})
 
 
 def validate(params: SimParams) -> None:
@@ -408,3 +370,55 @@ def _lookup(field, name, names):
     if name not in names:
         raise ValueError(f"unknown {field} {name!r}; choose one of {', '.join(names)}")
     return names.index(name)
+
+
+# ---------------------------------------------------------------------------
+# batching
+# ---------------------------------------------------------------------------
+
+STATIC_FIELDS = tuple(f.name for f in dataclasses.fields(SimParams)
+                      if not f.metadata.get("pytree_node", True))
+# static fields that only size buffers: a larger value changes no result (rings are
+# indexed modulo their size; logs only get more room), so a batch takes the largest
+PADDABLE_FIELDS = ("queue_capacity_pkts", "delay_line_ticks", "completion_log_size", "interval_log_size")
+
+
+def pad_params(items: Sequence) -> list:
+    """Params (SimParams, or env params holding them in `.sim`) given one value of each
+    static field, so that they can be stacked and vmapped: fields that only size buffers
+    (`PADDABLE_FIELDS`, e.g. queue_capacity_pkts, the ring of the largest buffer) take
+    the batch's largest value; any other static field must already agree, else a
+    ValueError names it."""
+    items = list(items)
+    if not items:
+        raise ValueError("stack_params: need at least one set of params")
+    sims = [p.sim if hasattr(p, "sim") else p for p in items]
+    if not all(isinstance(s, SimParams) for s in sims):
+        raise TypeError("stack_params takes SimParams, or env params with a .sim field")
+    common = {}
+    for f in STATIC_FIELDS:
+        vals = sorted({getattr(s, f) for s in sims})
+        if len(vals) > 1 and f not in PADDABLE_FIELDS:
+            raise ValueError(f"cannot batch params whose static field {f} differs ({vals}): it fixes array "
+                             f"shapes and the simulation itself; build every set with the same {f}")
+        common[f] = vals[-1]
+    sims = [s.replace(**common) for s in sims]
+    outer = [p for p in items if hasattr(p, "sim")]
+    if outer:
+        for name in [f.name for f in dataclasses.fields(outer[0])
+                     if not f.metadata.get("pytree_node", True)]:
+            vals = sorted({getattr(p, name) for p in outer})
+            if len(vals) > 1:
+                raise ValueError(f"cannot batch env params whose static field {name} differs ({vals})")
+        return [p.replace(sim=s) for p, s in zip(items, sims)]
+    return sims
+
+
+def stack_params(items: Sequence):
+    """Stack params (SimParams or env params) along a new leading axis for `jax.vmap`,
+    padding buffer sizes to the largest (`pad_params`): different buffer sizes, TCPs,
+    loads and policies batch together."""
+    import jax
+
+    padded = pad_params(items)
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *padded)

@@ -17,8 +17,8 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment
 
-from rlbm_jax.env.params import TCP_NAMES, THESIS_BETA, SimParams
-from rlbm_jax.env.rlbm_env import EnvParams, EnvState, RLBMEnv
+from rlbm_jax.env.params import TCP_NAMES, SimParams
+from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, EnvParams, EnvState, RLBMEnv
 
 
 @struct.dataclass
@@ -89,6 +89,8 @@ class RandomizedEnv(environment.Environment[RandomizedState, RandomizedParams]):
     def __init__(self, env: RLBMEnv, **ranges):
         super().__init__()
         self.env = env
+        self.formulation = env.formulation
+        self.obs_layout = env.obs_layout
         self.obs_shape = env.obs_shape
         self.num_classes = env.num_classes
         self._default = make_randomized_params(env.default_params, **ranges)
@@ -99,7 +101,7 @@ class RandomizedEnv(environment.Environment[RandomizedState, RandomizedParams]):
 
     @property
     def name(self) -> str:
-        return "RLBM-randomized-v0"
+        return self.env.name
 
     @property
     def num_actions(self) -> int:
@@ -132,17 +134,17 @@ class RandomizedEnv(environment.Environment[RandomizedState, RandomizedParams]):
         return jnp.asarray(False)
 
 
-def thesis_randomized_env(*, buffer_pkts=(100, 1000), load=(0.1, 0.9), tcp=TCP_NAMES, buffer_dist: str = "uniform",
+def thesis_randomized_env(*, buffer_pkts=None, load=None, tcp=None, buffer_dist: str | None = None,
                           episode_s: float = 60.0, agent_interval_s: float = 0.1, pkts_per_tick: int = 1,
-                          **sim_overrides):
+                          formulation=DEFAULT_FORMULATION, **sim_overrides):
     """The thesis scenario (flows start during the first 45 s of each 60 s episode),
-    "rl" policy with beta (1, 0.5), a ring that holds the largest buffer, and every
-    episode's N, load and TCP drawn at reset.  Returns (env, params)."""
-    from rlbm_jax.env.params import thesis_params
+    "rl" policy, a ring that holds the largest buffer, and every episode's N, load and
+    TCP drawn at reset from `scenarios.THESIS_RANDOM` (or the ranges given): what
+    `rlbm_jax.make(formulation, randomize=...)` builds, with a 16-flow completion log
+    (training reads no whole-run statistics).  Returns (env, params)."""
+    from rlbm_jax.registry import make
 
-    kw = dict(policy="rl", beta=THESIS_BETA, queue_capacity_pkts=int(buffer_pkts[1]),
-              buffer_per_class_pkts=int(buffer_pkts[1]), pkts_per_tick=pkts_per_tick, completion_log_size=16)
-    kw.update(sim_overrides)
-    env = RandomizedEnv(RLBMEnv(thesis_params(**kw), agent_interval_s=agent_interval_s, episode_s=episode_s),
-                        buffer_pkts=buffer_pkts, load=load, tcp=tcp, buffer_dist=buffer_dist)
-    return env, env.default_params
+    ranges = {k: v for k, v in dict(buffer_pkts=buffer_pkts, load=load, tcp=tcp, buffer_dist=buffer_dist).items()
+              if v is not None}
+    return make(formulation, randomize=ranges or True, episode_s=episode_s, agent_interval_s=agent_interval_s,
+                pkts_per_tick=pkts_per_tick, **{"completion_log_size": 16, **sim_overrides})

@@ -1,53 +1,69 @@
-"""`RLBMEnv`: the thesis buffer-management task as a gymnax 1.0 environment.
+"""`RLBMEnv`: buffer management at the bottleneck as a gymnax 1.0 environment.
 
-Every agent interval (default 0.1 s of simulated time) the agent sets, per class,
-alpha in [0, 1]; the switch then admits a class-c packet while its queue is below
-    threshold_c = alpha_c * beta_c * (B - Q)       (B shared buffer, Q occupancy)
-(the "rl" buffer policy), capped by the class FIFO cap.
+Every agent interval (default 0.1 s of simulated time) the agent acts; the simulator
+then runs the interval's ticks and fills the interval record (`metrics.Interval`: per
+class arrivals, drops, departures and queues, the flows finished with their sizes and
+slowdowns, timeouts, lost SYNs, data delivered).  A formulation
+(`rlbm_jax.env.formulations`) turns that record into everything the agent sees:
+    observation  float32 [D]: `formulation.obs_layout(P)` names each entry
+    action       `formulation.action_space(P)`; `formulation.knobs` turns it into the
+                 switch's knobs (`sim.KNOBS`), applied from the interval's first tick
+    reward       float32 [], `formulation.reward`; its parts go to `info`
+    state        `EnvState(sim=SimState, time=steps taken)`
+The thesis formulation ("RLBM-thesis-v0"): observation [3P + 4] (beta, drain rates,
+free buffer, flows finished, drops, queues and buffer in BDPs), action alpha per class
+in [0, 1], reward -log(worst slowdown) + log(1 + throughput); the default ("RLBM-v0")
+keeps its observation and action with the reward chosen in results/reward_analysis.
+`info` always holds the interval's `throughput` (delivered / capacity),
+`worst_slowdown` (1 when no flow finished), `flows_done` and `drops`.
 
-Observation, float32 [3P + 4] (P classes); the first five rows are the thesis's state,
-the last P + 1 let one policy serve many buffer sizes (thresholds are absolute in effect):
-    [0:P]      beta_c, the fixed per-class weights
-    [P:2P]     drain rate of each class over the interval / bottleneck capacity
-    [2P]       free fraction of the shared buffer, (B - Q) / B, at the interval's end
-    [2P+1]     flows finished in the interval / `flows_scale`
-    [2P+2]     packets dropped in the interval / bottleneck capacity in packets per interval
-    [2P+3:3P+3] each class's queue at the interval's end / BDP (packets)
-    [3P+3]     shared buffer size B / BDP
-Action, float32 [P] in [0, 1]: alpha_c (values outside are clipped).
-Reward: -log(WFS) + log(1 + throughput), WFS the worst FCT slowdown
-    (FCT / (base RTT + size * 8 / C)) among flows that finished in the interval and
-    throughput the packets received by the sink / capacity in packets per interval
-    (so in [0, 1]).  An interval in which no flow finished contributes WFS = 1, i.e.
-    a zero slowdown term: nothing finished means nothing to blame.  (Carrying an old
-    WFS forward would punish the agent for the past; the choice is tested.)
-State: `EnvState(sim=SimState, time=steps taken)`.
 Episodes never terminate; they are truncated after `max_steps_in_episode` intervals
-(gymnax auto-resets and reports `truncated`).  `step` is a pure function of
-(key, state, action, params); all physics lives in `params.sim`.
+(gymnax auto-resets and reports `truncated` and `final_observation`).  `step` is a pure
+function of (key, state, action, params); all physics lives in `params.sim`.  The
+transitions are discrete (packet counts, integer thresholds), so the env is not
+differentiable: `supports_transition_gradients` is False, and `jax.grad` through
+`step` or `reset` (or `jax.jvp`) with respect to the action, the state or the params
+raises `NotDifferentiableError` instead of returning a silently wrong number.
 """
 from __future__ import annotations
 
-from typing import Any
-
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from rlbm_jax.env import metrics as mx, sim
-from rlbm_jax.env.params import THESIS_BETA, SimParams, thesis_params
+from rlbm_jax.env import formulations, sim
+from rlbm_jax.env.params import SimParams
+
+DEFAULT_FORMULATION = "RLBM-v0"
 
 
-def obs_dim(num_classes: int) -> int:
-    """Width of the observation for P classes (layout in the module docstring)."""
-    return 3 * num_classes + 4
+class NotDifferentiableError(ValueError):
+    """Raised when a gradient is taken through the env's transitions."""
 
 
-def threshold_columns(num_classes: int):
-    """Columns of the observation that fix a class threshold's scale: (beta [P],
-    free fraction of the shared buffer, B/BDP)."""
-    return list(range(num_classes)), 2 * num_classes, 3 * num_classes + 3
+_GRAD_MESSAGE = ("RLBMEnv is not differentiable: its transitions are discrete (packet counts, integer "
+                 "thresholds, event scans), so a gradient through step or reset is zero or wrong "
+                 "(supports_transition_gradients is False). Train with a gradient-free estimator such as "
+                 "the PPO in rlbm_jax.ppo, or compare runs with finite differences over seeds.")
+
+
+@jax.custom_jvp
+def _opaque(x):
+    return x
+
+
+@_opaque.defjvp
+def _opaque_jvp(primals, tangents):
+    # reached whenever an input of the env carries a derivative (jax.grad, jax.jvp, ...)
+    raise NotDifferentiableError(_GRAD_MESSAGE)
+
+
+def no_gradient(tree):
+    """The same values; differentiating with respect to any float leaf raises
+    NotDifferentiableError (at trace time: jitted, the guard is the identity)."""
+    return jax.tree.map(lambda x: _opaque(x) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else x, tree)
 
 
 @struct.dataclass
@@ -72,28 +88,44 @@ def make_env_params(sim_params: SimParams | None = None, *, agent_interval_s: fl
                     episode_s: float = 60.0, flows_scale: float = 10.0) -> EnvParams:
     """EnvParams for a simulator configuration (default: the thesis scenario, "rl" policy)."""
     if sim_params is None:
-        sim_params = thesis_params(policy="rl", beta=THESIS_BETA)
+        from rlbm_jax.scenarios import thesis_params
+
+        sim_params = thesis_params(policy="rl")
     if not agent_interval_s > 0:
         raise ValueError(f"agent_interval_s must be positive, got {agent_interval_s!r}")
     if not episode_s >= agent_interval_s:
         raise ValueError(f"episode_s ({episode_s}) must be at least agent_interval_s ({agent_interval_s})")
+    if not flows_scale > 0:
+        raise ValueError(f"flows_scale must be positive, got {flows_scale!r}")
     tick_s = float(np.max(np.asarray(sim_params.tick_s)))
     ticks = max(1, int(round(agent_interval_s / tick_s)))
     return EnvParams(sim=sim_params, flows_scale=flows_scale,
                      max_steps_in_episode=int(round(episode_s / (ticks * tick_s))), ticks_per_step=ticks)
 
 
-class RLBMEnv(environment.Environment[EnvState, EnvParams]):
-    """Shared-buffer thresholds set by an agent (gymnax 1.0 API: `step` returns
-    obs, state, reward, terminated, truncated, info).  With a baseline buffer policy
-    in the sim params the action is ignored, which scores that baseline on the same
-    reward."""
+def interval_info(rec, params: EnvParams) -> dict:
+    """The interval's summary every env step reports in `info`."""
+    done = jnp.sum(rec.flows_done)
+    return {"throughput": rec.sink_pkts / formulations.capacity_pkts(params),
+            "worst_slowdown": jnp.where(done > 0, jnp.maximum(jnp.max(rec.slowdown_max), 1e-6), 1.0),
+            "flows_done": done, "drops": jnp.sum(rec.drops_pkts)}
 
-    def __init__(self, sim_params: SimParams | None = None, **kwargs):
+
+class RLBMEnv(environment.Environment[EnvState, EnvParams]):
+    """The switch's buffer set by an agent through a formulation (gymnax 1.0 API: `step`
+    returns obs, state, reward, terminated, truncated, info).  With a baseline buffer
+    policy in the sim params the action is ignored, which scores that baseline on the
+    same reward."""
+
+    def __init__(self, sim_params: SimParams | None = None, formulation=DEFAULT_FORMULATION, **kwargs):
         super().__init__()
+        self.formulation = formulations.get(formulation) if isinstance(formulation, str) else formulation
+        if not isinstance(self.formulation, formulations.Formulation):
+            raise TypeError(f"formulation must be an id or a Formulation, got {type(formulation).__name__}")
         self._default = make_env_params(sim_params, **kwargs)
         self.num_classes = self._default.sim.num_classes
-        self.obs_shape = (obs_dim(self.num_classes),)
+        self.obs_layout = self.formulation.obs_layout(self.num_classes)
+        self.obs_shape = (len(self.obs_layout),)
 
     @property
     def default_params(self) -> EnvParams:
@@ -101,81 +133,44 @@ class RLBMEnv(environment.Environment[EnvState, EnvParams]):
 
     @property
     def name(self) -> str:
-        return "RLBM-v0"
+        return self.formulation.id
 
     @property
     def num_actions(self) -> int:
-        return self.num_classes
+        return int(np.prod(self.action_space().shape))
 
     def action_space(self, params: EnvParams | None = None):
-        return spaces.Box(0.0, 1.0, (self.num_classes,), jnp.float32)
+        return self.formulation.action_space(self.num_classes)
 
     def observation_space(self, params: EnvParams | None = None):
-        return spaces.Box(0.0, jnp.inf, self.obs_shape, jnp.float32)
+        return spaces.Box(-jnp.inf, jnp.inf, self.obs_shape, jnp.float32)
 
     def state_space(self, params: EnvParams | None = None):
         raise NotImplementedError("the simulator state is a large pytree; see EnvState")
 
     def reset_env(self, key, params: EnvParams):
+        params = no_gradient(params)
         s = sim.init(key, params.sim)
-        state = EnvState(sim=s, time=jnp.zeros((), jnp.int32))
+        state = EnvState(sim=sim.close_interval(s, params.sim), time=jnp.zeros((), jnp.int32))
         return self.get_obs(state, params), state
 
     def step_env(self, key, state: EnvState, action, params: EnvParams):
-        alpha = jnp.clip(jnp.asarray(action, jnp.float32).reshape(self.num_classes), 0.0, 1.0)
-        s = state.sim.replace(rl_alpha=alpha, interval=mx.init_interval(self.num_classes))
+        # a derivative with respect to any input is refused: through floors and integer
+        # thresholds it would be a silent 0 (the action) or a wrong number (the load)
+        action, state, params = no_gradient((action, state, params))
+        f = self.formulation
+        # the action answers the record of the interval that just ended (still in the state)
+        s = sim.apply_knobs(state.sim, f.knobs(action, state.sim.interval, params))
+        s = sim.open_interval(s, params.sim)
         s, _ = sim.run(s, params.sim, params.ticks_per_step)
+        s = sim.close_interval(s, params.sim)
         new = EnvState(sim=s, time=(state.time + 1).astype(jnp.int32))
-        reward, parts = self.reward(s, params)
-        obs = self.get_obs(new, params)
-        info = {"throughput": parts["throughput"], "worst_slowdown": parts["worst_slowdown"],
-                "flows_done": s.interval.flows_done, "drops": s.interval.drops}
-        return obs, new, reward, jnp.asarray(False), info
-
-    def capacity_pkts(self, params: EnvParams):
-        return params.ticks_per_step * params.sim.pkts_per_tick
-
-    def reward(self, s: sim.SimState, params: EnvParams):
-        iv = s.interval
-        thr = iv.sink_pkts / self.capacity_pkts(params)
-        wfs = jnp.where(iv.flows_done > 0, jnp.maximum(iv.worst_slowdown, 1e-6), 1.0)
-        r = -jnp.log(wfs) + jnp.log1p(thr)
-        return r.astype(jnp.float32), {"throughput": thr, "worst_slowdown": wfs}
+        reward, parts = f.reward_of(s.interval, params)
+        info = {**interval_info(s.interval, params), **parts}
+        return self.get_obs(new, params), new, reward, jnp.asarray(False), info
 
     def get_obs(self, state: EnvState, params: EnvParams, key=None):
-        s, p = state.sim, params.sim
-        iv = s.interval
-        cap = self.capacity_pkts(params)
-        free = (p.buffer_pkts - jnp.sum(s.queue.pkts)) / p.buffer_pkts
-        obs = jnp.concatenate([
-            p.beta.astype(jnp.float32),
-            iv.deq.astype(jnp.float32) / cap,
-            jnp.reshape(free, (1,)),
-            jnp.reshape(iv.flows_done / params.flows_scale, (1,)),
-            jnp.reshape(iv.drops / cap, (1,)),
-            s.queue.pkts.astype(jnp.float32) / p.bdp_pkts,
-            jnp.reshape(p.buffer_pkts / p.bdp_pkts, (1,)),
-        ])
-        return obs.astype(jnp.float32)
+        return self.formulation.observe(state.sim.interval, params)
 
     def is_terminated(self, state: EnvState, params: EnvParams):
         return jnp.asarray(False)
-
-
-class LegacyStep:
-    """Wraps an env so that `step` returns the 5 values (obs, state, reward, done, info)
-    that purejaxrl-style trainers expect; `info` keeps "terminated", "truncated" and
-    "final_observation" so that truncation can still be bootstrapped."""
-
-    def __init__(self, env):
-        self._env = env
-
-    def __getattr__(self, name):
-        return getattr(self._env, name)
-
-    def reset(self, key, params=None):
-        return self._env.reset(key, params)
-
-    def step(self, key, state, action, params=None) -> tuple[Any, Any, Any, Any, dict]:
-        obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
-        return obs, state, reward, jnp.logical_or(terminated, truncated), info

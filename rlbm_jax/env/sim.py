@@ -50,6 +50,22 @@ class SimState:
     interval: mx.Interval
 
 
+# The switch's knobs that an agent sets (a formulation's action maps onto them), and the
+# SimState field each one is held in.  class_alpha [P]: the "rl" buffer policy admits a
+# class-c packet while its queue is below class_alpha_c * beta_c * (B - Q).
+KNOBS = {"class_alpha": "rl_alpha"}
+
+
+def apply_knobs(state: SimState, knobs: dict) -> SimState:
+    """The state with the agent's knobs set (from the next tick on)."""
+    upd = {}
+    for name, value in knobs.items():
+        field = KNOBS[name]
+        old = getattr(state, field)
+        upd[field] = jnp.asarray(value, old.dtype).reshape(old.shape)
+    return state.replace(**upd)
+
+
 def init(key, params: SimParams) -> SimState:
     P, F, S = params.num_classes, params.num_flow_slots, params.num_senders
     k = params.pkts_per_tick
@@ -84,7 +100,7 @@ def init(key, params: SimParams) -> SimState:
         drain_window_start=jnp.zeros((), jnp.int32),
         thresholds=jnp.zeros((P,), jnp.float32),
         metrics=m,
-        interval=mx.init_interval(P),
+        interval=mx.init_interval(P, params.interval_log_size),
     )
 
 
@@ -155,7 +171,10 @@ def _deliver(table, delivered, done_sink, rows, sink_tick, m, iv, params):
     ideal = params.base_rtt_s + size_b * 8.0 / params.bottleneck_rate_bps
     log_rec = jnp.stack([size_b, col("cls").astype(jnp.float32), fct, fct / ideal, col("start_s")], axis=-1)
     m, iv = mx.log_completions(m, iv, done, log_rec)
-    return delivered, done_sink, m, iv, jnp.sum(cnt)
+    n = jnp.sum(cnt)
+    # payload bytes: whole segments, less the unused part of each finished flow's last one
+    short = jnp.sum(jnp.where(done, col("size_pkts").astype(jnp.float32) * params.mss_bytes - size_b, 0.0))
+    return delivered, done_sink, m, iv, n, n.astype(jnp.float32) * params.mss_bytes - short
 
 
 def _aggregate(records, idx):
@@ -182,7 +201,7 @@ def tick(state: SimState, params: SimParams) -> SimState:
     sink_tick = t - params.sink_delay_ticks
     sink_rows = jnp.where(sink_tick >= 0, state.wire[sink_tick % L], 0)  # [k, 5]
     table = state.flows
-    delivered, done_sink, m, iv, n_sink = _deliver(table, state.delivered, state.done_sink, sink_rows,
+    delivered, done_sink, m, iv, n_sink, sink_bytes = _deliver(table, state.delivered, state.done_sink, sink_rows,
                                                    sink_tick, m, iv, params)
 
     # ---- 2. ACK records, the flow that may start, the event flows ---------------------------
@@ -311,7 +330,10 @@ def tick(state: SimState, params: SimParams) -> SimState:
         probe_rtt_sum_s=m.probe_rtt_sum_s + w * probe,
         probe_rtt_max_s=jnp.maximum(m.probe_rtt_max_s, jnp.where(warm, probe, 0.0)),
     )
-    iv = iv.replace(sink_pkts=iv.sink_pkts + n_sink, drops=iv.drops + jnp.sum(drops_c), deq=iv.deq + served)
+    iv = iv.replace(arrivals_pkts=iv.arrivals_pkts + arr_c, drops_pkts=iv.drops_pkts + drops_c,
+                    dequeues_pkts=iv.dequeues_pkts + served, queue_pkt_s=iv.queue_pkt_s + qlen.astype(jnp.float32) * tick_s,
+                    sink_pkts=iv.sink_pkts + n_sink, sink_bytes=iv.sink_bytes + sink_bytes,
+                    rto_count=iv.rto_count + jnp.sum(fired, dtype=jnp.int32), syn_drops=iv.syn_drops + syn_lost)
 
     # drain rate per class, refreshed once per base RTT (ABM's mu_p / b)
     win = jnp.maximum(jnp.round(params.base_rtt_s / tick_s).astype(jnp.int32), 1)
@@ -335,6 +357,25 @@ def run(state: SimState, params: SimParams, num_ticks: int, trace_fn=None):
         return s, (trace_fn(s) if trace_fn is not None else None)
 
     return jax.lax.scan(body, state, None, length=num_ticks)
+
+
+def open_cost(state: SimState, params: SimParams):
+    """[P] `metrics.open_log_slowdown` of the flows open now."""
+    col = lambda n: tcp.column(state.flows, n)
+    return mx.open_log_slowdown(col("active"), state.done_sink, col("cls"), col("start_s"), col("size_bytes"),
+                                state.tick.astype(jnp.float32) * params.tick_s, params)
+
+
+def open_interval(state: SimState, params: SimParams) -> SimState:
+    """Start an agent interval: an empty record, with the open flows' cost taken now."""
+    iv = mx.init_interval(params.num_classes, params.interval_log_size)
+    return state.replace(interval=iv.replace(open_log_slowdown_start=open_cost(state, params)))
+
+
+def close_interval(state: SimState, params: SimParams) -> SimState:
+    """End an agent interval: the record gets the queues and the open flows' cost now."""
+    return state.replace(interval=state.interval.replace(queue_end_pkts=state.queue.pkts,
+                                                         open_log_slowdown_end=open_cost(state, params)))
 
 
 def flow_schedule(key, params: SimParams, max_flows: int):

@@ -11,6 +11,7 @@ flow slot busy is refused and counted.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 from dataclasses import dataclass
 from importlib import resources
@@ -34,37 +35,75 @@ class SizeTable:
     def mean_bytes(self) -> float:
         return float(mean_size_bytes(jnp.asarray(self.size_bytes), jnp.asarray(self.cdf)))
 
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the table's values (float64 sizes, then probabilities): what a run's
+        output records, so that two runs can be told to have used the same table."""
+        h = hashlib.sha256(np.asarray(self.size_bytes, np.float64).tobytes())
+        h.update(np.asarray(self.cdf, np.float64).tobytes())
+        return h.hexdigest()
 
-def check_cdf(size_bytes, cdf) -> None:
+
+def check_cdf(size_bytes, cdf, rows=None, name: str = "") -> None:
+    """Refuse a table that is not a flow-size CDF; `rows` names each entry (file line
+    numbers) in the error, else its position."""
     size_bytes = np.asarray(size_bytes, dtype=np.float64)
     cdf = np.asarray(cdf, dtype=np.float64)
     if size_bytes.ndim != 1 or size_bytes.shape != cdf.shape or size_bytes.size < 2:
         raise ValueError("cdf: need at least two (size_bytes, cdf) rows of equal length")
-    if np.any(np.diff(size_bytes) < 0):
-        raise ValueError("cdf: size_bytes column must be non-decreasing")
-    if np.any(np.diff(cdf) < 0):
-        raise ValueError("cdf: cdf column must be non-decreasing (monotone)")
-    if np.any(size_bytes < 0):
-        raise ValueError("cdf: size_bytes must be non-negative")
+    tag = f"{name} " if name else ""
+    where = (lambda i: f"{tag}line {rows[i]}") if rows is not None else (lambda i: f"{tag}row {i + 1}")
+    for name, v in (("size_bytes", size_bytes), ("cdf", cdf)):
+        bad = np.flatnonzero(~np.isfinite(v))
+        if bad.size:
+            raise ValueError(f"cdf {where(bad[0])}: {name} {v[bad[0]]} is not a finite number")
+    bad = np.flatnonzero(size_bytes < 0)
+    if bad.size:
+        raise ValueError(f"cdf {where(bad[0])}: size_bytes must be non-negative, got {size_bytes[bad[0]]}")
+    bad = np.flatnonzero(np.diff(size_bytes) < 0)
+    if bad.size:
+        raise ValueError(f"cdf {where(bad[0] + 1)}: the size_bytes column must be non-decreasing "
+                         f"({size_bytes[bad[0] + 1]} after {size_bytes[bad[0]]})")
+    bad = np.flatnonzero(np.diff(cdf) < 0)
+    if bad.size:
+        raise ValueError(f"cdf {where(bad[0] + 1)}: the cdf column must be non-decreasing (monotone): "
+                         f"{cdf[bad[0] + 1]} after {cdf[bad[0]]}")
     if cdf[0] < 0 or abs(cdf[-1] - 1.0) > 1e-6:
-        raise ValueError(f"cdf: cdf column must start >= 0 and end at 1, ends at {cdf[-1]}")
+        raise ValueError(f"cdf: the cdf column must start >= 0 and end at 1, ends at {cdf[-1]} ({where(cdf.size - 1)})")
+    # probability given to flows of no bytes: at the first row, or on a segment ending at size 0
+    mass = np.concatenate([cdf[:1], np.diff(cdf)])
+    bad = np.flatnonzero((size_bytes <= 0) & (mass > 0))
+    if bad.size:
+        raise ValueError(f"cdf {where(bad[0])}: flows of {size_bytes[bad[0]]:g} bytes get probability "
+                         f"{mass[bad[0]]:g}; every flow must carry data (sizes > 0)")
 
 
 def parse_table(text: str, name: str = "custom") -> SizeTable:
-    rows = []
-    for line in text.splitlines():
+    """A `size_bytes,cdf` table: one header line allowed before the first row, `#`
+    comments and blank lines skipped; any other line that is not two numbers is refused
+    with its line number."""
+    rows, lines = [], []
+    for lineno, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        parts = next(csv.reader(io.StringIO(line)))
+        parts = [p.strip() for p in next(csv.reader(io.StringIO(line)))]
         try:
-            rows.append((float(parts[0]), float(parts[1])))
-        except (ValueError, IndexError):
-            continue  # header
+            vals = [float(p) for p in parts]
+        except ValueError:
+            if not rows and not lines:  # the header
+                lines.append(0)
+                continue
+            raise ValueError(f"cdf {name} line {lineno}: {line!r} is not two numbers (size_bytes,cdf)") from None
+        if len(vals) != 2:
+            raise ValueError(f"cdf {name} line {lineno}: expected 2 columns (size_bytes,cdf), got {len(vals)}")
+        rows.append(vals)
+        lines.append(lineno)
+    lines = [n for n in lines if n]
     if not rows:
         raise ValueError(f"cdf: no (size_bytes, cdf) rows found in {name}")
     arr = np.asarray(rows)
-    check_cdf(arr[:, 0], arr[:, 1])
+    check_cdf(arr[:, 0], arr[:, 1], rows=lines, name=name)
     return SizeTable(arr[:, 0], arr[:, 1], name)
 
 

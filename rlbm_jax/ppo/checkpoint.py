@@ -30,6 +30,14 @@ class Checkpointer:
         steps = self._steps()
         return steps[-1] if steps else None
 
+    @staticmethod
+    def latest_in(directory) -> int | None:
+        """The newest update saved under `directory` (None if none, or no such directory),
+        without creating anything."""
+        d = Path(directory)
+        steps = [int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit()] if d.is_dir() else []
+        return max(steps) if steps else None
+
     def restore(self, template, update: int | None = None):
         """`template`: a state (or `jax.eval_shape` of one) with the saved structure."""
         update = self.latest() if update is None else update

@@ -24,5 +24,11 @@ def export_policy(ppo: PPO, params, obs_stats, path, env_info: dict | None = Non
     else:
         mean = np.zeros(ppo.obs_dim, np.float32)
         std = np.ones(ppo.obs_dim, np.float32)
-    return save_policy(path, weights, obs_mean=mean, obs_std=std, activation=cfg.activation,
-                       action_map=cfg.action_map, env=env_info or {}, obs_clip=cfg.obs_clip if cfg.normalize_obs else None)
+    if ppo.obs_layout is None:
+        raise ValueError("export_policy: the env names no observation layout (env.obs_layout); a deployable "
+                         "policy records the observation it expects")
+    form = getattr(ppo.env, "formulation", None)
+    return save_policy(path, weights, obs_mean=mean, obs_std=std, obs_layout=ppo.obs_layout,
+                       formulation=None if form is None else form.id, num_classes=getattr(ppo.env, "num_classes", None),
+                       activation=cfg.activation, action_map=cfg.action_map, env=env_info or {},
+                       obs_clip=cfg.obs_clip if cfg.normalize_obs else None)

@@ -24,7 +24,7 @@ import optax
 from flax import struct
 from gymnax.environments import spaces
 
-from rlbm_jax.policy import ACTION_MAPS
+from rlbm_jax.policy import build_action_map
 from rlbm_jax.ppo import networks
 from rlbm_jax.ppo.config import PPOConfig
 
@@ -71,7 +71,7 @@ class TrainState:
 class ActionAdapter:
     """Between the network's action (pre-squash u, or bin indices) and the env's."""
 
-    def __init__(self, space, cfg: PPOConfig):
+    def __init__(self, space, cfg: PPOConfig, obs_layout=None):
         self.cfg = cfg
         if isinstance(space, spaces.Discrete):
             self.kind, self.act_dim, self.bins, self.discrete = "discrete-env", 1, int(space.n), True
@@ -83,6 +83,9 @@ class ActionAdapter:
             self.discrete = cfg.action == "discrete"
             self.bins = cfg.num_bins
             self.kind = "box"
+            if not self.discrete and cfg.action_map != "none":
+                # a map that reads the observation finds its entries by name, or refuses this env
+                self.map = build_action_map(cfg.action_map, obs_layout, self.act_dim)
         else:
             raise ValueError(f"unsupported action space {type(space).__name__}")
 
@@ -95,7 +98,7 @@ class ActionAdapter:
         elif self.cfg.action_map == "none":
             x = jnp.clip(a, self.low, self.high)
         else:
-            x = ACTION_MAPS[self.cfg.action_map](a, obs)
+            x = self.map(a, obs)
         return x.reshape(a.shape[:-1] + self.shape)
 
 
@@ -103,17 +106,20 @@ class PPO:
     """PPO on a gymnax environment.  `init(key)` and `run(ts, n)` work on one seed;
     `init_seeds(keys)` / `run_seeds(ts, n)` on a leading seed axis (one vmapped call)."""
 
-    def __init__(self, env, env_params, config: PPOConfig):
+    def __init__(self, env, env_params, config: PPOConfig, on_update=None):
+        """`on_update(update, reward_mean)`, if given, is called from inside the compiled
+        run after every update (a host callback: progress of a long chunk of updates)."""
         self.env = env
+        self.on_update = on_update
         self.env_params = env_params
         self.cfg = config.validate()
-        self.adapter = ActionAdapter(env.action_space(env_params), self.cfg)
+        # the observation's entry names, when the env has them (RLBM formulations do)
+        self.obs_layout = getattr(env, "obs_layout", None)
+        self.adapter = ActionAdapter(env.action_space(env_params), self.cfg, self.obs_layout)
         self.obs_dim = int(np.prod(env.observation_space(env_params).shape))
         if isinstance(self.cfg.init_action, tuple) and len(self.cfg.init_action) != self.adapter.act_dim:
             raise ValueError(f"PPOConfig.init_action has {len(self.cfg.init_action)} values; this env's action has "
                              f"{self.adapter.act_dim} dimensions (give one value, or one per dimension)")
-        # the action map must accept this env's observation (a map that reads it refuses a foreign one)
-        jax.eval_shape(self.adapter.to_env, jnp.zeros((self.adapter.act_dim,)), jnp.zeros((self.obs_dim,)))
         self.net = networks.ActorCritic(
             act_dim=self.adapter.act_dim, discrete=self.adapter.discrete, num_bins=self.adapter.bins,
             hidden=tuple(self.cfg.hidden), activation=self.cfg.activation, recurrent=self.cfg.network == "lstm",
@@ -246,6 +252,8 @@ class PPO:
         new = ts.replace(params=params, opt_state=opt_state, obs_stats=obs_stats, key=key, update=ts.update + 1)
         # same dtypes (and no weak types) in as out, so a chunked run never recompiles
         ts = jax.tree.map(lambda n, o: jax.lax.convert_element_type(n, o.dtype), new, ts_in)
+        if self.on_update is not None:
+            jax.debug.callback(self.on_update, ts.update, traj["reward"].mean())
         n_ep = traj["done"].sum()
         metrics = {k: v.mean() for k, v in stats.items()}
         metrics.update(reward_mean=traj["reward"].mean(), episodes=n_ep,

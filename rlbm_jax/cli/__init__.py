@@ -1,0 +1,51 @@
+"""Command-line entry points: `scripts/<name>.py` runs `rlbm_jax.cli.<name>.main`.
+
+Shared here: the help format (every option shows its default) and the translation of
+errors that name a library field (`buffer_per_class_pkts`, `PPOConfig.num_envs`) into the
+option a user typed (`--buffer-pkts`, `--num-envs`).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring as written, and "(default: X)" after every option's help."""
+
+
+def parser(doc: str, prog: str | None = None) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(description=doc, formatter_class=HelpFormatter, prog=prog)
+
+
+def flag_of(ap: argparse.ArgumentParser) -> dict:
+    """{dest: its first long option} of every option of `ap`."""
+    out = {}
+    for action in ap._actions:
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if longs and action.dest not in out:
+            out[action.dest] = longs[0]
+    return out
+
+
+def name_flags(message: str, fields: dict) -> str:
+    """`message` with each library field name in `fields` ({field: "--flag"}) replaced by
+    its option: the error a user can act on.  A name with an underscore (or written
+    `PPOConfig.name`) is replaced wherever it stands; a plain word ("load") only where it
+    is the subject of the complaint ("load must ...", "load range ..."), so that prose
+    ("nothing to resume") is left alone."""
+    for field in sorted(fields, key=len, reverse=True):
+        flag = fields[field]
+        name = rf"(?<![\w.-])(?:PPOConfig\.)?{re.escape(field)}(?![\w-])"
+        message = re.sub(rf"(?<![\w-])PPOConfig\.{re.escape(field)}(?![\w-])", flag, message)
+        if "_" in field:
+            message = re.sub(name, flag, message)
+        else:
+            message = re.sub(name + r"(?=\s+(?:must|range|has)\b)", flag, message)
+    return message
+
+
+def fail(prog: str, message: str, code: int = 2) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return code

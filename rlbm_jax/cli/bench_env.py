@@ -1,0 +1,81 @@
+"""Simulator throughput after compilation: simulated seconds per wall second (summed
+over envs) and env ticks per second, for several batch sizes.
+
+    python scripts/bench_env.py --scenario thesis --num-envs 1 64 1024 4096 --seconds 2
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+from rlbm_jax import scenarios
+from rlbm_jax.cli import parser
+from rlbm_jax.env import sim
+
+PROG = "bench_env.py"
+# what each scenario is benchmarked on: the thesis cell as given, 16 long flows in a quarter BDP
+BENCH = {"thesis": dict(), "long": dict(long_flows=16, buffer_bdp=0.25)}
+
+
+def scenario_params(name: str, pkts_per_tick: int):
+    return scenarios.params(name, pkts_per_tick=pkts_per_tick, **BENCH.get(name, {}))
+
+
+def bench(params, num_envs: int, seconds: float, repeats: int = 2):
+    n = sim.ticks_for(seconds, params)
+    keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
+    state = jax.jit(jax.vmap(lambda k: sim.init(k, params)))(keys)
+    step = jax.jit(jax.vmap(lambda s: sim.run(s, params, n)[0]))
+    t0 = time.perf_counter()
+    compiled = step.lower(state).compile()
+    compile_s = time.perf_counter() - t0
+    state = compiled(state)  # warm-up; the timed runs continue the same trajectories
+    jax.block_until_ready(state)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        state = compiled(state)
+        jax.block_until_ready(state)
+        best = min(best, time.perf_counter() - t0)
+    sim_s = n * float(params.tick_s)
+    return {"num_envs": num_envs, "pkts_per_tick": params.pkts_per_tick, "ticks": n,
+            "sim_seconds_per_wall_s": num_envs * sim_s / best, "env_ticks_per_s": num_envs * n / best,
+            "wall_s": best, "compile_s": compile_s}
+
+
+def main(argv=None):
+    ap = parser(__doc__, PROG)
+    ap.add_argument("--scenario", default="thesis", choices=list(scenarios.SCENARIOS), help="scenario")
+    ap.add_argument("--num-envs", type=int, nargs="+", default=[1, 64, 1024, 4096], help="batch sizes")
+    ap.add_argument("--pkts-per-tick", type=int, nargs="+", default=[1], help="packets per tick (k)")
+    ap.add_argument("--seconds", type=float, default=2.0, help="simulated seconds per timed call")
+    ap.add_argument("--json", default=None, help="write results to this path (- for stdout)")
+    a = ap.parse_args(argv)
+    rows = []
+    for k in a.pkts_per_tick:
+        p = scenario_params(a.scenario, k)
+        for n in a.num_envs:
+            r = bench(p, n, a.seconds)
+            rows.append(r)
+            print(f"{a.scenario} k={k:2d} envs={n:5d}  sim-s/wall-s {r['sim_seconds_per_wall_s']:9.1f}  "
+                  f"env-ticks/s {r['env_ticks_per_s']:11.0f}  (compile {r['compile_s']:.1f}s)", flush=True)
+    meta = {"scenario": a.scenario, "machine": platform.machine(), "processor": platform.processor(),
+            "cpus": os.cpu_count(), "devices": [str(d) for d in jax.devices()], "jax": jax.__version__,
+            "command": " ".join(["python", "scripts/bench_env.py"] + (argv if argv is not None else sys.argv[1:]))}
+    if a.json:
+        text = json.dumps({"meta": meta, "results": rows}, indent=2)
+        if a.json == "-":
+            print(text)
+        else:
+            Path(a.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Score trained policies and every baseline on the thesis grid with held-out seeds.
+
+    python scripts/evaluate.py --policy runs/default/policy --out results/thesis_grid
+
+Grid (defaults, `rlbm_jax.scenarios.THESIS_GRID`): TCP {cubic, newreno} x per-class
+buffer N {100, 500, 1000} x load {0.1, ..., 0.8}; each cell is a 60 s thesis run (flows
+start in the first 45 s) scored on the reward of the policies' formulation (--reward
+picks another; mean per 0.1 s interval) and the simulator's report.  Every
+policy sees the same flows in a cell and seed (seeds pair the comparison).  Writes
+results.csv (mean and std over seeds per policy and cell), per_seed.csv (every run),
+summary.md (the table and where the trained policy wins or not), figures (throughput,
+p99 FCT slowdown, p99 buffer occupancy, mean FCT and reward vs load, one panel per
+buffer size, one figure per TCP) and command.txt.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from rlbm_jax import scenarios
+from rlbm_jax.cli import fail, parser
+from rlbm_jax.env.rlbm_env import RLBMEnv
+from rlbm_jax.evaluate import (add_grid_args, REPORT_FIELDS, beats_baselines, mean_rows, paired_diff,
+                               per_seed_rows, plot_load_grid, score_policies, scoring_formulation)
+from rlbm_jax.policy import load_policy, read_policy
+
+PROG = "evaluate.py"
+
+PLOTS = (("goodput_bps", "throughput (Mbit/s)", 1e-6), ("slowdown_p99", "p99 FCT slowdown", 1.0),
+         ("queue_p99_pkts", "p99 buffer occupancy (pkts)", 1.0), ("fct_mean_s", "mean FCT (s)", 1.0),
+         ("reward_mean", "mean reward per interval", 1.0))
+
+
+def parse(argv):
+    ap = parser(__doc__, PROG)
+    ap.add_argument("--policy", nargs="*", default=[], help="policy directories (from scripts/train.py)")
+    ap.add_argument("--name", nargs="*", default=None, help="labels for the policies (default: rl, rl2, ...)")
+    add_grid_args(ap, seeds=5)
+    ap.add_argument("--seconds", type=float, default=scenarios.THESIS_EPISODE_S, help="episode length (s)")
+    ap.add_argument("--pkts-per-tick", type=int, default=1, help="bottleneck packets per tick")
+    ap.add_argument("--out", default="results/thesis_grid", help="output directory")
+    return ap.parse_args(argv)
+
+
+def cells(a):
+    return scenarios.thesis_grid(a.tcp, a.buffer_pkts, a.load)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    a = parse(argv)
+    if a.seeds < 1 or not a.policy and not a.baselines:
+        return fail(PROG, "need at least one seed and one policy or baseline")
+    names = a.name or (["rl"] + [f"rl{i + 2}" for i in range(len(a.policy) - 1)] if a.policy else [])
+    if len(names) != len(a.policy):
+        return fail(PROG, "--name needs one label per --policy")
+    cap = max(a.buffer_pkts)
+    try:
+        grid = cells(a)
+        base = [scenarios.thesis_params(**scenarios.thesis_cell(t, n, ld, policy="rl", queue_capacity_pkts=cap,
+                                                                pkts_per_tick=a.pkts_per_tick)) for t, n, ld in grid]
+        metas = [read_policy(path)[1] for path in a.policy]
+        form = scoring_formulation(metas[0].get("formulation") if metas else None, a.reward)
+        env = RLBMEnv(base[0], formulation=form, agent_interval_s=0.1, episode_s=a.seconds)
+        agents = {}
+        for name, path, meta in zip(names, a.policy, metas):
+            fn, _ = load_policy(path, obs_layout=env.obs_layout, act_dim=env.num_actions)
+            agents[name] = fn
+    except (ValueError, FileNotFoundError) as e:
+        return fail(PROG, str(e))
+    seeds = list(range(a.first_seed, a.first_seed + a.seeds))
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "command.txt").write_text("python scripts/evaluate.py " + " ".join(argv) + "\n")
+    t0 = time.perf_counter()
+    results = score_policies(env, base, agents, a.baselines, seeds)
+    runs = list(agents) + list(a.baselines)
+
+    rows = mean_rows(results, grid, REPORT_FIELDS)
+    for name, table in (("results.csv", rows), ("per_seed.csv", per_seed_rows(results, grid, REPORT_FIELDS, seeds))):
+        with (out / name).open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(table[0]))
+            w.writeheader()
+            w.writerows(table)
+    summary = summarize(rows, grid, list(agents), a.baselines, results, seeds, form)
+    (out / "summary.md").write_text(summary)
+    for t in a.tcp:
+        plot(rows, t, a.buffer_pkts, runs, out / f"grid_{t}.png")
+    print(summary)
+    print(json.dumps({"out": str(out), "cells": len(grid), "seeds": len(seeds),
+                      "wall_s": round(time.perf_counter() - t0, 1)}))
+    return 0
+
+
+def summarize(rows, grid, agents, baselines, results, seeds, form) -> str:
+    get = {(r["policy"], r["tcp"], r["buffer_per_class_pkts"], r["load"]): r for r in rows}
+    lines = [f"# Thesis grid: {len(grid)} cells x {len(seeds)} held-out seeds (seeds {seeds[0]}..{seeds[-1]})", "",
+             f"Reward: `{form.reward.name}` ({form.reward.text}), formulation `{form.id}`.", ""]
+    for ag in agents:
+        wins_r = wins_sd = 0
+        lines += [f"## {ag} vs the baselines", "",
+                  "Per cell: mean reward (paired difference to the best baseline, with its standard error over seeds), "
+                  "p99 FCT slowdown and throughput against the best baseline on each.", "",
+                  "| tcp | N | load | reward " + ag + " | best baseline (reward) | diff ± s.e. | p99 slowdown "
+                  + ag + " / best baseline | throughput Mbit/s " + ag + " / best baseline | target |",
+                  "|---|---:|---:|---:|---|---:|---:|---:|---|"]
+        for c, (t, n, ld) in enumerate(grid):
+            me = get[(ag, t, n, ld)]
+            best = max(baselines, key=lambda b: get[(b, t, n, ld)]["reward_mean"])
+            diff, se = paired_diff(results[ag]["reward_mean"][c], results[best]["reward_mean"][c])
+            sd_best = min(get[(b, t, n, ld)]["slowdown_p99"] for b in baselines)
+            thr_best = max(get[(b, t, n, ld)]["goodput_bps"] for b in baselines)
+            r_ok, sd_ok = beats_baselines(lambda pol, f: get[(pol, t, n, ld)][f], ag, baselines)
+            wins_r += r_ok
+            wins_sd += sd_ok
+            tag = ("reward" if r_ok else "") + ("+slowdown" if sd_ok else "")
+            lines.append(f"| {t} | {n} | {ld:.1f} | {me['reward_mean']:.4f} | {best} ({get[(best, t, n, ld)]['reward_mean']:.4f}) "
+                         f"| {diff:+.4f} ± {se:.4f} | {me['slowdown_p99']:.2f} / {sd_best:.2f} "
+                         f"| {me['goodput_bps'] / 1e6:.3f} / {thr_best / 1e6:.3f} | {tag or '-'} |")
+        lines += ["", "Against each baseline, paired over cells and seeds (reward difference; its standard error "
+                  "over seeds, of each seed's mean over the grid, since every cell of a seed draws from the same key; "
+                  "cells where the agent's mean reward is higher; median ratio of p99 FCT slowdown; lowest "
+                  "throughput ratio):", "",
+                  "| baseline | reward diff ± s.e. | cells with higher reward | p99 slowdown ratio (median) "
+                  "| throughput ratio (min / median) |", "|---|---:|---:|---:|---:|"]
+        for b in baselines:
+            diff, se = paired_diff(results[ag]["reward_mean"], results[b]["reward_mean"])
+            per_cell = (results[ag]["reward_mean"] - results[b]["reward_mean"]).mean(1)
+            sd = [get[(ag, *g)]["slowdown_p99"] / get[(b, *g)]["slowdown_p99"] for g in grid]
+            th = [get[(ag, *g)]["goodput_bps"] / get[(b, *g)]["goodput_bps"] for g in grid]
+            lines.append(f"| {b} | {diff:+.5f} ± {se:.5f} | {int((per_cell > 0).sum())}/{len(grid)} "
+                         f"| {float(np.nanmedian(sd)):.3f} | {float(np.nanmin(th)):.4f} / {float(np.nanmedian(th)):.4f} |")
+        mean_r = {p: float(np.mean([get[(p, *g)]["reward_mean"] for g in grid])) for p in [ag, *baselines]}
+        lines += ["", f"- higher mean reward than every baseline: {wins_r}/{len(grid)} cells",
+                  f"- lower p99 FCT slowdown than every baseline at <= 2 % throughput loss: {wins_sd}/{len(grid)} cells",
+                  "- mean reward over the grid: " + ", ".join(f"{p} {v:.4f}" for p, v in mean_r.items()), ""]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, tcp, buffers, policies, path):
+    def draw(ax, f, scale, n, first):
+        for p in policies:
+            rr = sorted((r for r in rows if r["policy"] == p and r["tcp"] == tcp and r["buffer_per_class_pkts"] == n),
+                        key=lambda r: r["load"])
+            y = np.array([r[f] for r in rr]) * scale
+            e = np.array([r[f + "_std"] for r in rr]) * scale
+            style = dict(lw=2.2, color="k") if not p.startswith(("sb-", "dt", "abm", "droptail")) else dict(lw=1)
+            ax.errorbar([r["load"] for r in rr], y, yerr=e, label=p, capsize=2, marker="o", ms=3, **style)
+
+    plot_load_grid(tcp, buffers, PLOTS, draw, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

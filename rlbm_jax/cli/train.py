@@ -1,0 +1,307 @@
+"""Train a buffer-management policy with PPO on the thesis scenario, with domain
+randomisation: every episode draws its per-class buffer N (100..1000 packets), load
+(0.1..0.9) and TCP (CUBIC or NewReno).  --env picks the formulation (observation,
+action, reward; `rlbm_jax.list_envs()`), --reward swaps its reward for a named one.
+The default reproduces the committed run (results/train_default): the thesis
+formulation, with the policy picking each class's threshold in BDPs (`--action-map bdp`)
+from 4 BDPs for class 0 and 0.5 BDP for class 1 (`rlbm_jax.ppo.THESIS_PPO`).
+
+    python scripts/train.py                          # defaults: 256 envs, about 13 min on 2 cores
+    python scripts/train.py --num-envs 4096          # on an accelerator
+    python scripts/train.py --env RLBM-v0            # the default reward (results/reward_analysis)
+    python scripts/train.py --num-seeds 4            # 4 independent seeds in one vmapped call
+    python scripts/train.py --run-dir runs/x --resume
+
+The run directory gets config.json, metrics.csv (one row per seed and update),
+curves.png, orbax checkpoints every --checkpoint-every updates, and one deployable
+policy per seed (policy_seed<i>/) plus policy/ = the seed with the best final reward.
+The progress bar moves every update with env steps/s and the ETA; on a machine without
+an accelerator a run whose estimate exceeds --warn-after-min minutes says so.
+`python scripts/evaluate.py --policy RUN/policy` scores the policy against the baselines.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from rlbm_jax import scenarios
+from rlbm_jax.cli import fail, flag_of, name_flags, parser
+from rlbm_jax.env import formulations
+from rlbm_jax.env.params import TCP_NAMES
+from rlbm_jax.env.randomize import BUFFER_DISTS, thesis_randomized_env
+from rlbm_jax.ppo import PPO, THESIS_PPO, PPOConfig
+from rlbm_jax.ppo.checkpoint import Checkpointer
+from rlbm_jax.ppo.export import export_policy
+from rlbm_jax.progress import Progress, fmt_s
+
+PROG = "train.py"
+TRAIN_ENV = "RLBM-thesis-v0"  # the committed default run's formulation
+
+
+def build_parser():
+    d = PPOConfig(**THESIS_PPO)
+    rnd = scenarios.THESIS_RANDOM
+    ap = parser(__doc__, PROG)
+    ap.add_argument("--run-dir", default="runs/default", help="output directory")
+    ap.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    ap.add_argument("--seed", type=int, default=0, help="training seed (seeds of --num-seeds follow from it)")
+    ap.add_argument("--num-seeds", type=int, default=1, help="independent training seeds, vmapped")
+    ap.add_argument("--checkpoint-every", type=int, default=10, help="updates between checkpoints")
+    ap.add_argument("--stop-after", type=int, default=None,
+                    help="stop (checkpointed) once this many updates are done; continue later with --resume")
+    ap.add_argument("--warn-after-min", type=float, default=30.0,
+                    help="without an accelerator, warn when the run's estimate is longer than this (minutes)")
+    g = ap.add_argument_group("env")
+    g.add_argument("--env", default=TRAIN_ENV, choices=formulations.ids(), help="formulation (env id)")
+    g.add_argument("--reward", default=None, choices=list(formulations.REWARDS),
+                   help="replace the formulation's reward (results/reward_analysis compares them)")
+    g.add_argument("--buffer-pkts", type=int, nargs=2, default=list(rnd["buffer_pkts"]), metavar=("LO", "HI"),
+                   help="per-class buffer N range")
+    g.add_argument("--buffer-dist", default=rnd["buffer_dist"], choices=BUFFER_DISTS,
+                   help="how an episode draws N in the --buffer-pkts range")
+    g.add_argument("--load", type=float, nargs=2, default=list(rnd["load"]), metavar=("LO", "HI"),
+                   help="load range")
+    g.add_argument("--tcp", nargs="+", default=list(rnd["tcp"]), choices=TCP_NAMES, help="TCPs drawn from")
+    g.add_argument("--episode-s", type=float, default=scenarios.THESIS_EPISODE_S, help="episode length (s)")
+    g.add_argument("--agent-interval-s", type=float, default=0.1, help="time between actions (s)")
+    g.add_argument("--pkts-per-tick", type=int, default=1, help="bottleneck packets per tick (fidelity/speed dial)")
+    g = ap.add_argument_group("PPO")
+    g.add_argument("--num-envs", type=int, default=d.num_envs, help="envs stepped in parallel per seed")
+    g.add_argument("--num-steps", type=int, default=d.num_steps, help="env steps per env per update")
+    g.add_argument("--updates", type=int, default=d.total_updates, help="PPO updates in the run")
+    g.add_argument("--update-epochs", type=int, default=d.update_epochs, help="epochs per update")
+    g.add_argument("--num-minibatches", type=int, default=d.num_minibatches, help="minibatches per epoch")
+    g.add_argument("--lr", type=float, default=d.lr, help="Adam step size (annealed to 0)")
+    g.add_argument("--gamma", type=float, default=d.gamma, help="discount")
+    g.add_argument("--gae-lambda", type=float, default=d.gae_lambda, help="GAE lambda")
+    g.add_argument("--clip-eps", type=float, default=d.clip_eps, help="PPO clip range")
+    g.add_argument("--ent-coef", type=float, default=d.ent_coef, help="entropy bonus")
+    g.add_argument("--network", default=d.network, choices=["mlp", "lstm"], help="actor-critic network")
+    g.add_argument("--hidden", type=int, nargs="+", default=list(d.hidden), help="hidden layer widths")
+    g.add_argument("--action", default=d.action, choices=["gaussian", "discrete"], help="action distribution")
+    g.add_argument("--action-map", default=d.action_map, help="how the Gaussian's output becomes the env's action "
+                   "(rlbm_jax.policy: tanh01, clip01, exp2, pow2, bdp, or none)")
+    g.add_argument("--init-log-std", type=float, default=d.init_log_std, help="initial log std of the Gaussian")
+    g.add_argument("--init-action", type=float, nargs="+", default=d.init_action,
+                   help="the untrained policy's action: alpha, or with --action-map bdp the threshold in BDPs; "
+                        "one value, or one per class (rlbm_jax.ppo.THESIS_PPO)")
+    return ap
+
+
+def parse(argv):
+    return build_parser().parse_args(argv)
+
+
+def _one_or_tuple(v):
+    """argparse's list for a nargs="+" option: one value as a float, several as a tuple."""
+    if v is None or isinstance(v, (int, float)):
+        return v
+    return float(v[0]) if len(v) == 1 else tuple(float(x) for x in v)
+
+
+def config_from_args(a) -> tuple[PPOConfig, dict]:
+    cfg = PPOConfig(num_envs=a.num_envs, num_steps=a.num_steps, total_updates=a.updates,
+                    update_epochs=a.update_epochs, num_minibatches=a.num_minibatches, lr=a.lr, gamma=a.gamma,
+                    gae_lambda=a.gae_lambda, clip_eps=a.clip_eps, ent_coef=a.ent_coef, network=a.network,
+                    hidden=tuple(a.hidden), action=a.action, action_map=a.action_map,
+                    init_log_std=a.init_log_std, init_action=_one_or_tuple(a.init_action)).validate()
+    env_cfg = dict(env=a.env, reward=a.reward, buffer_pkts=list(a.buffer_pkts), buffer_dist=a.buffer_dist,
+                   load=list(a.load), tcp=list(a.tcp), episode_s=a.episode_s, agent_interval_s=a.agent_interval_s,
+                   pkts_per_tick=a.pkts_per_tick)
+    return cfg, env_cfg
+
+
+def make_env(env_cfg: dict):
+    form = formulations.get(env_cfg.get("env", TRAIN_ENV))
+    if env_cfg.get("reward"):
+        form = form.with_reward(env_cfg["reward"])
+    return thesis_randomized_env(buffer_pkts=tuple(env_cfg["buffer_pkts"]),
+                                 buffer_dist=env_cfg.get("buffer_dist", "uniform"), load=tuple(env_cfg["load"]),
+                                 tcp=tuple(env_cfg["tcp"]), episode_s=env_cfg["episode_s"],
+                                 agent_interval_s=env_cfg["agent_interval_s"], pkts_per_tick=env_cfg["pkts_per_tick"],
+                                 formulation=form)
+
+
+def read_rows(path: Path, upto: int):
+    if not path.is_file():
+        return []
+    with path.open() as f:
+        return [r for r in csv.DictReader(f) if int(r["update"]) <= upto]
+
+
+def write_rows(path: Path, rows):
+    if not rows:
+        return
+    cols = list(rows[0].keys())
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def plot_curves(rows, path: Path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seeds = sorted({int(r["seed"]) for r in rows})
+    panels = [("reward_mean", "mean reward per step"), ("info_worst_slowdown", "worst FCT slowdown (per interval)"),
+              ("info_throughput", "throughput / capacity"), ("value_loss", "value loss"),
+              ("entropy", "policy entropy"), ("approx_kl", "approx. KL")]
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
+    for ax, (key, title) in zip(axes.flat, panels):
+        for s in seeds:
+            rr = [r for r in rows if int(r["seed"]) == s and key in r]
+            if rr:
+                ax.plot([int(r["env_steps"]) for r in rr], [float(r[key]) for r in rr], lw=1, label=f"seed {s}")
+        ax.set_title(title)
+        ax.set_xlabel("env steps")
+        ax.grid(alpha=0.3)
+    if len(seeds) > 1:
+        axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _flags(ap) -> dict:
+    """Library field names -> the option that sets them, for error messages."""
+    flags = flag_of(ap)
+    flags.update(total_updates="--updates", buffer_pkts="--buffer-pkts", buffer_dist="--buffer-dist")
+    return flags
+
+
+def main(argv=None):
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    run = Path(a.run_dir)
+    fresh_after_resume = False
+    try:
+        if a.num_seeds < 1 or a.checkpoint_every < 1:
+            raise ValueError("--num-seeds and --checkpoint-every must be >= 1")
+        if a.resume:
+            if not (run / "config.json").is_file():
+                raise ValueError(f"nothing to resume in {run}: it has no config.json (start the run without --resume)")
+            saved = json.loads((run / "config.json").read_text())
+            cfg = PPOConfig.from_dict(saved["ppo"])
+            env_cfg, seed, num_seeds = saved["env"], saved["seed"], saved["num_seeds"]
+            fresh_after_resume = Checkpointer.latest_in(run / "checkpoints") is None
+        else:
+            cfg, env_cfg = config_from_args(a)
+            seed, num_seeds = a.seed, a.num_seeds
+        env, env_params = make_env(env_cfg)
+        ppo = PPO(env, env_params, cfg)  # refuses a config this env cannot take (e.g. init_action's length)
+    except ValueError as e:
+        return fail(PROG, name_flags(str(e), _flags(ap)))
+    run.mkdir(parents=True, exist_ok=True)
+    if not a.resume:
+        if (run / "checkpoints").exists():
+            shutil.rmtree(run / "checkpoints")
+        (run / "config.json").write_text(json.dumps({"ppo": cfg.to_dict(), "env": env_cfg, "seed": seed,
+                                                      "num_seeds": num_seeds}, indent=2) + "\n")
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
+    t0 = time.perf_counter()
+    ckpt = Checkpointer(run / "checkpoints")
+    start = 0
+    if a.resume and fresh_after_resume:
+        print(f"{run} has no checkpoint yet (the run stopped before its first): starting it from update 0 "
+              "with its saved config", file=sys.stderr)
+    elif a.resume:
+        start = Checkpointer.latest_in(run / "checkpoints")
+    rows = read_rows(run / "metrics.csv", start) if a.resume and start else []
+    wall0 = float(rows[-1]["wall_s"]) if rows else 0.0
+    steps_per_update = cfg.batch_size * num_seeds
+    print(f"{env.name}{' (reward ' + env_cfg['reward'] + ')' if env_cfg.get('reward') else ''}: "
+          f"{num_seeds} seed(s) x {cfg.num_envs} envs x {cfg.num_steps} steps per update, "
+          f"{cfg.total_updates} updates ({cfg.total_updates * steps_per_update:,} env steps) on "
+          f"{jax.default_backend()}; run dir {run}", file=sys.stderr)
+    stop = cfg.total_updates if a.stop_after is None else min(a.stop_after, cfg.total_updates)
+    bar = Progress(cfg.total_updates, unit=" updates", label="train ")
+    seen = {"update": start, "warned": False}
+
+    def on_update(update, reward):
+        # called from inside the compiled chunk after every update (once per seed)
+        update = int(update)
+        if update <= seen["update"]:
+            return
+        seen["update"] = update
+        bar.update(update, extra=f"reward {float(reward):+.4f}")  # the first one starts the clock
+        rate = bar.rate() * steps_per_update
+        if rate == rate:
+            bar.update(update, extra=f"{rate:,.0f} env-steps/s reward {float(reward):+.4f}")
+        eta_min = bar.eta_s() / 60
+        if not seen["warned"] and eta_min == eta_min and jax.default_backend() == "cpu" and eta_min > a.warn_after_min:
+            seen["warned"] = True
+            bar.note(f"warning: no accelerator (JAX runs on the CPU): at {rate:,.0f} env steps/s the remaining "
+                     f"{cfg.total_updates - update} updates need about {fmt_s(eta_min * 60)}. Fewer --num-envs or "
+                     "--updates, or a GPU (pip install -U 'jax[cuda12]'), shorten it; --stop-after and --resume "
+                     "split it.")
+
+    ppo = PPO(env, env_params, cfg, on_update=on_update)
+    ts = ppo.init_seeds(keys)
+    if start:
+        ts = ckpt.restore(ts)
+        start = int(np.asarray(ts.update)[0])
+        print(f"resumed {run} at update {start}/{cfg.total_updates}", file=sys.stderr)
+    bar.update(start, extra="compiling", measure=False)
+    u = start
+    while u < stop:
+        n = min(a.checkpoint_every, stop - u)
+        ts, m = ppo.run_seeds(ts, n)
+        m = jax.device_get(m)
+        wall = wall0 + time.perf_counter() - t0
+        for s in range(num_seeds):
+            for i in range(n):
+                row = {"seed": s, "update": u + i + 1, "env_steps": (u + i + 1) * cfg.batch_size,
+                       "wall_s": f"{wall:.2f}"}
+                row.update({k: f"{float(v[s, i]):.6g}" for k, v in sorted(m.items())})
+                rows.append(row)
+        u += n
+        ckpt.save(u, ts)
+        write_rows(run / "metrics.csv", rows)
+    bar.close()
+    ckpt.close()
+    plot_curves(rows, run / "curves.png")
+    if u < cfg.total_updates:
+        print(f"stopped at update {u}/{cfg.total_updates}; continue with --run-dir {run} --resume", file=sys.stderr)
+        return 0
+
+    # deployable policies, one per seed; policy/ = best mean reward over the last 10 % of updates
+    env_info = {"name": env.name, "reward": getattr(env.formulation.reward, "name", None),
+                "obs": f"{env.formulation.id} observation [{len(env.obs_layout)}]",
+                "action": env.formulation.action.text, "scenario": env_cfg, "ppo": cfg.to_dict()}
+    finals = []
+    for s in range(num_seeds):
+        p_s = jax.tree.map(lambda x: x[s], ts.params)
+        st_s = jax.tree.map(lambda x: x[s], ts.obs_stats)
+        try:
+            export_policy(ppo, p_s, st_s, run / f"policy_seed{s}", env_info)
+        except ValueError as e:
+            print(f"note: {e}", file=sys.stderr)
+            break
+        tail = [float(r["reward_mean"]) for r in rows if int(r["seed"]) == s][-max(1, cfg.total_updates // 10):]
+        finals.append(float(np.mean(tail)))
+    if finals:
+        best = int(np.argmax(finals))
+        if (run / "policy").exists():
+            shutil.rmtree(run / "policy")
+        shutil.copytree(run / f"policy_seed{best}", run / "policy")
+        print(f"final reward per seed {np.round(finals, 4).tolist()}; policy/ = seed {best}", file=sys.stderr)
+    total_s = time.perf_counter() - t0
+    steps = (cfg.total_updates - start) * steps_per_update
+    print(json.dumps({"run_dir": str(run), "updates": cfg.total_updates, "env_steps_this_call": steps,
+                      "wall_s": round(total_s, 1), "env_steps_per_s": round(steps / max(total_s, 1e-9), 1)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""What a formulation is made of, and the registry of formulations.
+
+A formulation is one object with three parts, each a small object of its own:
+  observation  `fields(P)` names the observation's entries (name, unit, normalisation)
+               and `__call__(rec, params)` computes it, float32 [D], from the interval
+               record (`metrics.Interval`) and the env's params;
+  action       `space(P)` (gymnax), `fields(P)`, and `knobs(action, rec, params)`: the
+               switch's knobs the action sets (`sim.KNOBS`), given the record of the
+               interval the action answers;
+  reward       `__call__(rec, params) -> (reward [], parts {name: []})`.
+Every part is a pure function of the interval record and the params, so the env, the
+evaluators and the ns-3 lock-step driver compute the same numbers with the same code.
+A new formulation is one module that builds a `Formulation` and calls `register`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax.numpy as jnp
+
+from rlbm_jax.env import sim
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One entry of an observation or action: its name, unit and how it is scaled."""
+
+    name: str
+    unit: str
+    text: str
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def per_class(name: str, unit: str, text: str, num_classes: int) -> tuple:
+    """One `Field` per class: `name_c0`, `name_c1`, ..."""
+    return tuple(Field(f"{name}_c{c}", unit, text.format(c=c)) for c in range(num_classes))
+
+
+def capacity_pkts(params) -> int:
+    """Data packets the bottleneck carries in one agent interval (a Python int: both
+    factors are static)."""
+    return params.ticks_per_step * params.sim.pkts_per_tick
+
+
+@dataclasses.dataclass(frozen=True)
+class Formulation:
+    """An RL formulation of buffer management: observation, action and reward."""
+
+    id: str  # the env id `rlbm_jax.make` takes, e.g. "RLBM-thesis-v0"
+    description: str
+    observation: Any
+    action: Any
+    reward: Any
+
+    def obs_fields(self, num_classes: int) -> tuple:
+        return tuple(self.observation.fields(num_classes))
+
+    def obs_layout(self, num_classes: int) -> tuple:
+        """The observation's entry names, in order."""
+        return tuple(f.name for f in self.obs_fields(num_classes))
+
+    def observe(self, rec, params):
+        return self.observation(rec, params).astype(jnp.float32)
+
+    def action_space(self, num_classes: int):
+        return self.action.space(num_classes)
+
+    def knobs(self, action, rec, params) -> dict:
+        knobs = self.action.knobs(action, rec, params)
+        unknown = set(knobs) - set(sim.KNOBS)
+        if unknown:
+            raise ValueError(f"formulation {self.id}: unknown knobs {sorted(unknown)}; the switch has {sim.KNOBS}")
+        return knobs
+
+    def reward_of(self, rec, params):
+        r, parts = self.reward(rec, params)
+        return r.astype(jnp.float32), parts
+
+    def with_reward(self, reward) -> "Formulation":
+        """The same observation and action with another reward (a name from
+        `rewards.REWARDS`, or a reward object)."""
+        from rlbm_jax.env.formulations import rewards
+
+        r = rewards.get(reward) if isinstance(reward, str) else reward
+        return dataclasses.replace(self, reward=r)
+
+    def metadata(self, num_classes: int) -> dict:
+        """What a policy file or an ONNX graph records about the formulation."""
+        return {"formulation": self.id, "obs_layout": list(self.obs_layout(num_classes)),
+                "obs_fields": [f.as_dict() for f in self.obs_fields(num_classes)],
+                "action_fields": [f.as_dict() for f in self.action.fields(num_classes)],
+                "action": self.action.text, "reward": getattr(self.reward, "name", type(self.reward).__name__)}
+
+
+_REGISTRY: dict[str, Formulation] = {}
+_LISTENERS: list[Callable[[Formulation], None]] = []
+
+
+def register(formulation: Formulation) -> Formulation:
+    """Add a formulation; `rlbm_jax.make(formulation.id)` then builds its env."""
+    if not isinstance(formulation, Formulation):
+        raise TypeError(f"register takes a Formulation, got {type(formulation).__name__}")
+    if formulation.id in _REGISTRY:
+        raise ValueError(f"formulation {formulation.id!r} is already registered")
+    _REGISTRY[formulation.id] = formulation
+    for fn in _LISTENERS:
+        fn(formulation)
+    return formulation
+
+
+def get(formulation_id: str) -> Formulation:
+    try:
+        return _REGISTRY[formulation_id]
+    except KeyError:
+        raise ValueError(f"unknown formulation {formulation_id!r}; registered: {', '.join(_REGISTRY)}") from None
+
+
+def ids() -> tuple:
+    return tuple(_REGISTRY)
+
+
+def on_register(fn: Callable[[Formulation], None]) -> None:
+    """Call fn for every formulation registered, now and later (the env registry uses it)."""
+    _LISTENERS.append(fn)
+    for f in list(_REGISTRY.values()):
+        fn(f)

@@ -1,0 +1,411 @@
+"""The ns-3.37 reference: build the scenario, run it on our cells and seeds (cached),
+read its interval records, and drive its rl buffer policy from a policy in this process.
+
+The scenario (`calibration/ns3/rlbm_scenario.cc`, built by `calibration/ns3/build.sh`)
+takes `make_params`'s names as options, so a scenario dict (`rlbm_jax.scenarios`)
+configures both simulators.  Poisson cells are fed exactly the flows our simulator
+starts for the seed (`write_schedule` -> `--flows_in`), so comparisons are paired.
+
+With an agent interval the scenario writes, per interval, the raw record of
+`metrics.Interval` (`--intervals_out`, and in lock-step on its stdout); it computes no
+observation or reward.  Python computes both from the record with the formulation's
+own JAX functions (`records_to_interval`, `score_records`), so ns-3 and the JAX env
+share one definition of every formulation.  `drive` runs the lock-step protocol:
+    scenario -> "rec K name=value ..."  (per-class values "v0,v1"; flows "size:class:slowdown;...")
+    driver   -> "class_alpha=a0,a1,..." (the knobs the formulation derives from the action)
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import csv
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import os
+import subprocess
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Callable
+
+import jax
+import numpy as np
+
+from rlbm_jax.env import metrics as mx, sim, traffic
+from rlbm_jax.env.params import make_params
+from rlbm_jax.progress import Progress
+
+NS3_DIR = Path(__file__).resolve().parents[1] / "calibration" / "ns3"
+BUILD = NS3_DIR / "build.sh"
+SOURCE = NS3_DIR / "rlbm_scenario.cc"
+# record fields the scenario writes (the rest of metrics.INTERVAL_FIELDS follow from `flows`)
+NS3_RECORD_FIELDS = tuple(n for n, _ in mx.INTERVAL_FIELDS if n not in ("flows_logged", "flows_overflow"))
+KNOB_ORDER = ("class_alpha",)  # knobs the scenario reads back, in the reply's order
+
+
+def repo_root() -> Path:
+    """The source tree the package was installed from (pip install -e .)."""
+    if not SOURCE.is_file():
+        raise RuntimeError(f"the ns-3 scenario source is not at {SOURCE}: it ships with the source tree; install "
+                           "rlbm_jax from a checkout with `pip install -e .`")
+    return NS3_DIR.parents[1]
+
+
+@dataclasses.dataclass
+class Cell:
+    name: str
+    kind: str  # "thesis" (Poisson flows, fed from our schedule) or "long"
+    kw: dict  # make_params keyword arguments, the same names the ns-3 scenario takes
+    seconds: float
+
+
+def build_ns3() -> Path:
+    """Builds (if needed) the ns-3 scenario; installs libns3-dev when it is missing."""
+    repo_root()
+    proc = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ns-3 scenario build failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def cdf_path(name: str) -> str:
+    if Path(name).exists():
+        return str(Path(name).resolve())
+    return str(resources.files("rlbm_jax.env") / "data" / f"{name}.csv")
+
+
+NOT_NS3 = ("num_flow_slots", "queue_capacity_pkts", "pkts_per_tick", "completion_log_size", "interval_log_size",
+           "delay_line_ticks")  # shapes of our simulator only
+
+
+def ns3_args(c: Cell, seed: int) -> list[str]:
+    args = {"seconds": c.seconds, "seed": seed}
+    for k, v in c.kw.items():
+        if k in NOT_NS3:
+            continue
+        if k == "buffer_per_class_pkts":
+            k = "class_cap_pkts"
+        if k == "cdf":
+            v = cdf_path(v)
+        args[k] = v
+    args.setdefault("cdf", cdf_path("websearch"))
+    flat = []
+    for k, v in args.items():
+        if isinstance(v, (list, tuple)):
+            v = ",".join(str(x) for x in v)
+        elif isinstance(v, bool):
+            v = int(v)
+        flat.append(f"--{k}={v}")
+    return flat
+
+
+_schedule = jax.jit(sim.flow_schedule, static_argnums=2)
+
+
+def write_schedule(c: Cell, seed: int, path: Path) -> int:
+    """Writes the flows our simulator starts for (cell, seed) as ns-3's `--flows_in` CSV,
+    so both simulators carry the same workload; returns the number of flows."""
+    params = make_params(**c.kw)
+    stop = min(float(params.arrival_stop_s), c.seconds)
+    rate = float(traffic.arrival_rate_per_s(params))
+    n = int(rate * stop * 1.5 + 10 * math.sqrt(rate * stop + 1) + 16)
+    t, sender, size = _schedule(jax.random.PRNGKey(int(seed)), params, n)
+    t, sender, size = np.asarray(t, np.float64), np.asarray(sender), np.asarray(size, np.float64)
+    if t[-1] < stop:
+        raise RuntimeError(f"flow schedule of {c.name} seed {seed} needs more than {n} flows")
+    keep = t < stop
+    with path.open("w") as f:
+        f.write("start_s,sender,size_bytes\n")
+        for a, b, d in zip(t[keep], sender[keep], size[keep]):
+            f.write(f"{a:.9f},{int(b)},{d:.3f}\n")
+    return int(keep.sum())
+
+
+def call(cmd: list[str]):
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ns-3 run failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+
+
+# ---------------------------------------------------------------------------
+# interval records
+# ---------------------------------------------------------------------------
+
+def records_to_interval(rows: list[dict], num_classes: int, log_size: int):
+    """The records of `rows` ({field: text} as the scenario writes them: per-class values
+    "v0,v1,...", flows "size:class:slowdown;...") as one `metrics.Interval` of numpy arrays
+    with a leading axis [len(rows)].  The first `log_size` finished flows of an interval
+    go to `flows`, the rest are counted in `flows_overflow`, as the JAX simulator does.
+    A missing field, a wrong class count or an unparsable value raises ValueError."""
+    out = {n: [] for n, _ in mx.INTERVAL_FIELDS}
+    for i, row in enumerate(rows):
+        missing = [n for n in NS3_RECORD_FIELDS if n not in row]
+        if missing:
+            raise ValueError(f"interval record {i} lacks {missing}")
+        for name, shape in mx.INTERVAL_FIELDS:
+            if name in ("flows_logged", "flows_overflow"):
+                continue
+            text = row[name]
+            try:
+                if shape == "flows":
+                    trip = [tuple(float(x) for x in f.split(":")) for f in text.split(";") if f]
+                    if any(len(t) != 3 for t in trip):
+                        raise ValueError("expected size:class:slowdown")
+                    arr = np.zeros((log_size, 3), np.float64)
+                    kept = trip[:log_size]
+                    if kept:
+                        arr[:len(kept)] = kept
+                    out["flows"].append(arr)
+                    out["flows_logged"].append(len(kept))
+                    out["flows_overflow"].append(len(trip) - len(kept))
+                    continue
+                vals = [float(x) for x in str(text).split(",")]
+            except ValueError as e:
+                raise ValueError(f"interval record {i}: field {name}={text!r}: {e}") from None
+            if shape == "P" and len(vals) != num_classes:
+                raise ValueError(f"interval record {i}: field {name} has {len(vals)} values for {num_classes} classes")
+            if shape == "" and len(vals) != 1:
+                raise ValueError(f"interval record {i}: field {name} must be one number, got {text!r}")
+            out[name].append(vals if shape == "P" else vals[0])
+    arrays = {}
+    for name, _ in mx.INTERVAL_FIELDS:
+        dtype = np.int32 if name in mx.INTERVAL_INT_FIELDS else np.float32
+        arrays[name] = np.asarray(out[name], np.float64).astype(dtype)
+    return mx.Interval(**arrays)
+
+
+def parse_line(line: str) -> tuple[int, dict]:
+    """(interval number, {field: text}) of a lock-step line "rec K name=value ..."."""
+    parts = line.split()
+    if len(parts) < 2 or parts[0] != "rec":
+        raise ValueError(f"expected 'rec K name=value ...', got {line[:200]!r}")
+    k = int(parts[1])
+    fields = {}
+    for tok in parts[2:]:
+        name, sep, value = tok.partition("=")
+        if not sep:
+            raise ValueError(f"expected name=value, got {tok[:100]!r}")
+        fields[name] = value
+    return k, fields
+
+
+def read_intervals(path) -> list[dict]:
+    """The rows of an `--intervals_out` CSV as {field: text}: per-class columns
+    `name_c0, name_c1, ...` joined into "v0,v1,..." (the lock-step line's form), plus the
+    interval number, its end time and the alphas in effect."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = []
+    for r in rows:
+        joined = {}
+        for key, value in r.items():
+            base, sep, c = key.rpartition("_c")
+            if sep and c.isdigit():
+                joined.setdefault(base, []).append((int(c), value))
+            else:
+                joined[key] = value
+        out.append({k: (",".join(v for _, v in sorted(vals)) if isinstance(vals, list) else vals)
+                    for k, vals in joined.items()})
+    return out
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _rewards(formulation, rec, env_params):
+    return jax.vmap(lambda r: formulation.reward_of(r, env_params)[0])(rec)
+
+
+def score_records(formulation, env_params, rows: list[dict]) -> np.ndarray:
+    """The formulation's reward of every interval record in `rows` [T]."""
+    if not rows:
+        return np.zeros((0,), np.float32)
+    rec = records_to_interval(rows, env_params.sim.num_classes, env_params.sim.interval_log_size)
+    return np.asarray(_rewards(formulation, rec, env_params))
+
+
+# ---------------------------------------------------------------------------
+# lock-step driving of the rl buffer policy
+# ---------------------------------------------------------------------------
+
+@functools.partial(jax.jit, static_argnums=0)
+def _observe(formulation, rec, env_params):
+    return formulation.observe(rec, env_params)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _knobs(formulation, action, rec, env_params):
+    return formulation.knobs(action, rec, env_params)
+
+
+@dataclasses.dataclass(frozen=True)
+class Agent:
+    """A policy that sets the rl buffer policy's knobs inside ns-3 (`drive`): fn(obs [1, D])
+    -> action [1, A], seen through `formulation`; `env_params` gives the agent interval and
+    the observation's own scales (flows_scale), each run the cell's simulator params;
+    `digest` identifies the policy in the run cache."""
+    fn: Callable
+    digest: str
+    formulation: object
+    env_params: object
+
+    @property
+    def interval_s(self) -> float:
+        return float(self.env_params.agent_interval_s)
+
+    def args(self) -> list[str]:
+        return ["--agent=stdio", f"--agent_interval_s={self.interval_s!r}"]
+
+    def responder(self, sim_params) -> Callable[[dict], str]:
+        """fn(record fields) -> the reply line, for a run of `sim_params`."""
+        f, ep = self.formulation, self.env_params.replace(sim=sim_params)
+        P, M = ep.sim.num_classes, ep.sim.interval_log_size
+        width, act_dim = len(f.obs_layout(P)), int(np.prod(f.action_space(P).shape))
+
+        def answer(fields: dict) -> str:
+            rec = jax.tree.map(lambda x: x[0], records_to_interval([fields], P, M))
+            obs = np.asarray(_observe(f, rec, ep), np.float32)[None]
+            act = np.asarray(self.fn(obs), np.float32)
+            if act.shape != (1, act_dim) or not np.all(np.isfinite(act)):
+                raise ValueError(f"policy gave {act!r} for an observation of width {width}; expected {act_dim} "
+                                 "finite numbers")
+            kn = _knobs(f, act[0], rec, ep)
+            # repr of a float32 widened to float: the exact value, read back by strtod
+            return " ".join(f"{name}=" + ",".join(repr(float(a)) for a in np.asarray(kn[name], np.float32).ravel())
+                            for name in KNOB_ORDER)
+
+        return answer
+
+
+def drive(cmd: list[str], answer: Callable[[dict], str]) -> int:
+    """Run `cmd` (the scenario with --agent=stdio), answering each record line with
+    answer(fields) -> knob line; returns the number of decisions.  Raises RuntimeError,
+    with the end of the scenario's stderr, when the scenario fails or speaks out of
+    protocol, or the policy's answer is refused."""
+    with tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                bufsize=1)
+
+        def fail(why: str):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            err.seek(0)
+            tail = err.read()[-3000:]
+            raise RuntimeError(f"ns-3 agent run ({' '.join(cmd)}): {why}" + (f"\nns-3 stderr:\n{tail}" if tail else ""))
+
+        decisions = 0
+        try:
+            for line in proc.stdout:
+                try:
+                    k, fields = parse_line(line)
+                    if k != decisions:
+                        raise ValueError(f"expected record {decisions}, got {k}")
+                except ValueError as e:
+                    fail(f"protocol: {e}")
+                try:
+                    reply = answer(fields)
+                except ValueError as e:
+                    fail(f"record {decisions}: {e}")
+                proc.stdin.write(reply + "\n")
+                proc.stdin.flush()
+                decisions += 1
+        except BrokenPipeError:
+            fail(f"the scenario stopped reading after {decisions} decisions")
+        except BaseException:  # the policy raised, or an interrupt: stop the scenario too
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            raise
+        finally:
+            if proc.stdin and not proc.stdin.closed:
+                try:
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass
+        rc = proc.wait()
+        if rc != 0:
+            fail(f"exit status {rc} after {decisions} decisions")
+    return decisions
+
+
+# ---------------------------------------------------------------------------
+# runs
+# ---------------------------------------------------------------------------
+
+def _run_one(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, fresh: bool, source_digest: bytes,
+             agent: Agent | None, interval_s: float | None) -> dict:
+    """One ns-3 run; reuses an earlier result when the scenario source, the command line,
+    the flow schedule and the agent are all unchanged (unless `fresh`).  With
+    `interval_s`, the run's interval records are kept; with `agent`, its rl policy is
+    driven by it in lock-step."""
+    stem = workdir / (f"{c.name.replace('/', '_')}_s{seed}" + (f"_{agent.digest[:10]}" if agent else ""))
+    cmd = [str(binary), *ns3_args(c, seed), *extra, f"--out={stem}.json", f"--flows_out={stem}.flows.csv"]
+    if agent is not None:
+        interval_s = agent.interval_s
+        cmd += agent.args()
+    elif interval_s is not None:
+        cmd.append(f"--agent_interval_s={float(interval_s)!r}")
+    if interval_s is not None:
+        cmd.append(f"--intervals_out={stem}.intervals.csv")
+    key = hashlib.sha256(source_digest)
+    if agent is not None:  # the policy, its formulation and the driver that answers for it
+        key.update(agent.digest.encode())
+        key.update(agent.formulation.id.encode())
+        key.update(Path(__file__).read_bytes())
+    if c.kind == "thesis":
+        schedule = Path(f"{stem}.schedule.csv")
+        write_schedule(c, seed, schedule)
+        cmd.append(f"--flows_in={schedule}")
+        key.update(schedule.read_bytes())
+    key.update(" ".join(cmd[1:]).encode())
+    key_file, out_json = Path(f"{stem}.key"), Path(f"{stem}.json")
+    cached = not fresh and key_file.exists() and out_json.exists() and key_file.read_text() == key.hexdigest()
+    if not cached:
+        key_file.unlink(missing_ok=True)
+        if agent is None:
+            call(cmd)
+        else:
+            decisions = drive(cmd, agent.responder(make_params(**c.kw)))
+            done = json.loads(out_json.read_text())["agent_intervals"]
+            if decisions not in (done, done + 1):  # the last interval's end gets no decision
+                raise RuntimeError(f"{stem}: {decisions} agent decisions for {done} intervals")
+        key_file.write_text(key.hexdigest())
+    rep = json.loads(out_json.read_text())
+    flows = np.loadtxt(f"{stem}.flows.csv", delimiter=",", skiprows=1, ndmin=2).tolist() \
+        if Path(f"{stem}.flows.csv").stat().st_size > 40 else []
+    intervals = read_intervals(f"{stem}.intervals.csv") if interval_s is not None else None
+    root = str(NS3_DIR.parents[1]) + os.sep
+    return {"rep": rep, "flows": flows, "intervals": intervals, "cmd": " ".join(cmd[1:]).replace(root, ""),
+            "cached": cached}
+
+
+def run_ns3(binary: Path, cells: list[Cell], seeds: list[int], jobs: int, workdir: Path,
+            show_progress=True, extra: tuple = (), fresh: bool = False, agent: Agent | None = None,
+            interval_s: float | None = None, label: str = "ns-3 ") -> dict:
+    """Every cell x seed in ns-3, `jobs` processes at a time: {cell name: {"seeds": [report],
+    "flows": [[rows]], "intervals": [[records]] (with an interval or an agent), "hist",
+    "wall_s", "example_cmd", "cached_runs"}}."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    tasks = [(c, s) for c in cells for s in seeds]
+    res = {}
+    bar = Progress(len(tasks), unit=" runs", label=label) if show_progress else None
+    with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
+        digest = hashlib.sha256(SOURCE.read_bytes()).digest()  # the cache key covers the scenario source
+        futs = {ex.submit(_run_one, binary, c, s, workdir, extra, fresh, digest, agent, interval_s): (c.name, s)
+                for c, s in tasks}
+        for i, f in enumerate(cf.as_completed(futs)):
+            res[futs[f]] = f.result()
+            if bar:
+                bar.update(i + 1)
+    if bar:
+        bar.close()
+    out = {}
+    for c in cells:
+        runs = [res[(c.name, s)] for s in seeds]
+        out[c.name] = {"seeds": [r["rep"] for r in runs], "flows": [r["flows"] for r in runs],
+                       "intervals": [r["intervals"] for r in runs],
+                       "hist": [r["rep"].get("queue_hist", []) for r in runs],
+                       "wall_s": float(np.mean([r["rep"].get("wall_s", np.nan) for r in runs])),
+                       "example_cmd": runs[0]["cmd"], "cached_runs": sum(r["cached"] for r in runs)}
+    return out

@@ -1,0 +1,130 @@
+"""Scenarios, defined once: every script, evaluator, calibration grid and the domain
+randomisation builds its simulator configuration here.
+
+A scenario is a dict of `make_params` keyword arguments; the ns-3 scenario
+(`calibration/ns3/rlbm_scenario.cc`) takes the same names, so one dict configures both
+simulators.  `kw(name, **overrides)` gives the dict, `params(name, **overrides)` the
+validated `SimParams`; `SCENARIOS` lists the names with what each models.
+
+    thesis   10 senders -> 10 Mbit/s bottleneck (20 ms base RTT), two classes of N packets each
+             (flows > 2 MB in class 1), shared buffer 2N, Poisson web-search flows at `load`
+             (utilisation) during the first 45 s, CUBIC, initial cwnd 10, min RTO 10 ms
+             (shared/reference section 1); beta (1, 0.5) for the rl policy
+    long     `long_flows` long-lived flows from t = 0 through one droptail FIFO at 100 Mbit/s,
+             1 Gbit/s access links, `buffer_bdp` x BDP packets (default 1), min RTO 200 ms
+The thesis grid (`THESIS_GRID`, `thesis_grid`) is TCP x per-class buffer N x load; a cell
+is `thesis_cell(tcp, n, load)`.  `THESIS_RANDOM` holds the ranges training draws each
+episode's scenario from (`rlbm_jax.env.randomize`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from rlbm_jax.env.params import TCP_NAMES, SimParams, make_params
+
+# the thesis's per-class weights beta_c of the rl threshold alpha_c * beta_c * (B - Q)
+THESIS_BETA = (1.0, 0.5)
+
+THESIS = dict(
+    num_senders=10,
+    access_rate_bps=100e6,
+    access_delay_s=0.1e-3,
+    bottleneck_rate_bps=10e6,
+    bottleneck_delay_s=10e-3,
+    buffer_per_class_pkts=100,
+    num_classes=2,
+    tcp="cubic",
+    mss_bytes=1000,
+    initial_cwnd_pkts=10,
+    min_rto_s=0.010,
+    delayed_ack=1,
+    load=0.7,
+    arrival_stop_s=45.0,
+    cdf="websearch",
+    class_threshold_bytes=2_000_000,
+    policy="sb-naive",
+    beta=THESIS_BETA,
+    scheduler="rr",
+    warmup_s=0.0,
+)
+
+# the thesis grid: every combination is a cell, scored 60 s with flows in the first 45 s
+THESIS_GRID = dict(tcp=("cubic", "newreno"), buffer_per_class_pkts=(100, 500, 1000),
+                   load=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8))
+THESIS_EPISODE_S = 60.0
+
+# what training draws each episode from: per-class buffer N, load, TCP
+THESIS_RANDOM = dict(buffer_pkts=(100, 1000), load=(0.1, 0.9), tcp=TCP_NAMES, buffer_dist="uniform")
+
+
+def thesis(**overrides) -> dict:
+    """The thesis scenario with any field overridden."""
+    return {**THESIS, **overrides}
+
+
+def thesis_cell(tcp: str, buffer_per_class_pkts: int, load: float, **overrides) -> dict:
+    """One cell of the thesis grid."""
+    return thesis(tcp=tcp, buffer_per_class_pkts=buffer_per_class_pkts, load=load, **overrides)
+
+
+def thesis_grid(tcp: Sequence[str] = THESIS_GRID["tcp"],
+                buffer_per_class_pkts: Sequence[int] = THESIS_GRID["buffer_per_class_pkts"],
+                load: Sequence[float] = THESIS_GRID["load"]) -> list[tuple]:
+    """The grid's cells as (tcp, N, load), TCP outermost."""
+    return [(t, int(n), float(ld)) for t in tcp for n in buffer_per_class_pkts for ld in load]
+
+
+LONG = dict(num_classes=1, load=0.0, policy="droptail", access_rate_bps=1e9, access_delay_s=0.0,
+            bottleneck_rate_bps=100e6, bottleneck_delay_s=10e-3, tcp="newreno", mss_bytes=1000,
+            # Linux's 200 ms: with the thesis's 10 ms floor, RTTs of 20-80 ms plus queueing make
+            # ns-3 time out spuriously thousands of times per run
+            min_rto_s=0.2, completion_log_size=16)
+
+
+def long_flows(long_flows: int = 1, buffer_bdp: float = 1.0, **overrides) -> dict:
+    """`long_flows` long-lived flows (one per sender) through one droptail FIFO of
+    `buffer_bdp` x BDP packets (unless `buffer_per_class_pkts` is given)."""
+    n = int(long_flows)
+    kw = {**LONG, "num_senders": max(1, n), "num_flow_slots": max(1, n), "long_flows": n, **overrides}
+    if "buffer_per_class_pkts" not in overrides:
+        if not (math.isfinite(buffer_bdp) and buffer_bdp > 0):
+            raise ValueError(f"buffer_bdp must be a positive number, got {buffer_bdp!r}")
+        bdp = float(make_params(**{**kw, "buffer_per_class_pkts": 1}).bdp_pkts)
+        kw["buffer_per_class_pkts"] = max(1, int(round(buffer_bdp * bdp)))
+    kw.setdefault("queue_capacity_pkts", kw["buffer_per_class_pkts"])
+    return kw
+
+
+SCENARIOS: dict[str, tuple[Callable[..., dict], str]] = {
+    "thesis": (thesis, "10 senders, Poisson web-search flows at a load, 10 Mbit/s, two classes (the thesis)"),
+    "long": (long_flows, "long-lived flows through one droptail FIFO at 100 Mbit/s"),
+}
+
+
+def register(name: str, builder: Callable[..., dict], text: str) -> None:
+    """Add a scenario: builder(**overrides) -> make_params keyword arguments."""
+    if name in SCENARIOS:
+        raise ValueError(f"scenario {name!r} is already registered")
+    SCENARIOS[name] = (builder, text)
+
+
+def kw(name: str, **overrides) -> dict:
+    """The make_params keyword arguments of scenario `name` with overrides."""
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
+    return SCENARIOS[name][0](**overrides)
+
+
+def params(name: str, **overrides) -> SimParams:
+    return make_params(**kw(name, **overrides))
+
+
+def thesis_params(**overrides) -> SimParams:
+    """SimParams of the thesis scenario with any field overridden."""
+    return make_params(**thesis(**overrides))
+
+
+def long_flow_params(n_flows: int, buffer_bdp: float, **overrides) -> SimParams:
+    """SimParams of `n_flows` long-lived flows through a droptail FIFO of `buffer_bdp` x BDP."""
+    return make_params(**long_flows(n_flows, buffer_bdp, **overrides))
