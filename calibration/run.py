@@ -52,6 +52,17 @@ EXTRA_METRICS = ("queue_p99_pkts", "fct_mean_s", "goodput_bps", "flows_completed
 # grids
 # ---------------------------------------------------------------------------
 
+def in_repo_terms(obj):
+    """`obj` with every path inside the source tree written relative to its root (the ns-3
+    runs' configs and commands name files): results read the same on any checkout."""
+    root = str(ROOT) + "/"
+    if isinstance(obj, dict):
+        return {k: in_repo_terms(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [in_repo_terms(v) for v in obj]
+    return obj.replace(root, "") if isinstance(obj, str) else obj
+
+
 def thesis_cell(tcp, load, buffer_pkts, seconds=60.0, pkts_per_tick=1, policy="sb-naive"):
     kw = scenarios.thesis_cell(tcp, buffer_pkts, load, queue_capacity_pkts=400, policy=policy,
                                pkts_per_tick=pkts_per_tick, num_flow_slots=64)
@@ -515,14 +526,14 @@ def main(argv=None):
     t_ours = time.perf_counter() - t0
     rows = compare(cells, ours, ns3)
     write_errors(rows, out / "errors.csv")
-    (out / "results.json").write_text(json.dumps(
+    (out / "results.json").write_text(json.dumps(in_repo_terms(
         {"grid": args.grid, "seeds": seeds, "tolerances": TOLERANCES, "wall_s": {"ours": t_ours, "ns3": t_ns3},
          "cells": {c.name: {"kind": c.kind, "params": c.kw, "seconds": c.seconds,
                             "ours": ours[c.name]["seeds"], "ns3": [{k: v for k, v in r.items()
                                                                     if not k.startswith("queue_hist")}
                                                                    for r in ns3[c.name]["seeds"]],
                             "ns3_example_cmd": ns3[c.name]["example_cmd"]} for c in cells},
-         "errors": rows}, indent=1, default=float) + "\n")
+         "errors": rows}), indent=1, default=float) + "\n")
     plots(cells, ours, ns3, rows, out)
     extra = []
     if args.grid == "dial":
