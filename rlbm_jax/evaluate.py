@@ -178,6 +178,9 @@ def add_grid_args(ap, *, seeds: int):
     ap.add_argument("--first-seed", type=int, default=100_000, help="seeds are first-seed, first-seed+1, ...")
     ap.add_argument("--reward", default=None, help="reward to score on (a name of rlbm_jax.env.formulations."
                     "REWARDS); default: the policy's formulation's")
+    from rlbm_jax.cli import add_model_args
+
+    add_model_args(ap)
 
 
 def scoring_formulation(policy_formulation: str | None, reward: str | None):

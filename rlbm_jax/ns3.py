@@ -76,8 +76,10 @@ def cdf_path(name: str) -> str:
     return str(resources.files("rlbm_jax.env") / "data" / f"{name}.csv")
 
 
+# shapes of our simulator, and its choices of what to model (ns-3.37 is the reference:
+# it always recovers from a timeout by go-back-N)
 NOT_NS3 = ("num_flow_slots", "queue_capacity_pkts", "pkts_per_tick", "completion_log_size", "interval_log_size",
-           "delay_line_ticks")  # shapes of our simulator only
+           "delay_line_ticks", "rto_recovery", "rtt_samples")
 
 
 def ns3_args(c: Cell, seed: int) -> list[str]:

@@ -12,6 +12,10 @@ validated `SimParams`; `SCENARIOS` lists the names with what each models.
              (shared/reference section 1); beta (1, 0.5) for the rl policy
     long     `long_flows` long-lived flows from t = 0 through one droptail FIFO at 100 Mbit/s,
              1 Gbit/s access links, `buffer_bdp` x BDP packets (default 1), min RTO 200 ms
+    dumbbell `senders` senders -> one droptail FIFO of `buffer_bdp` x BDP at `rate_bps`
+             (default 100 Mbit/s; access links 10x faster), Poisson flows of a size table at
+             `load` during the first 75 % of `seconds`, 20 ms base RTT, the thesis's TCP
+             settings (initial cwnd 10, min RTO 10 ms, no delayed ACK)
 The thesis grid (`THESIS_GRID`, `thesis_grid`) is TCP x per-class buffer N x load; a cell
 is `thesis_cell(tcp, n, load)`.  `THESIS_RANDOM` holds the ranges training draws each
 episode's scenario from (`rlbm_jax.env.randomize`).
@@ -82,16 +86,43 @@ LONG = dict(num_classes=1, load=0.0, policy="droptail", access_rate_bps=1e9, acc
             min_rto_s=0.2, completion_log_size=16)
 
 
+def _bdp_buffer(kw: dict, buffer_bdp: float) -> int:
+    """`buffer_bdp` x the BDP of the configuration `kw`, in whole packets (at least 1)."""
+    if not (math.isfinite(buffer_bdp) and buffer_bdp > 0):
+        raise ValueError(f"buffer_bdp must be a positive number, got {buffer_bdp!r}")
+    bdp = float(make_params(**{**kw, "buffer_per_class_pkts": 1, "queue_capacity_pkts": 1}).bdp_pkts)
+    return max(1, int(round(buffer_bdp * bdp)))
+
+
+DUMBBELL = dict(num_classes=1, policy="droptail", access_delay_s=0.1e-3, bottleneck_delay_s=10e-3, mss_bytes=1000,
+                initial_cwnd_pkts=10, min_rto_s=0.010, delayed_ack=1, num_flow_slots=128,
+                completion_log_size=8192)
+
+
+def dumbbell(rate_bps: float = 100e6, senders: int = 16, buffer_bdp: float = 1.0, load: float = 0.6,
+             cdf="websearch", tcp: str = "cubic", seconds: float = 20.0, **overrides) -> dict:
+    """Poisson flows from `senders` senders through one droptail FIFO of `buffer_bdp` x
+    BDP at `rate_bps` (access links 10x faster); flows arrive during the first 75 % of
+    `seconds` (the rest lets them finish)."""
+    rate_bps = overrides.pop("bottleneck_rate_bps", rate_bps)
+    if not (math.isfinite(rate_bps) and rate_bps > 0):
+        raise ValueError(f"rate_bps must be a positive number, got {rate_bps!r}")
+    kw = {**DUMBBELL, "num_senders": int(senders), "bottleneck_rate_bps": float(rate_bps),
+          "access_rate_bps": 10.0 * float(rate_bps), "load": load, "cdf": cdf, "tcp": tcp,
+          "arrival_stop_s": 0.75 * float(seconds), **overrides}
+    if "buffer_per_class_pkts" not in overrides:
+        kw["buffer_per_class_pkts"] = _bdp_buffer(kw, buffer_bdp)
+    kw.setdefault("queue_capacity_pkts", kw["buffer_per_class_pkts"])
+    return kw
+
+
 def long_flows(long_flows: int = 1, buffer_bdp: float = 1.0, **overrides) -> dict:
     """`long_flows` long-lived flows (one per sender) through one droptail FIFO of
     `buffer_bdp` x BDP packets (unless `buffer_per_class_pkts` is given)."""
     n = int(long_flows)
     kw = {**LONG, "num_senders": max(1, n), "num_flow_slots": max(1, n), "long_flows": n, **overrides}
     if "buffer_per_class_pkts" not in overrides:
-        if not (math.isfinite(buffer_bdp) and buffer_bdp > 0):
-            raise ValueError(f"buffer_bdp must be a positive number, got {buffer_bdp!r}")
-        bdp = float(make_params(**{**kw, "buffer_per_class_pkts": 1}).bdp_pkts)
-        kw["buffer_per_class_pkts"] = max(1, int(round(buffer_bdp * bdp)))
+        kw["buffer_per_class_pkts"] = _bdp_buffer(kw, buffer_bdp)
     kw.setdefault("queue_capacity_pkts", kw["buffer_per_class_pkts"])
     return kw
 
@@ -99,6 +130,7 @@ def long_flows(long_flows: int = 1, buffer_bdp: float = 1.0, **overrides) -> dic
 SCENARIOS: dict[str, tuple[Callable[..., dict], str]] = {
     "thesis": (thesis, "10 senders, Poisson web-search flows at a load, 10 Mbit/s, two classes (the thesis)"),
     "long": (long_flows, "long-lived flows through one droptail FIFO at 100 Mbit/s"),
+    "dumbbell": (dumbbell, "Poisson flows through one droptail FIFO sized in BDPs, 100 Mbit/s or faster"),
 }
 
 

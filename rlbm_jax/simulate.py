@@ -40,7 +40,9 @@ def _chunking(total: int, chunks: int):
 def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], agent: Callable | None = None,
                  agent_interval_s: float = 0.1, formulation=DEFAULT_FORMULATION, chunks: int = 20,
                  show_progress: bool = True) -> dict:
-    """Simulate `seconds` of the scenario for every seed.
+    """Simulate `seconds` of the scenario for every seed: the report fields' mean, std and
+    per-seed values, and `tail`, the FCT slowdown per flow-size bucket pooled over seeds
+    (`metrics.pooled_tail`; flows beyond the completion log, `log_overflow`, are not in it).
 
     agent: None runs the buffer policy in `params`; a jittable fn(obs) -> action instead
     drives the "rl" policy through `RLBMEnv` with `formulation` (the one the agent was
@@ -107,8 +109,11 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     keys_ = [k for k in per_seed[0] if k != "seed"]
     mean = {k: _nanmean([r[k] for r in per_seed]) for k in keys_}
     std = {k: _nanstd([r[k] for r in per_seed]) for k in keys_}
+    logs, counts = np.asarray(final.metrics.log), np.asarray(final.metrics.log_count)
+    tail = mx.pooled_tail([logs[i, :min(int(counts[i]), logs.shape[1])] for i in range(len(seeds))],
+                          warmup_s=float(params.warmup_s))
     out = dict(mean)
-    out.update(wall_s=time.perf_counter() - t_start, run_s=run_s, compile_s=compile_s,
+    out.update(tail=tail, wall_s=time.perf_counter() - t_start, run_s=run_s, compile_s=compile_s,
                sim_seconds_per_wall_s=sum(r["sim_seconds"] for r in per_seed) / max(run_s, 1e-9),
                seeds=[int(s) for s in seeds], std=std, per_seed=per_seed)
     return out

@@ -28,6 +28,8 @@ def random_configs(n: int, seed: int, **static):
             min_rto_s=float(rng.choice([0.01, 0.2])), load=float(rng.uniform(0.3, 1.5)),
             long_flows=int(rng.integers(1, 4)), class_threshold_bytes=float(rng.choice([5e4, 2e6])),
             cdf=str(rng.choice(["websearch", "datamining"])),
+            rto_recovery=str(rng.choice(["go-back-n", "go-back-n", "sack"])),
+            rtt_samples=str(rng.choice(["cumulative", "every-ack"])),
         ))
     return jax.tree.map(lambda *xs: jnp.stack(xs), *out), out
 

@@ -20,6 +20,7 @@ import rlbm_jax
 from rlbm_jax.env import (RLBMEnv, SymmetricActions, formulations, metrics as mx, sim, stack_params, thesis_params,
                           traffic)
 from rlbm_jax.env.formulations import Field, Formulation, per_class
+from rlbm_jax.env.params import LEGACY_TCP_MODEL
 from rlbm_jax.evaluate import score
 from rlbm_jax.simulate import with_policy
 
@@ -135,14 +136,16 @@ def test_every_named_reward_is_its_formula():
 
 def test_thesis_formulation_reproduces_the_committed_thesis_grid_rewards():
     """The committed per-run rewards (results/thesis_grid/per_seed.csv, the thesis reward
-    before formulations existed) come out again: SB-naive's bit for bit; the trained
-    policy's to 1e-6 (its network's float rounding depends on the JAX build that ran it)."""
+    before formulations existed, on the TCP model of that version) come out again:
+    SB-naive's bit for bit; the trained policy's to 1e-6 (its network's float rounding
+    depends on the JAX build that ran it)."""
     from rlbm_jax.policy import load_policy
 
     with open(ROOT / "results" / "thesis_grid" / "per_seed.csv") as f:
         rows = {(r["policy"], r["tcp"], r["buffer_per_class_pkts"], r["load"], r["seed"]): float(r["reward_mean"])
                 for r in csv.DictReader(f)}
-    p = thesis_params(tcp="newreno", buffer_per_class_pkts=100, load=0.1, policy="rl", queue_capacity_pkts=1000)
+    p = thesis_params(tcp="newreno", buffer_per_class_pkts=100, load=0.1, policy="rl", queue_capacity_pkts=1000,
+                      **LEGACY_TCP_MODEL)
     env = RLBMEnv(p, formulation="RLBM-thesis-v0", agent_interval_s=0.1, episode_s=60.0)
     ep = env.default_params
     agent, _ = load_policy(ROOT / "results" / "train_default" / "policy", obs_layout=env.obs_layout)

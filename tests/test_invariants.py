@@ -23,7 +23,10 @@ def _trace(s):
                                                         (q.head[:, None] + jnp.arange(q.runs.shape[1])[None, :])
                                                         % q.runs.shape[1], axis=1), 0), axis=1),
         neg=jnp.minimum(jnp.min(jnp.stack([fl.outstanding, fl.lost_q, fl.retx_out, fl.retx_dropped,
-                                           fl.undet, fl.ghost])), 0),
+                                           fl.undet, fl.ghost, fl.gbn_left, fl.gbn_ahead, fl.sack_bank])), 0),
+        # go-back-N bookkeeping: the ghosts not yet ACKed are either still to resend or resent
+        gbn_over=jnp.max(jnp.where(fl.active, fl.gbn_left + fl.gbn_ahead - fl.ghost, 0)),
+        spur_tx=m.spur_tx_total, spur_sink=m.spur_sink_total, retx_tx=m.retx_tx_total,
         cwnd_min=jnp.min(jnp.where(fl.active, fl.cwnd, 1.0)),
     )
 
@@ -62,6 +65,14 @@ def test_packet_conservation_every_tick(batch):
     assert tr["cwnd_min"].min() >= 1.0
     assert tr["tx"][:, -1].min() > 0, "some configuration sent nothing"
     assert tr["drop"][:, -1].max() > 0, "no configuration exercised drops"
+    # spurious go-back-N resends are retransmissions, reach the sink as copies, and never
+    # outnumber the ghosts they stand for
+    assert (tr["spur_tx"] <= tr["retx_tx"]).all() and (tr["spur_sink"] <= tr["spur_tx"]).all()
+    assert tr["gbn_over"].max() <= 0
+    # a retransmission that is not spurious repairs a drop: there are never more of them
+    assert (tr["retx_tx"] - tr["spur_tx"] <= tr["drop"]).all()
+    if configs[0].pkts_per_tick == 1:  # (the k = 4 draw has no spurious timeout in its 3 s)
+        assert tr["spur_sink"][:, -1].max() > 0, "no configuration exercised go-back-N resends"
 
 
 def test_queues_respect_caps_thresholds_and_buffer(batch):

@@ -187,3 +187,78 @@ def test_cubic_leaves_recovery_one_segment_above_ssthresh_like_ns3():
                           float(p.tick_s))
     assert int(out.state[0]) == tcp_mod.OPEN
     assert float(out.cwnd[0]) == 4.0 and int(out.cwnd_cnt[0]) == 2
+
+
+def _flow(**kw):
+    base = dict(active=jnp.array([True]), size_pkts=jnp.array([tcp_mod.BIG_PKTS]), srtt_s=jnp.array([0.02]),
+                rttvar_s=jnp.array([0.001]), rto_s=jnp.array([0.2]), delay_min_s=jnp.array([0.02]))
+    return tcp_mod.init_flows(1).replace(**{**base, **{k: jnp.array([v]) for k, v in kw.items()}})
+
+
+def _ack(fl, p, t, acked, retx=0, dup=0, max_tx=0, spur=0):
+    a = lambda v: jnp.array([v], jnp.int32)
+    return tcp_mod.on_acks(fl, jnp.int32(t), a(acked), a(retx), a(dup), a(max_tx), jnp.array([0.02]), p,
+                           float(p.tick_s), spur_acked=a(spur))
+
+
+def test_go_back_n_resends_the_window_in_flight_racing_its_acks():
+    """ns-3.37 after a timeout (SetSentListLost): every segment not yet ACKed or SACKed is
+    resent in order, those still in flight too; an original's ACK that arrives before its
+    resend saves that resend, one that arrives after takes the resend out of the pipe.
+    With rto_recovery="sack" a spurious timeout resends nothing."""
+    for mode, resends in (("go-back-n", True), ("sack", False)):
+        p = long_flow_params(1, 1.0, tcp="newreno", rto_recovery=mode)
+        fl = _flow(cwnd=20.0, ssthresh=1e9, outstanding=10, tx_next=10, rto_deadline=5)
+        fl, fired = tcp_mod.on_timeouts(fl, jnp.int32(5), p, float(p.tick_s))  # spurious: nothing was lost
+        assert bool(fired[0]) and int(fl.ghost[0]) == 10 and int(fl.outstanding[0]) == 0
+        assert int(fl.gbn_left[0]) == (10 if resends else 0)
+        n_retx, n_spur, n_new = (int(x[0]) for x in tcp_mod.wanted(fl, jnp.int32(6)))
+        assert (n_retx, n_spur, n_new) == ((0, 1, 0) if resends else (0, 0, 1))  # cwnd 1
+        fl = tcp_mod.on_sent(fl, jnp.int32(6), jnp.array([n_retx]), jnp.array([n_spur]), jnp.array([n_new]),
+                             jnp.array([1]), p, float(p.tick_s))
+        # the ACKs of the first two originals: the first was resent (its resend leaves the pipe),
+        # the second was not (it never will be); slow start opens the window by two
+        fl = _ack(fl, p, 7, acked=2, max_tx=1)
+        assert int(fl.ghost[0]) == 8 and float(fl.cwnd[0]) == 3.0
+        if resends:
+            assert (int(fl.gbn_ahead[0]), int(fl.gbn_left[0]), int(fl.outstanding[0])) == (0, 8, 0)
+            assert [int(x[0]) for x in tcp_mod.wanted(fl, jnp.int32(8))] == [0, 3, 0]
+        else:
+            assert int(fl.outstanding[0]) == 1 and [int(x[0]) for x in tcp_mod.wanted(fl, jnp.int32(8))] == [0, 0, 2]
+        # the resend's own ACK acknowledges nothing
+        same = _ack(fl, p, 9, acked=0, spur=1)
+        assert int(same.acked[0]) == int(fl.acked[0]) and float(same.cwnd[0]) == float(fl.cwnd[0])
+
+
+def test_go_back_n_credits_cubic_with_the_segments_sacked_above_the_filled_hole():
+    """ns-3.37 CUBIC in LOSS counts every segment the cumulative ACK covers: once the lost
+    head's retransmission arrives, the ACK covers the segments SACKed above it as well
+    (NewReno still adds one segment per ACK)."""
+    for tcp, mode, grown in (("cubic", "go-back-n", 12.0), ("cubic", "sack", 2.0), ("newreno", "go-back-n", 2.0)):
+        p = long_flow_params(1, 1.0, tcp=tcp, rto_recovery=mode)
+        fl = _flow(cwnd=1.0, ssthresh=20.0, state=tcp_mod.LOSS, ghost=10, retx_out=1, outstanding=1, tx_next=12,
+                   gbn_left=10 if mode == "go-back-n" else 0)
+        fl = _ack(fl, p, 10, acked=10, max_tx=10)  # the ghosts, above the hole: SACKs
+        assert float(fl.cwnd[0]) == 1.0 and int(fl.sack_bank[0]) == (10 if mode == "go-back-n" else 0)
+        fl = _ack(fl, p, 20, acked=1, retx=1, max_tx=11)  # the hole is filled
+        assert float(fl.cwnd[0]) == grown, (tcp, mode, float(fl.cwnd[0]))
+        assert int(fl.state[0]) == tcp_mod.OPEN and int(fl.sack_bank[0]) == 0
+
+
+def test_rtt_samples_come_from_cumulative_acks_of_data_sent_once():
+    """ns-3.37 takes an RTT sample only when the cumulative ACK passes data sent once
+    (timestamps, Karn's rule): not from SACKs in recovery, where the queue a retransmission
+    meets would otherwise lengthen the timeout; "every-ack" samples every ACK."""
+    for samples, moves in (("cumulative", False), ("every-ack", True)):
+        p = long_flow_params(1, 1.0, tcp="newreno", rtt_samples=samples)
+        fl = _flow(cwnd=50.0, ssthresh=50.0, outstanding=100, tx_next=110, lost_q=5, state=tcp_mod.RECOVERY,
+                   recover_fs=105.0)
+        out = tcp_mod.on_acks(fl, jnp.int32(10), jnp.array([1]), jnp.array([0]), jnp.array([1]), jnp.array([100]),
+                              jnp.array([0.3]), p, float(p.tick_s))
+        assert (float(out.srtt_s[0]) != float(fl.srtt_s[0])) == moves
+    p = long_flow_params(1, 1.0, tcp="newreno")  # in OPEN an in-order ACK is a sample
+    fl = _flow(cwnd=10.0, ssthresh=1e9, outstanding=5, tx_next=5)
+    out = tcp_mod.on_acks(fl, jnp.int32(10), jnp.array([1]), jnp.array([0]), jnp.array([0]), jnp.array([0]),
+                          jnp.array([0.3]), p, float(p.tick_s))
+    assert float(out.srtt_s[0]) > float(fl.srtt_s[0])
+

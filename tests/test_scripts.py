@@ -27,6 +27,32 @@ def test_simulate_baseline_json(tmp_path):
     assert d["sim_seconds"] == pytest.approx(2.0, abs=0.01)
     assert 0 < d["util_wire"] <= 1.0
     assert d["flows_started"] >= 1
+    # the tail by flow size, pooled over the seeds: every finished flow in exactly one bucket
+    tail = d["tail"]
+    assert sum(tail[b]["flows"] for b in ("short", "medium", "long")) == tail["all"]["flows"]
+    assert tail["all"]["flows"] == sum(r["flows_completed"] for r in d["per_seed"])
+    assert tail["all"]["p50"] <= tail["all"]["p99"]
+    assert {"rto_count", "retx_arrivals", "retx_drops", "spurious_retx"} <= set(d)
+
+
+def test_pooled_tail_buckets_flows_by_size_and_pools_runs():
+    from rlbm_jax.env.metrics import pooled_tail
+
+    run1 = [[50_000, 0, 0.1, 2.0, 1.0], [500_000, 0, 0.5, 3.0, 1.0], [2_000_000, 1, 2.0, 1.5, 1.0]]
+    run2 = [[10_000, 0, 0.1, float(s), 2.0] for s in range(1, 100)]
+    t = pooled_tail([run1, run2])
+    assert (t["short"]["flows"], t["medium"]["flows"], t["long"]["flows"], t["all"]["flows"]) == (100, 1, 1, 102)
+    assert t["short"]["p99"] == pytest.approx(np.percentile([2.0, *range(1, 100)], 99))
+    assert t["long"]["p50"] == 1.5 and pooled_tail([run1])["short"]["p99"] == 2.0
+    assert pooled_tail([run1], warmup_s=1.5)["all"]["flows"] == 0 and np.isnan(pooled_tail([[]])["short"]["p50"])
+
+
+def test_simulate_takes_the_tcp_model_flags(tmp_path):
+    out = tmp_path / "m.json"
+    assert simulate_cli.main(["--tcp", "cubic", *SMALL, "--rto-recovery", "sack", "--rtt-samples", "every-ack",
+                              "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["config"]["rto_recovery"] == "sack" and d["spurious_retx"] == 0
 
 
 def _random_policy(path, layout=THESIS.obs_layout(2), act_dim=2, seed=0):

@@ -56,6 +56,20 @@ def test_train_takes_one_init_action_per_class():
     assert cfg.init_action == 2.0
 
 
+def test_train_records_the_tcp_model_and_resumes_an_older_run_on_its_own():
+    from rlbm_jax.env.params import LEGACY_TCP_MODEL
+
+    _, env_cfg = train_cli.config_from_args(train_cli.parse([]))
+    assert {k: env_cfg[k] for k in LEGACY_TCP_MODEL} == {"rto_recovery": "go-back-n", "rtt_samples": "cumulative"}
+    _, env_cfg = train_cli.config_from_args(train_cli.parse(["--rto-recovery", "sack"]))
+    assert train_cli.tcp_model(env_cfg)["rto_recovery"] == "sack"
+    # a run config written before the choice existed was made with the model of that version
+    old = {k: v for k, v in env_cfg.items() if k not in LEGACY_TCP_MODEL}
+    assert train_cli.tcp_model(old) == LEGACY_TCP_MODEL
+    env, ep = train_cli.make_env(old)
+    assert int(ep.env.sim.rto_recovery_id) == 1 and int(ep.env.sim.rtt_samples_id) == 1
+
+
 def test_evaluate_writes_table_and_pairs_seeds(tmp_path):
     pol = tmp_path / "const"
     # a constant policy: zero weights, bias 0 -> exp2 map gives alpha = 1/16 for both classes

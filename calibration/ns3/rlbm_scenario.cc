@@ -194,7 +194,7 @@ struct Params {
     // run
     double seconds, warmupS;
     uint64_t seed;
-    std::string out, flowsOut, cwndOut;
+    std::string out, flowsOut, cwndOut, rtoOut;
     double traceIntervalS;
     // agent
     std::string agent;     // "" or "stdio"
@@ -307,6 +307,7 @@ Options DeclareOptions() {
     o.Add("out", "-", "JSON report path ('-' = stdout)");
     o.Add("flows_out", "", "per-flow CSV of completed flows (optional)");
     o.Add("cwnd_out", "", "cwnd/ssthresh trace CSV of the first long (else first) flow");
+    o.Add("rto_out", "", "CSV of every retransmission timeout: time, and the flow's start and size");
     o.Add("trace_interval_s", "0.01", "sampling period of the cwnd trace (s)");
     o.Add("agent_interval_s", "0",
           "agent interval (s): the interval record (rlbm_jax metrics.Interval) at every k * agent_interval_s "
@@ -450,6 +451,7 @@ Params ParseCommandLine(int argc, char* argv[]) {
     if (c.out.empty()) BadParameter("out", "empty path (use '-' for stdout)");
     c.flowsOut = Trim(o["flows_out"]);
     c.cwndOut = Trim(o["cwnd_out"]);
+    c.rtoOut = Trim(o["rto_out"]);
     c.traceIntervalS = ToFinite("trace_interval_s", o["trace_interval_s"], 0, true);
     c.agentIntervalS = ToFinite("agent_interval_s", o["agent_interval_s"], 0, false);
     if (c.agentIntervalS > c.seconds) BadParameter("agent_interval_s", "must not exceed seconds");
@@ -553,6 +555,16 @@ class SizeDistribution {
 
 /// Retransmission timeouts of all sockets (ns-3 raises CA_EVENT_LOSS only in ReTxTimeout).
 uint64_t g_rtoCount = 0;
+/// --rto_out: every timeout as (time, flow index); the flow of a congestion-ops object.
+bool g_recordRtos = false;
+struct RtoEvent {
+    double timeS;
+    int64_t flow;
+    double cwndSegs, ssthreshSegs, lastRttS;
+    uint32_t state;
+};
+std::vector<RtoEvent> g_rtoEvents;
+std::unordered_map<const void*, int64_t> g_flowOfOps;
 /// Ablation (--ss_ack_cap_segs): most segments one ACK credits in slow start, 0 = no cap.
 uint32_t g_ssAckCapSegs = 0;
 
@@ -571,7 +583,16 @@ class RtoCountingCongestionOps : public Base {
     }
 
     void CwndEvent(Ptr<TcpSocketState> tcb, const TcpSocketState::TcpCAEvent_t event) override {
-        if (event == TcpSocketState::CA_EVENT_LOSS) ++g_rtoCount;
+        if (event == TcpSocketState::CA_EVENT_LOSS) {
+            ++g_rtoCount;
+            if (g_recordRtos) {
+                auto it = g_flowOfOps.find(this);
+                const double mss = tcb->m_segmentSize;
+                g_rtoEvents.push_back({Simulator::Now().GetSeconds(), it == g_flowOfOps.end() ? -1 : it->second,
+                                       tcb->m_cWnd / mss, tcb->m_ssThresh / mss, tcb->m_lastRtt.Get().GetSeconds(),
+                                       uint32_t(tcb->m_congState.Get())});
+            }
+        }
         Base::CwndEvent(tcb, event);
     }
 
@@ -1064,6 +1085,7 @@ class Scenario {
 
     std::string Report(double wallS) const;
     void WriteFlows(std::ostream& os) const;
+    void WriteRtos(std::ostream& os) const;
 
     void SetCwndTrace(std::ostream* os) { m_cwndOs = os; }
     void SetIntervalsOut(std::ostream* os);
@@ -1295,6 +1317,11 @@ void Scenario::StartFlow(uint32_t sender, uint64_t sizeBytes, bool isLong) {
     s->GetSockName(local);
     // a port is unique among open sockets of a node; a stale entry belongs to a dead flow
     m_byKey[FlowKey(m_senderAddr[sender], InetSocketAddress::ConvertFrom(local).GetPort())] = m_flows.size();
+    if (g_recordRtos) {
+        PointerValue ops;
+        s->GetAttribute("CongestionOps", ops);
+        g_flowOfOps[PeekPointer(ops.Get<TcpCongestionOps>())] = int64_t(m_flows.size());
+    }
     s->SetConnectCallback(MakeCallback(&Flow::OnConnected, flow.get()),
                           MakeCallback(&Flow::OnConnectFailed, flow.get()));
     s->SetSendCallback(MakeCallback(&Flow::OnSendSpace, flow.get()));
@@ -1561,6 +1588,7 @@ JsonObject Scenario::ConfigJson() const {
         .Str("out", c.out)
         .Str("flows_out", c.flowsOut)
         .Str("cwnd_out", c.cwndOut)
+        .Str("rto_out", c.rtoOut)
         .Num("trace_interval_s", c.traceIntervalS)
         .Num("agent_interval_s", c.agentIntervalS)
         .Str("agent", c.agent)
@@ -1648,6 +1676,17 @@ std::string Scenario::Report(double wallS) const {
     return o.Dump();
 }
 
+void Scenario::WriteRtos(std::ostream& os) const {
+    os.precision(12);
+    os << "time_s,flow_start_s,size_bytes,long,cwnd_pkts,ssthresh_pkts,last_rtt_s,cong_state\n";
+    for (const auto& e : g_rtoEvents) {
+        if (e.flow < 0) continue;
+        const Flow& f = *m_flows[size_t(e.flow)];
+        os << e.timeS << "," << f.startS << "," << f.sizeBytes << "," << int(f.isLong) << "," << e.cwndSegs << ","
+           << e.ssthreshSegs << "," << e.lastRttS << "," << e.state << "\n";
+    }
+}
+
 void Scenario::WriteFlows(std::ostream& os) const {
     os.precision(12);
     os << "size_bytes,cls,fct_s,slowdown,start_s\n";
@@ -1705,6 +1744,8 @@ int main(int argc, char* argv[]) {
     auto jsonOs = OpenOutput("out", cfg.out);
     auto flowsOs = OpenOutput("flows_out", cfg.flowsOut);
     auto cwndOs = OpenOutput("cwnd_out", cfg.cwndOut);
+    auto rtoOs = OpenOutput("rto_out", cfg.rtoOut);
+    g_recordRtos = rtoOs != nullptr;
     auto intervalsOs = OpenOutput("intervals_out", cfg.intervalsOut);
 
     RngSeedManager::SetSeed(1);
@@ -1730,9 +1771,10 @@ int main(int argc, char* argv[]) {
         std::cout << report << std::flush;
     }
     if (flowsOs) scenario.WriteFlows(*flowsOs);
+    if (rtoOs) scenario.WriteRtos(*rtoOs);
     Simulator::Destroy();
     bool ok = true;
-    for (auto* os : {jsonOs.get(), flowsOs.get(), cwndOs.get(), intervalsOs.get()}) {
+    for (auto* os : {jsonOs.get(), flowsOs.get(), cwndOs.get(), intervalsOs.get(), rtoOs.get()}) {
         if (os && !(os->flush())) ok = false;
     }
     if (!ok) {

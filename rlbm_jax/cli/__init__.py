@@ -46,6 +46,37 @@ def name_flags(message: str, fields: dict) -> str:
     return message
 
 
+# the simulator's TCP-model choices (rlbm_jax.env.params), as flags of the scripts that
+# build the thesis scenario; unset, a flag keeps the simulator's default (ns-3.37's)
+MODEL_FLAGS = ("rto_recovery", "rtt_samples")
+
+
+def add_model_args(ap) -> None:
+    """--rto-recovery, --rtt-samples (`model_kw` reads them back)."""
+    from rlbm_jax.env import params as P
+
+    g = ap.add_argument_group("TCP model (unset: the simulator's default, which follows ns-3.37)")
+    g.add_argument("--rto-recovery", choices=list(P.RTO_RECOVERY_NAMES), default=None,
+                   help="after a timeout resend everything not yet ACKed or SACKed (go-back-n) or only the losses "
+                        "(sack)")
+    g.add_argument("--rtt-samples", choices=list(P.RTT_SAMPLES_NAMES), default=None,
+                   help="RTT samples from cumulative ACKs of data sent once (cumulative) or every ACK (every-ack)")
+
+
+def model_kw(a, complete: bool = False) -> dict:
+    """The TCP-model flags that were given, as make_params keyword arguments; with
+    `complete`, every choice, the simulator's default where a flag is unset."""
+    import inspect
+
+    from rlbm_jax.env.params import make_params
+
+    out = {k: getattr(a, k) for k in MODEL_FLAGS if getattr(a, k, None) is not None}
+    if complete:
+        defaults = inspect.signature(make_params).parameters
+        out = {k: out.get(k, defaults[k].default) for k in MODEL_FLAGS}
+    return out
+
+
 def fail(prog: str, message: str, code: int = 2) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     return code

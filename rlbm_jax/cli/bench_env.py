@@ -15,7 +15,7 @@ from pathlib import Path
 import jax
 
 from rlbm_jax import scenarios
-from rlbm_jax.cli import parser
+from rlbm_jax.cli import add_model_args, model_kw, parser
 from rlbm_jax.env import sim
 
 PROG = "bench_env.py"
@@ -23,8 +23,8 @@ PROG = "bench_env.py"
 BENCH = {"thesis": dict(), "long": dict(long_flows=16, buffer_bdp=0.25)}
 
 
-def scenario_params(name: str, pkts_per_tick: int):
-    return scenarios.params(name, pkts_per_tick=pkts_per_tick, **BENCH.get(name, {}))
+def scenario_params(name: str, pkts_per_tick: int, **model):
+    return scenarios.params(name, pkts_per_tick=pkts_per_tick, **BENCH.get(name, {}), **model)
 
 
 def bench(params, num_envs: int, seconds: float, repeats: int = 2):
@@ -56,10 +56,11 @@ def main(argv=None):
     ap.add_argument("--pkts-per-tick", type=int, nargs="+", default=[1], help="packets per tick (k)")
     ap.add_argument("--seconds", type=float, default=2.0, help="simulated seconds per timed call")
     ap.add_argument("--json", default=None, help="write results to this path (- for stdout)")
+    add_model_args(ap)
     a = ap.parse_args(argv)
     rows = []
     for k in a.pkts_per_tick:
-        p = scenario_params(a.scenario, k)
+        p = scenario_params(a.scenario, k, **model_kw(a))
         for n in a.num_envs:
             r = bench(p, n, a.seconds)
             rows.append(r)

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from rlbm_jax import ns3 as harness, scenarios
-from rlbm_jax.cli import fail, parser
+from rlbm_jax.cli import fail, model_kw, parser
 from rlbm_jax.env.params import make_params
 from rlbm_jax.env.rlbm_env import RLBMEnv
 from rlbm_jax.evaluate import (add_grid_args, REPORT_FIELDS as FIELDS, beats_baselines, mean_rows,
@@ -76,7 +76,7 @@ def main(argv=None):
         ort_fn, meta = load_checked(a.onnx, num_classes=num_classes, agent_interval_s=AGENT_INTERVAL_S)
         jax_fn, _ = jax_policy(a.onnx)
         form = scoring_formulation(meta["formulation"], a.reward)
-        kws = [scenarios.thesis_cell(t, n, ld, policy=POLICY, queue_capacity_pkts=max(a.buffer_pkts))
+        kws = [scenarios.thesis_cell(t, n, ld, policy=POLICY, queue_capacity_pkts=max(a.buffer_pkts), **model_kw(a))
                for t, n, ld in grid]
         sims = [make_params(**kw) for kw in kws]
         env = RLBMEnv(sims[0], formulation=form, agent_interval_s=AGENT_INTERVAL_S, episode_s=a.seconds,

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rlbm_jax import scenarios
-from rlbm_jax.cli import fail, parser
+from rlbm_jax.cli import fail, model_kw, parser
 from rlbm_jax.env.rlbm_env import RLBMEnv
 from rlbm_jax.evaluate import (add_grid_args, REPORT_FIELDS, beats_baselines, mean_rows, paired_diff,
                                per_seed_rows, plot_load_grid, score_policies, scoring_formulation)
@@ -63,7 +63,8 @@ def main(argv=None):
     try:
         grid = cells(a)
         base = [scenarios.thesis_params(**scenarios.thesis_cell(t, n, ld, policy="rl", queue_capacity_pkts=cap,
-                                                                pkts_per_tick=a.pkts_per_tick)) for t, n, ld in grid]
+                                                                pkts_per_tick=a.pkts_per_tick, **model_kw(a)))
+                for t, n, ld in grid]
         metas = [read_policy(path)[1] for path in a.policy]
         form = scoring_formulation(metas[0].get("formulation") if metas else None, a.reward)
         env = RLBMEnv(base[0], formulation=form, agent_interval_s=0.1, episode_s=a.seconds)

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax import scenarios
-from rlbm_jax.cli import fail, parser
+from rlbm_jax.cli import add_model_args, fail, model_kw, parser
 from rlbm_jax.env import formulations, metrics as mx, tcp
 from rlbm_jax.env.params import stack_params
 from rlbm_jax.env.rlbm_env import RLBMEnv
@@ -70,6 +70,7 @@ def build_parser():
     ap.add_argument("--policy", nargs="*", default=[], help="trained policy directories to place in the rankings")
     ap.add_argument("--no-static", action="store_true", help="skip the static-threshold sweep")
     ap.add_argument("--out", default="results/reward_analysis", help="output directory")
+    add_model_args(ap)
     return ap
 
 
@@ -116,7 +117,8 @@ def simulate(a):
     """{run name: dict of arrays [cells, seeds, ...]} for every run."""
     grid = scenarios.thesis_grid(a.tcp, a.buffer_pkts, a.load)
     cap = max(a.buffer_pkts)
-    sims = [scenarios.thesis_params(**scenarios.thesis_cell(t, n, ld, policy="rl", queue_capacity_pkts=cap))
+    sims = [scenarios.thesis_params(**scenarios.thesis_cell(t, n, ld, policy="rl", queue_capacity_pkts=cap,
+                                                            **model_kw(a)))
             for t, n, ld in grid]
     env = RLBMEnv(sims[0], formulation="RLBM-thesis-v0", agent_interval_s=0.1, episode_s=a.seconds)
     ep0 = env.default_params

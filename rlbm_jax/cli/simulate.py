@@ -6,8 +6,12 @@
 Scenarios are `rlbm_jax.scenarios`; every simulator parameter has a flag (unset flags
 keep the scenario's value).  --policy takes a baseline or a policy directory written by
 scripts/train.py (it then acts every --agent-interval-s through the formulation it was
-trained on).  The JSON holds the report fields (mean, std and per seed), timings, the
-configuration and the flow-size table used (name, rows, mean and SHA-256 of its values).
+trained on).  The JSON holds the report fields (mean, std and per seed), `tail` (FCT
+slowdown p50/p99 per flow size, < 100 KB, 100 KB - 1 MB, > 1 MB and all, pooled over the
+seeds), timings, the configuration and the flow-size table used (name, rows, mean and
+SHA-256 of its values).  Retransmission timeouts, retransmitted packets offered to the
+buffer and spurious copies received (`rto_count`, `retx_arrivals`, `spurious_retx`) are
+report fields.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from pathlib import Path
 from rlbm_jax import scenarios
 from rlbm_jax.cli import fail, name_flags, parser
 from rlbm_jax.env import buffer, formulations, traffic
-from rlbm_jax.env.params import make_params
+from rlbm_jax.env.params import RTO_RECOVERY_NAMES, RTT_SAMPLES_NAMES, make_params
 from rlbm_jax.simulate import BASELINES, run_scenario, with_policy
 
 PROG = "simulate.py"
@@ -35,7 +39,7 @@ FIELDS = {"tcp": "tcp", "senders": "num_senders", "classes": "num_classes", "flo
           "cubic_c": "cubic_c", "dupthresh": "dupthresh", "max_rto_s": "max_rto_s",
           "syn_timeout_s": "syn_timeout_s", "alpha": "alpha", "beta": "beta",
           "long_flow_start_spread_s": "long_flow_start_spread_s", "flow_log_size": "completion_log_size",
-          "pkts_per_tick": "pkts_per_tick"}
+          "pkts_per_tick": "pkts_per_tick", "rto_recovery": "rto_recovery", "rtt_samples": "rtt_samples"}
 
 
 def build_parser():
@@ -65,6 +69,12 @@ def build_parser():
     g.add_argument("--cubic-beta", type=float, help="CUBIC multiplicative decrease")
     g.add_argument("--cubic-c", type=float, help="CUBIC scaling constant")
     g.add_argument("--dupthresh", type=int, help="duplicate ACKs that declare a loss")
+    g.add_argument("--rto-recovery", choices=list(RTO_RECOVERY_NAMES),
+                   help="after a timeout: go-back-n resends everything not yet ACKed or SACKed, in flight "
+                        "too (ns-3.37; the simulator's default); sack resends only what was lost")
+    g.add_argument("--rtt-samples", choices=list(RTT_SAMPLES_NAMES),
+                   help="RTT samples from ACKs that move the cumulative ACK over data sent once (cumulative, "
+                        "ns-3.37; the default) or from every ACK (every-ack)")
     g.add_argument("--max-rto-s", type=float, help="maximum retransmission timeout (s)")
     g.add_argument("--syn-timeout-s", type=float, help="wait after a lost SYN (ns-3 ConnTimeout, s)")
     g.add_argument("--alpha", type=float, nargs="+", help="policy weights per class (SB, DT, ABM)")
@@ -100,6 +110,8 @@ def params_from_args(a):
     if a.scenario == "long":
         n = kw.pop("long_flows", 1)
         kw = scenarios.kw("long", long_flows=n, **kw)
+    elif a.scenario == "dumbbell":  # flows arrive during the first 75 % of the run
+        kw = scenarios.kw("dumbbell", seconds=a.seconds, **kw)
     else:
         kw = scenarios.kw(a.scenario, **kw)
     if kw.get("num_flow_slots", 64) < kw.get("long_flows", 0):

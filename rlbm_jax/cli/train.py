@@ -32,9 +32,9 @@ import jax
 import numpy as np
 
 from rlbm_jax import scenarios
-from rlbm_jax.cli import fail, flag_of, name_flags, parser
+from rlbm_jax.cli import MODEL_FLAGS, add_model_args, fail, flag_of, model_kw, name_flags, parser
 from rlbm_jax.env import formulations
-from rlbm_jax.env.params import TCP_NAMES
+from rlbm_jax.env.params import LEGACY_TCP_MODEL, TCP_NAMES
 from rlbm_jax.env.randomize import BUFFER_DISTS, thesis_randomized_env
 from rlbm_jax.ppo import PPO, THESIS_PPO, PPOConfig
 from rlbm_jax.ppo.checkpoint import Checkpointer
@@ -72,6 +72,7 @@ def build_parser():
     g.add_argument("--episode-s", type=float, default=scenarios.THESIS_EPISODE_S, help="episode length (s)")
     g.add_argument("--agent-interval-s", type=float, default=0.1, help="time between actions (s)")
     g.add_argument("--pkts-per-tick", type=int, default=1, help="bottleneck packets per tick (fidelity/speed dial)")
+    add_model_args(ap)
     g = ap.add_argument_group("PPO")
     g.add_argument("--num-envs", type=int, default=d.num_envs, help="envs stepped in parallel per seed")
     g.add_argument("--num-steps", type=int, default=d.num_steps, help="env steps per env per update")
@@ -114,8 +115,15 @@ def config_from_args(a) -> tuple[PPOConfig, dict]:
                     init_log_std=a.init_log_std, init_action=_one_or_tuple(a.init_action)).validate()
     env_cfg = dict(env=a.env, reward=a.reward, buffer_pkts=list(a.buffer_pkts), buffer_dist=a.buffer_dist,
                    load=list(a.load), tcp=list(a.tcp), episode_s=a.episode_s, agent_interval_s=a.agent_interval_s,
-                   pkts_per_tick=a.pkts_per_tick)
+                   pkts_per_tick=a.pkts_per_tick, **model_kw(a, complete=True))
     return cfg, env_cfg
+
+
+def tcp_model(env_cfg: dict) -> dict:
+    """The run's TCP-model choices; a config that names none predates them and was made
+    with `params.LEGACY_TCP_MODEL` (so such a run resumes on the simulator it started on)."""
+    model = {k: env_cfg[k] for k in MODEL_FLAGS if k in env_cfg}
+    return model or dict(LEGACY_TCP_MODEL)
 
 
 def make_env(env_cfg: dict):
@@ -126,7 +134,7 @@ def make_env(env_cfg: dict):
                                  buffer_dist=env_cfg.get("buffer_dist", "uniform"), load=tuple(env_cfg["load"]),
                                  tcp=tuple(env_cfg["tcp"]), episode_s=env_cfg["episode_s"],
                                  agent_interval_s=env_cfg["agent_interval_s"], pkts_per_tick=env_cfg["pkts_per_tick"],
-                                 formulation=form)
+                                 formulation=form, **tcp_model(env_cfg))
 
 
 def read_rows(path: Path, upto: int):

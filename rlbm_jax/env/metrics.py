@@ -19,11 +19,11 @@ class Metrics:
     tx_total: jnp.ndarray  # [] transmissions offered to the switch
     drop_total: jnp.ndarray  # [] dropped at admission
     deq_total: jnp.ndarray  # [] sent on the bottleneck wire
-    sink_total: jnp.ndarray  # [] received by the sink
+    sink_total: jnp.ndarray  # [] received by the sink (spurious copies included)
     arrive_warm: jnp.ndarray  # [P] arrivals at the buffer after warm-up
     drop_warm: jnp.ndarray  # [P] drops after warm-up
     deq_warm: jnp.ndarray  # [] packets on the wire after warm-up
-    sink_warm: jnp.ndarray  # [] packets delivered after warm-up (all distinct: goodput)
+    sink_warm: jnp.ndarray  # [] distinct packets delivered after warm-up (goodput)
     ticks_warm: jnp.ndarray  # []
     queue_sum: jnp.ndarray  # [P] float sum of per-tick queue lengths (queue_* in the report: all
     # classes together, i.e. the shared buffer's occupancy; *_c{c}: one class)
@@ -35,6 +35,11 @@ class Metrics:
     flows_completed: jnp.ndarray  # []
     flows_refused: jnp.ndarray  # []
     rto_total: jnp.ndarray  # [] retransmission timeouts
+    retx_tx_total: jnp.ndarray  # [] retransmissions sent (of lost packets, and spurious ones)
+    spur_tx_total: jnp.ndarray  # [] spurious retransmissions sent (go-back-N resends of packets in flight)
+    spur_sink_total: jnp.ndarray  # [] spurious copies that reached the sink (the receiver drops them)
+    retx_arrive_warm: jnp.ndarray  # [] retransmissions offered to the buffer after warm-up (ns-3's retx_arrivals)
+    retx_drop_warm: jnp.ndarray  # [] ... of which dropped
     syn_drops: jnp.ndarray  # [] connections whose SYN was dropped (they wait syn_timeout_s)
     events_deferred: jnp.ndarray  # [] timer/send work postponed a tick (event slots full)
     log: jnp.ndarray  # [L, 5] completion records (LOG_FIELDS)
@@ -53,6 +58,7 @@ def init_metrics(num_classes: int, capacity: int, log_size: int) -> Metrics:
         occ_hist=jnp.zeros((num_classes * capacity + 1,), jnp.int32),
         probe_rtt_sum_s=jnp.zeros((), jnp.float32), probe_rtt_max_s=jnp.zeros((), jnp.float32),
         flows_started=zi, flows_completed=zi, flows_refused=zi, rto_total=zi, syn_drops=zi, events_deferred=zi,
+        retx_tx_total=zi, spur_tx_total=zi, spur_sink_total=zi, retx_arrive_warm=zi, retx_drop_warm=zi,
         log=jnp.zeros((log_size, len(LOG_FIELDS)), jnp.float32), log_count=zi, log_overflow=zi,
     )
 
@@ -193,6 +199,9 @@ def summarize(m: Metrics, params) -> dict:
         "flows_refused": m.flows_refused,
         "log_overflow": m.log_overflow,
         "rto_count": m.rto_total,
+        "retx_arrivals": m.retx_arrive_warm,  # retransmitted data offered to the buffer (ns-3's field)
+        "retx_drops": m.retx_drop_warm,
+        "spurious_retx": m.spur_sink_total,  # copies of delivered data the receiver got (since t = 0)
         "syn_drops": m.syn_drops,
         "events_deferred": m.events_deferred,
         "measured_s": dur,
@@ -202,4 +211,32 @@ def summarize(m: Metrics, params) -> dict:
         out[f"queue_p99_pkts_c{c}"] = _hist_quantile(m.queue_hist[c], 0.99)
         out[f"arrivals_c{c}"] = m.arrive_warm[c]
         out[f"drops_c{c}"] = m.drop_warm[c]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the tail over many runs (host side)
+# ---------------------------------------------------------------------------
+
+# flow-size buckets of the pooled tail: name, sizes in [lo, hi) bytes
+SIZE_BUCKETS = (("short", 0.0, 100e3), ("medium", 100e3, 1e6), ("long", 1e6, float("inf")))
+
+
+def pooled_tail(rows_per_run, warmup_s: float = 0.0) -> dict:
+    """FCT slowdown per flow-size bucket, pooled over runs: {bucket: {"flows", "p50", "p99"}}
+    for every bucket of `SIZE_BUCKETS` and "all".  `rows_per_run` holds each run's finished
+    flows as LOG_FIELDS rows (this simulator's completion log, or the ns-3 scenario's flows
+    CSV); flows that started before `warmup_s` are left out.  A per-run p99 over 10-30 flows
+    is its worst flow or two; pooled over seeds the p99 of a bucket sits inside its
+    distribution.  Quantiles are linear interpolations; a bucket with no flow gives NaN."""
+    import numpy as np
+
+    parts = [np.asarray(r, np.float64).reshape(-1, len(LOG_FIELDS)) for r in rows_per_run]
+    rows = np.concatenate(parts) if parts else np.zeros((0, len(LOG_FIELDS)))
+    rows = rows[rows[:, 4] >= warmup_s]
+    out = {}
+    for name, lo, hi in (*SIZE_BUCKETS, ("all", 0.0, float("inf"))):
+        s = rows[(rows[:, 0] >= lo) & (rows[:, 0] < hi), 3]
+        q = np.percentile(s, [50, 99]) if s.size else (np.nan, np.nan)
+        out[name] = {"flows": int(s.size), "p50": float(q[0]), "p99": float(q[1])}
     return out

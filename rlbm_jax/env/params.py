@@ -23,6 +23,20 @@ from rlbm_jax.env import traffic
 
 # Integer codes of the categorical choices (dynamic, so they can be vmapped).
 TCP_NAMES = ("newreno", "cubic")
+# what a sender does after a retransmission timeout (tcp.on_timeouts): "go-back-n" resends
+# every segment not yet ACKed or SACKed, those still in flight too, and counts a hole-filling
+# cumulative ACK's SACKed segments in CUBIC's slow start, as ns-3.37 does; "sack" resends only
+# the lost segments and credits only the retransmissions' ACKs
+RTO_RECOVERY_NAMES = ("go-back-n", "sack")
+# which ACKs give the RTT estimator a sample (tcp.on_acks): "cumulative" as ns-3.37 (with
+# timestamps, Karn's rule and a history emptied at every timeout): an ACK that moves the
+# cumulative ACK over data sent once, in OPEN; not a SACK, not a retransmission's ACK, not
+# during recovery; "every-ack": every ACK of the tick (the RTO then follows the queue that
+# SACKed packets meet during a recovery)
+RTT_SAMPLES_NAMES = ("cumulative", "every-ack")
+# the TCP model of rlbm_jax 0.2, before go-back-N (the committed results of that version
+# were made with it; a run config that names no model choice predates them)
+LEGACY_TCP_MODEL = dict(rto_recovery="sack", rtt_samples="every-ack")
 SCHEDULER_NAMES = ("rr", "strict")
 ARRIVAL_NAMES = ("load", "thesis-code")
 
@@ -57,6 +71,8 @@ class SimParams:
     rto_granularity_s: jnp.ndarray  # [] clock granularity term of the RTO
     delayed_ack: jnp.ndarray  # [] 1 or 2 segments per ACK
     dupthresh: jnp.ndarray  # [] duplicate ACKs that declare a loss
+    rto_recovery_id: jnp.ndarray  # [] index into RTO_RECOVERY_NAMES
+    rtt_samples_id: jnp.ndarray  # [] index into RTT_SAMPLES_NAMES
     cubic_beta: jnp.ndarray  # []
     cubic_c: jnp.ndarray  # []
     cubic_fast_convergence: jnp.ndarray  # [] bool
@@ -172,6 +188,8 @@ def make_params(
     rto_granularity_s: float = 0.001,
     delayed_ack: int = 1,
     dupthresh: int = 3,
+    rto_recovery: str = "go-back-n",
+    rtt_samples: str = "cumulative",
     cubic_beta: float = 0.7,
     cubic_c: float = 0.4,
     cubic_fast_convergence: bool = True,
@@ -254,6 +272,8 @@ def make_params(
         )
 
     tcp_id = _lookup("tcp", tcp, TCP_NAMES)
+    rto_recovery_id = _lookup("rto_recovery", rto_recovery, RTO_RECOVERY_NAMES)
+    rtt_samples_id = _lookup("rtt_samples", rtt_samples, RTT_SAMPLES_NAMES)
     sched_id = _lookup("scheduler", scheduler, SCHEDULER_NAMES)
     arrival_id = _lookup("arrival", arrival, ARRIVAL_NAMES)
     policy_id = _lookup("policy", policy, buffer.POLICY_NAMES)
@@ -309,6 +329,8 @@ def make_params(
         rto_granularity_s=_as_f32(rto_granularity_s),
         delayed_ack=_as_i32(delayed_ack),
         dupthresh=_as_i32(dupthresh),
+        rto_recovery_id=_as_i32(rto_recovery_id),
+        rtt_samples_id=_as_i32(rtt_samples_id),
         cubic_beta=_as_f32(cubic_beta),
         cubic_c=_as_f32(cubic_c),
         cubic_fast_convergence=jnp.asarray(bool(cubic_fast_convergence)),
@@ -353,6 +375,10 @@ def validate(params: SimParams) -> None:
         raise ValueError(f"policy_id out of range: {leaves['policy_id'].tolist()}")
     if np.any((leaves["tcp_id"] < 0) | (leaves["tcp_id"] >= len(TCP_NAMES))):
         raise ValueError(f"tcp_id out of range: {leaves['tcp_id'].tolist()}")
+    if np.any((leaves["rto_recovery_id"] < 0) | (leaves["rto_recovery_id"] >= len(RTO_RECOVERY_NAMES))):
+        raise ValueError(f"rto_recovery_id out of range: {leaves['rto_recovery_id'].tolist()}")
+    if np.any((leaves["rtt_samples_id"] < 0) | (leaves["rtt_samples_id"] >= len(RTT_SAMPLES_NAMES))):
+        raise ValueError(f"rtt_samples_id out of range: {leaves['rtt_samples_id'].tolist()}")
     traffic.check_cdf(leaves["cdf_size_bytes"], leaves["cdf_prob"])
     if params.num_flow_slots < params.num_senders:
         raise ValueError("num_flow_slots must be >= num_senders")

@@ -2,7 +2,10 @@
 
 A run is consecutive transmissions of one flow that entered the same FIFO in
 the same tick: (flow slot, packets, retransmissions among its first packets,
-transmission id of its first packet, enqueue tick).  Each class FIFO is a ring
+transmission id of its first packet, enqueue tick, spurious retransmissions right
+after the retransmissions).  A run's packets are, in order: retransmissions of lost
+packets, spurious retransmissions (go-back-N resends of packets whose originals are
+still in flight, `tcp.on_timeouts`), new data.  Each class FIFO is a ring
 of runs of static capacity R (a run holds at least one packet, so R runs always
 fit a FIFO capped at R packets).  Enqueue writes at most one run per flow per
 tick and dequeue touches at most `k` runs, so per-tick work is O(flows + k),
@@ -14,13 +17,13 @@ import jax.numpy as jnp
 from flax import struct
 
 # Field order of a run record (last axis of `runs`).
-FLOW, COUNT, NRETX, TX0, ENQ = range(5)
-RUN_FIELDS = 5
+FLOW, COUNT, NRETX, TX0, ENQ, NSPUR = range(6)
+RUN_FIELDS = 6
 
 
 @struct.dataclass
 class QueueState:
-    runs: jnp.ndarray  # [P, R, 5] int32 ring of run records
+    runs: jnp.ndarray  # [P, R, RUN_FIELDS] int32 ring of run records
     head: jnp.ndarray  # [P] index of the oldest run
     nruns: jnp.ndarray  # [P] runs held
     pkts: jnp.ndarray  # [P] packets held
@@ -35,17 +38,19 @@ def init_queue(num_classes: int, capacity: int) -> QueueState:
     )
 
 
-def enqueue(q: QueueState, flow, cls, adm, nretx, tx0, rank, tick) -> QueueState:
+def enqueue(q: QueueState, flow, cls, adm, nretx, tx0, rank, tick, nspur=None) -> QueueState:
     """Append one run per sending flow with adm > 0.
 
-    flow (slot ids), cls, adm, nretx, tx0, rank: [E]; rank is the flow's position among this
-    tick's admitting flows of its class (their FIFO order)."""
+    flow (slot ids), cls, adm, nretx, tx0, rank, nspur: [E]; rank is the flow's position among
+    this tick's admitting flows of its class (their FIFO order); nspur (default none) the
+    spurious retransmissions that follow the nretx retransmissions."""
     P, R, _ = q.runs.shape
     F = adm.shape[0]
     has = adm > 0
     pos = (q.head[cls] + q.nruns[cls] + rank) % R
     flat = jnp.where(has, cls * R + pos, P * R)  # out of range -> dropped by the scatter
-    rec = jnp.stack([flow, adm, nretx, tx0, jnp.full((F,), tick, jnp.int32)], axis=-1)
+    nspur = jnp.zeros_like(adm) if nspur is None else nspur
+    rec = jnp.stack([flow, adm, nretx, tx0, jnp.full((F,), tick, jnp.int32), nspur], axis=-1)
     runs = q.runs.reshape(P * R, RUN_FIELDS).at[flat].set(rec, mode="drop").reshape(P, R, RUN_FIELDS)
     onehot = (cls[:, None] == jnp.arange(P)[None, :]) & has[:, None]
     new_runs = jnp.sum(onehot, axis=0, dtype=jnp.int32)
@@ -56,12 +61,13 @@ def enqueue(q: QueueState, flow, cls, adm, nretx, tx0, rank, tick) -> QueueState
 def dequeue(q: QueueState, n_pkts, max_runs: int):
     """Remove n_pkts[c] packets from the head of each class FIFO.
 
-    Returns the new state and the departed runs as a [P, max_runs, 5] array (COUNT
-    holds the packets taken from that run; 0 marks an empty record)."""
+    Returns the new state and the departed runs as a [P, max_runs, RUN_FIELDS] array
+    (COUNT holds the packets taken from that run, NRETX and NSPUR how many of them are
+    retransmissions and spurious ones; 0 marks an empty record)."""
     P, R, _ = q.runs.shape
     j = jnp.arange(max_runs, dtype=jnp.int32)
     idx = (q.head[:, None] + j[None, :]) % R  # [P, m]
-    rows = jnp.take_along_axis(q.runs, idx[:, :, None], axis=1)  # [P, m, 5]
+    rows = jnp.take_along_axis(q.runs, idx[:, :, None], axis=1)  # [P, m, RUN_FIELDS]
     valid = j[None, :] < q.nruns[:, None]
     count = jnp.where(valid, rows[..., COUNT], 0)
     before = jnp.cumsum(count, axis=1) - count
@@ -70,11 +76,13 @@ def dequeue(q: QueueState, n_pkts, max_runs: int):
     n_full = jnp.sum(full, axis=1, dtype=jnp.int32)
     partial = valid & (take > 0) & (take < count)  # at most one per class
     taken_retx = jnp.minimum(rows[..., NRETX], take)
-    rest = rows.at[..., COUNT].add(-take).at[..., NRETX].add(-taken_retx).at[..., TX0].add(take)
+    taken_spur = jnp.minimum(rows[..., NSPUR], take - taken_retx)
+    rest = (rows.at[..., COUNT].add(-take).at[..., NRETX].add(-taken_retx).at[..., NSPUR].add(-taken_spur)
+            .at[..., TX0].add(take))
     flat = jnp.where(partial, jnp.arange(P)[:, None] * R + idx, P * R)
     runs = (q.runs.reshape(P * R, RUN_FIELDS).at[flat.reshape(-1)]
             .set(rest.reshape(-1, RUN_FIELDS), mode="drop").reshape(P, R, RUN_FIELDS))
-    out = rows.at[..., COUNT].set(take).at[..., NRETX].set(taken_retx)
+    out = rows.at[..., COUNT].set(take).at[..., NRETX].set(taken_retx).at[..., NSPUR].set(taken_spur)
     dq = jnp.sum(take, axis=1, dtype=jnp.int32)
     new = q.replace(runs=runs, head=(q.head + n_full) % R, nruns=q.nruns - n_full, pkts=q.pkts - dq)
     return new, out

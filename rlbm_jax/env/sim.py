@@ -25,7 +25,7 @@ from flax import struct
 from rlbm_jax.env import buffer, metrics as mx, queue as qm, scheduler, tcp, traffic
 from rlbm_jax.env.params import SimParams
 
-# Fields of a delay-line record: the queue's run record (FLOW, COUNT, NRETX, TX0, ENQ).
+# Fields of a delay-line record: the queue's run record (FLOW, COUNT, NRETX, TX0, ENQ, NSPUR).
 WIRE_FIELDS = qm.RUN_FIELDS
 
 
@@ -37,7 +37,7 @@ class SimState:
     delivered: jnp.ndarray  # [F] packets of each flow received by the sink
     done_sink: jnp.ndarray  # [F] bool: the flow's last packet arrived (FCT logged)
     queue: qm.QueueState
-    wire: jnp.ndarray  # [L, k, 5] departed runs by departure tick (ring)
+    wire: jnp.ndarray  # [L, k, WIRE_FIELDS] departed runs by departure tick (ring)
     next_arrival_s: jnp.ndarray  # [] time of the next flow arrival
     access_credit: jnp.ndarray  # [S] packets each access link may still send
     rr_next: jnp.ndarray  # [] next class for round robin
@@ -125,7 +125,7 @@ def _select_events(table, rec_flows, rec_count, new_slot, t, num_events, sender_
     unsettled = (col("outstanding") + col("ghost") + col("retx_out") + col("lost_q") + col("retx_dropped"))
     timer = (unsettled > 0) & (t >= col("rto_deadline"))
     window = jnp.floor(col("cwnd")).astype(jnp.int32) > col("outstanding")
-    data = (col("lost_q") > 0) | (col("next_new") < col("size_pkts"))
+    data = (col("lost_q") > 0) | (col("gbn_left") > 0) | (col("next_new") < col("size_pkts"))
     can_send = window & data & sender_ok[col("sender")]
     has = rec_count > 0
     earlier_same = (rec_flows[None, :] == rec_flows[:, None]) & has[None, :] & (jnp.arange(k)[None, :] < jnp.arange(k)[:, None])
@@ -144,20 +144,23 @@ def _select_events(table, rec_flows, rec_count, new_slot, t, num_events, sender_
 
 
 def _compact(records, k):
-    """Keep the (at most k) non-empty records of [n, 5], in order, in a [k, 5] array."""
+    """Keep the (at most k) non-empty records of [n, WIRE_FIELDS], in order, in a [k, WIRE_FIELDS] array."""
     has = records[:, qm.COUNT] > 0
     pos = jnp.where(has, jnp.cumsum(has) - 1, k)
     return jnp.zeros((k, WIRE_FIELDS), jnp.int32).at[pos].set(records, mode="drop")
 
 
 def _deliver(table, delivered, done_sink, rows, sink_tick, m, iv, params):
-    """Packets of `rows` [k, 5] (departed in sink_tick) reach the sink: count them per flow,
-    and log each flow whose last packet arrived."""
+    """Packets of `rows` [k, WIRE_FIELDS] (departed in sink_tick) reach the sink: count them
+    per flow, and log each flow whose last packet arrived.  Spurious retransmissions are
+    copies of packets already delivered (the receiver drops them): they count as arrivals,
+    not as data.  Returns (..., packets arrived, of which spurious, distinct payload bytes)."""
     k = rows.shape[0]
     F = delivered.shape[0]
-    flow, cnt = rows[:, qm.FLOW], rows[:, qm.COUNT]
-    has = cnt > 0
-    delivered = delivered.at[jnp.where(has, flow, F)].add(cnt, mode="drop")
+    flow, cnt, spur = rows[:, qm.FLOW], rows[:, qm.COUNT], rows[:, qm.NSPUR]
+    real = cnt - spur
+    has = real > 0  # a record of spurious copies alone (its flow may have ended) decides nothing
+    delivered = delivered.at[jnp.where(has, flow, F)].add(real, mode="drop")
     # one decision per flow: the last record of each flow in this batch
     later_same = (flow[None, :] == flow[:, None]) & has[None, :] & (jnp.arange(k)[None, :] > jnp.arange(k)[:, None])
     last = has & ~jnp.any(later_same, axis=1)
@@ -171,10 +174,10 @@ def _deliver(table, delivered, done_sink, rows, sink_tick, m, iv, params):
     ideal = params.base_rtt_s + size_b * 8.0 / params.bottleneck_rate_bps
     log_rec = jnp.stack([size_b, col("cls").astype(jnp.float32), fct, fct / ideal, col("start_s")], axis=-1)
     m, iv = mx.log_completions(m, iv, done, log_rec)
-    n = jnp.sum(cnt)
+    n, n_spur = jnp.sum(cnt), jnp.sum(spur)
     # payload bytes: whole segments, less the unused part of each finished flow's last one
     short = jnp.sum(jnp.where(done, col("size_pkts").astype(jnp.float32) * params.mss_bytes - size_b, 0.0))
-    return delivered, done_sink, m, iv, n, n.astype(jnp.float32) * params.mss_bytes - short
+    return delivered, done_sink, m, iv, n, n_spur, (n - n_spur).astype(jnp.float32) * params.mss_bytes - short
 
 
 def _aggregate(records, idx):
@@ -199,13 +202,13 @@ def tick(state: SimState, params: SimParams) -> SimState:
 
     # ---- 1. packets reach the sink (a column update of the flow table) ------------------
     sink_tick = t - params.sink_delay_ticks
-    sink_rows = jnp.where(sink_tick >= 0, state.wire[sink_tick % L], 0)  # [k, 5]
+    sink_rows = jnp.where(sink_tick >= 0, state.wire[sink_tick % L], 0)  # [k, WIRE_FIELDS]
     table = state.flows
-    delivered, done_sink, m, iv, n_sink, sink_bytes = _deliver(table, state.delivered, state.done_sink, sink_rows,
-                                                   sink_tick, m, iv, params)
+    delivered, done_sink, m, iv, n_sink, n_spur_sink, sink_bytes = _deliver(
+        table, state.delivered, state.done_sink, sink_rows, sink_tick, m, iv, params)
 
     # ---- 2. ACK records, the flow that may start, the event flows ---------------------------
-    ack_rows = state.wire[(t - params.ack_delay_ticks) % L]  # [k, 5]
+    ack_rows = state.wire[(t - params.ack_delay_ticks) % L]  # [k, WIRE_FIELDS]
     ack_rows = jnp.where(t >= params.ack_delay_ticks, ack_rows, 0)
     rate = traffic.arrival_rate_per_s(params)
     due = (state.next_arrival_s <= now_s + tick_s) & (state.next_arrival_s < params.arrival_stop_s)
@@ -221,21 +224,25 @@ def tick(state: SimState, params: SimParams) -> SimState:
     fl = fl.replace(active=fl.active & valid)
 
     # ACKs reach the senders
+    # (a spurious retransmission's ACK acknowledges nothing: it carries no new data, no SACK
+    # and no RTT sample; it only makes the receiver ACK at once)
     oh = _aggregate(ack_rows, idx)  # [k, E]
-    cnt = ack_rows[:, qm.COUNT]
-    tx_last = ack_rows[:, qm.TX0] + cnt - 1
+    cnt, nretx, nspur = ack_rows[:, qm.COUNT], ack_rows[:, qm.NRETX], ack_rows[:, qm.NSPUR]
+    real = cnt - nspur
+    new_e = real - nretx
+    tx_last = ack_rows[:, qm.TX0] + jnp.where(new_e > 0, cnt, nretx) - 1  # the last one that is not spurious
     pick = lambda v: jnp.sum(jnp.where(oh, v[None, :], 0), axis=1)  # per record, its flow's value
     undet_tx_e = pick(fl.undet_tx)
     holes_e = pick((fl.undet > 0).astype(jnp.int32)) > 0
     in_rec_e = pick((fl.state == tcp.RECOVERY).astype(jnp.int32)) > 0
-    new_e = cnt - ack_rows[:, qm.NRETX]
     dup_e = jnp.where(in_rec_e, new_e, jnp.where(holes_e, jnp.clip(tx_last - undet_tx_e, 0, new_e), 0))
     agg = lambda v: jnp.sum(jnp.where(oh, v[:, None], 0), axis=0)  # per event flow, summed
-    acked = agg(cnt)
-    max_tx = jnp.max(jnp.where(oh, tx_last[:, None], -1), axis=0)
-    last_enq = jnp.max(jnp.where(oh, ack_rows[:, qm.ENQ][:, None], -1), axis=0)
+    acked = agg(real)
+    oh_real = oh & (real > 0)[:, None]
+    max_tx = jnp.max(jnp.where(oh_real, tx_last[:, None], -1), axis=0)
+    last_enq = jnp.max(jnp.where(oh_real, ack_rows[:, qm.ENQ][:, None], -1), axis=0)
     rtt_s = (t - last_enq).astype(jnp.float32) * tick_s
-    fl = tcp.on_acks(fl, t, acked, agg(ack_rows[:, qm.NRETX]), agg(dup_e), max_tx, rtt_s, params, tick_s)
+    fl = tcp.on_acks(fl, t, acked, agg(nretx), agg(dup_e), max_tx, rtt_s, params, tick_s, spur_acked=agg(nspur))
     finished = fl.active & (fl.acked >= fl.size_pkts)
     fl = fl.replace(active=fl.active & ~finished)
 
@@ -272,14 +279,15 @@ def tick(state: SimState, params: SimParams) -> SimState:
                   rto_total=m.rto_total + jnp.sum(fired), events_deferred=m.events_deferred + deferred)
 
     # ---- 5. senders transmit -------------------------------------------------------------
-    n_retx, n_new = tcp.wanted(fl, t)
-    want = n_retx + n_new
+    n_retx, n_spur, n_new = tcp.wanted(fl, t)
+    want = n_retx + n_spur + n_new
     by_sender = (fl.sender[:, None] == jnp.arange(S)[None, :]) & fl.active[:, None]  # [E, S]
     ahead = jnp.sum(jnp.where(by_sender, jnp.cumsum(jnp.where(by_sender, want[:, None], 0), axis=0)
                               - want[:, None], 0), axis=1)  # what this sender's earlier event flows want
     send = jnp.clip(budget[fl.sender] - ahead, 0, want)  # the access link serves its flows in turn
     n_retx = jnp.minimum(n_retx, send)
-    n_new = send - n_retx
+    n_spur = jnp.minimum(n_spur, send - n_retx)
+    n_new = send - n_retx - n_spur
     credit = credit - jnp.sum(jnp.where(by_sender, send[:, None], 0), axis=0)
 
     # ---- 6. buffer admission ---------------------------------------------------------------
@@ -292,8 +300,10 @@ def tick(state: SimState, params: SimParams) -> SimState:
     adm = jnp.clip(adm_c[fl.cls] - before, 0, send)
     has_run = (adm > 0)[:, None] & by_cls
     rank = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(has_run.astype(jnp.int32), offset), 0), axis=1)
-    queue = qm.enqueue(q, gidx, fl.cls, adm, jnp.minimum(n_retx, adm), fl.tx_next, rank, t)
-    fl = tcp.on_sent(fl, t, n_retx, n_new, adm, params, tick_s)
+    adm_retx = jnp.minimum(n_retx, adm)
+    adm_spur = jnp.minimum(n_spur, adm - adm_retx)
+    queue = qm.enqueue(q, gidx, fl.cls, adm, adm_retx, fl.tx_next, rank, t, nspur=adm_spur)
+    fl = tcp.on_sent(fl, t, n_retx, n_spur, n_new, adm, params, tick_s)
     drops_c = arr_c - adm_c
     # a new flow's SYN arrives among this tick's packets of its class; when it finds the
     # class at its threshold it is lost, and the connection retries after syn_timeout_s
@@ -319,11 +329,16 @@ def tick(state: SimState, params: SimParams) -> SimState:
     probe = params.base_rtt_s + ahead.astype(jnp.float32) * ser
     w = warm.astype(jnp.int32)
     cap = params.queue_capacity_pkts
+    n_rtx_sent = n_retx + n_spur  # what the buffer sees as repeated data (ns-3's retx_arrivals)
     m = m.replace(
+        retx_tx_total=m.retx_tx_total + jnp.sum(n_rtx_sent), spur_tx_total=m.spur_tx_total + jnp.sum(n_spur),
+        spur_sink_total=m.spur_sink_total + n_spur_sink,
+        retx_arrive_warm=m.retx_arrive_warm + w * jnp.sum(n_rtx_sent),
+        retx_drop_warm=m.retx_drop_warm + w * jnp.sum(n_rtx_sent - adm_retx - adm_spur),
         tx_total=m.tx_total + jnp.sum(send), drop_total=m.drop_total + jnp.sum(drops_c),
         deq_total=m.deq_total + n_deq, sink_total=m.sink_total + n_sink,
         arrive_warm=m.arrive_warm + w * arr_c, drop_warm=m.drop_warm + w * drops_c,
-        deq_warm=m.deq_warm + w * n_deq, sink_warm=m.sink_warm + w * n_sink, ticks_warm=m.ticks_warm + w,
+        deq_warm=m.deq_warm + w * n_deq, sink_warm=m.sink_warm + w * (n_sink - n_spur_sink), ticks_warm=m.ticks_warm + w,
         queue_sum=m.queue_sum + w * qlen.astype(jnp.float32),
         queue_hist=m.queue_hist.at[jnp.arange(P), jnp.minimum(qlen, cap)].add(w),
         occ_hist=m.occ_hist.at[jnp.minimum(occ_after, P * cap)].add(w),
@@ -332,7 +347,7 @@ def tick(state: SimState, params: SimParams) -> SimState:
     )
     iv = iv.replace(arrivals_pkts=iv.arrivals_pkts + arr_c, drops_pkts=iv.drops_pkts + drops_c,
                     dequeues_pkts=iv.dequeues_pkts + served, queue_pkt_s=iv.queue_pkt_s + qlen.astype(jnp.float32) * tick_s,
-                    sink_pkts=iv.sink_pkts + n_sink, sink_bytes=iv.sink_bytes + sink_bytes,
+                    sink_pkts=iv.sink_pkts + n_sink - n_spur_sink, sink_bytes=iv.sink_bytes + sink_bytes,
                     rto_count=iv.rto_count + jnp.sum(fired, dtype=jnp.int32), syn_drops=iv.syn_drops + syn_lost)
 
     # drain rate per class, refreshed once per base RTT (ABM's mu_p / b)
@@ -409,7 +424,7 @@ def on_wire(state: SimState, params: SimParams):
     """Packets that left the bottleneck but have not reached the sink yet."""
     L = params.delay_line_ticks
     ago = (state.tick - 1 - jnp.arange(L)) % L  # row written `a` ticks ago sits at (t-1-a) % L
-    rows = state.wire[ago]  # [L, n, 5]; rows[a] departed in tick t-1-a
+    rows = state.wire[ago]  # [L, n, WIRE_FIELDS]; rows[a] departed in tick t-1-a
     a = jnp.arange(L)
     in_flight = (a < params.sink_delay_ticks) & (state.tick - 1 - a >= 0)
     return jnp.sum(jnp.where(in_flight[:, None], rows[:, :, qm.COUNT], 0))

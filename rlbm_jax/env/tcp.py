@@ -17,6 +17,17 @@ Per flow the sender keeps:
                (like ns-3.37, only the RTO recovers a lost retransmission)
   ghost        transmissions in flight when the RTO fired; the RTO empties the
                pipe and their later ACKs count as new ACKs
+  gbn_left     go-back-N (`params.rto_recovery` "go-back-n", ns-3.37): ghosts not yet
+               resent whose ACK has not arrived either; the sender resends them, in
+               order, after the lost packets and before new data.  A resend whose
+               original is still in flight is *spurious*: the original arrives first,
+               the receiver drops the copy and ACKs at once, and the sender ignores
+               that ACK (it acknowledges nothing)
+  gbn_ahead    ghosts resent whose original's ACK is still to come: that ACK takes the
+               resend out of the pipe (ns-3 discards the segment, retransmitted or not)
+  sack_bank    segments SACKed above a hole in LOSS (go-back-N only): the ACK that fills
+               the hole carries the cumulative ACK over them, and ns-3.37's CUBIC credits
+               slow start with all of them at once
 States: OPEN, RECOVERY (fast recovery with PRR, ns-3.37's default), LOSS (after RTO).
 NewReno grows per ACK: +1 segment in slow start; in congestion avoidance
 max(1, floor(MSS^2 / cwnd)) whole bytes, as ns-3.37 (a little under 1/cwnd).
@@ -27,9 +38,13 @@ its window per round trip where NewReno grows 1.5x).  Its congestion avoidance i
 ns-3.37's in whole segments: the target's distance from the origin truncated to an
 integer, an integer cnt, a counter of ACKed segments that is never reset and at most
 one segment per ACK, and the ACK that ends fast recovery counted in OPEN.
-Not modelled (documented in DESIGN.md): spurious retransmissions after an RTO,
-the delayed-ACK timer (an odd segment is ACKed with the next or when the pipe
-empties).  Lost SYNs are handled where a flow starts (`sim.tick`).
+After an RTO the sender resends either like ns-3.37 (go-back-N over everything not
+yet ACKed or SACKed, in flight or not; the default) or only what was lost
+(`rto_recovery="sack"`, as Linux with F-RTO would once it sees the timeout was
+spurious).  RTT samples come, as in ns-3.37, only from ACKs that move the cumulative
+ACK over data sent once (`rtt_samples`).  Not modelled (documented in DESIGN.md): the
+delayed-ACK timer (an odd segment is ACKed with the next, when the pipe empties, or
+with a duplicate's ACK).  Lost SYNs are handled where a flow starts (`sim.tick`).
 """
 from __future__ import annotations
 
@@ -87,6 +102,9 @@ class FlowState:
     hs_samples: jnp.ndarray  # int32
     hs_found: jnp.ndarray  # bool
     rec_partial: jnp.ndarray  # bool: this RECOVERY episode has had its first partial ACK
+    gbn_left: jnp.ndarray  # int32 go-back-N: ghosts neither resent nor ACKed yet
+    gbn_ahead: jnp.ndarray  # int32 go-back-N: ghosts resent before their original's ACK
+    sack_bank: jnp.ndarray  # int32 go-back-N: segments SACKed above a hole in LOSS, not yet credited
 
 
 FLOAT_FIELDS = ("size_bytes", "start_s", "cwnd", "ssthresh", "recover_fs", "srtt_s", "rttvar_s", "rto_s",
@@ -142,6 +160,11 @@ def unsettled(fl):
     return fl.outstanding + fl.ghost + fl.retx_out + fl.lost_q + fl.retx_dropped
 
 
+GO_BACK_N, SACK_ONLY = 0, 1  # params.rto_recovery_id (params.RTO_RECOVERY_NAMES)
+RTT_CUMULATIVE, RTT_EVERY_ACK = 0, 1  # params.rtt_samples_id (params.RTT_SAMPLES_NAMES)
+
+
+
 def init_flows(num_slots: int) -> FlowState:
     zi = jnp.zeros((num_slots,), jnp.int32)
     zf = jnp.zeros((num_slots,), jnp.float32)
@@ -154,6 +177,7 @@ def init_flows(num_slots: int) -> FlowState:
         rttvar_s=zf, rto_s=zf, rto_deadline=zi, da_parity=zi, w_max=zf, epoch_start=zi - 1,
         cubic_k_s=zf, cubic_origin=zf, cwnd_cnt=zi, delay_min_s=zf, hs_round_end_tx=zi, hs_round_start=zi,
         hs_last_ack=zi, hs_curr_rtt_s=zf + jnp.inf, hs_samples=zi, hs_found=zb, rec_partial=zb,
+        gbn_left=zi, gbn_ahead=zi, sack_bank=zi,
     )
 
 
@@ -227,26 +251,39 @@ def _cubic_grow(cwnd, bank, segs, calls, cnt):
     return cwnd + steps, bank - (steps * cnt).astype(jnp.int32)
 
 
-def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s) -> FlowState:
+def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur_acked=None) -> FlowState:
     """Apply one tick's ACKs.  All arguments are [F]: transmissions ACKed, of which
     retransmissions, of which duplicate ACKs (a hole below them), the highest id
-    ACKed, and an RTT sample (valid where acked > 0)."""
+    ACKed, an RTT sample (valid where acked > 0), and the ACKs of spurious
+    retransmissions (they acknowledge nothing; each makes the receiver ACK at once)."""
     has = acked > 0
     is_cubic = params.tcp_id == CUBIC
+    go_back_n = params.rto_recovery_id == GO_BACK_N
 
     g = jnp.minimum(acked, fl.ghost)
+    # ghosts' ACKs arrive in the order go-back-N resends them: first those already resent
+    # (the resend leaves the pipe), then those the resends have not reached (never resent)
+    ahead = jnp.minimum(g, fl.gbn_ahead)
+    gbn_ahead = fl.gbn_ahead - ahead
+    gbn_left = fl.gbn_left - jnp.minimum(g - ahead, fl.gbn_left)
     ghost = fl.ghost - g
-    outstanding = fl.outstanding - (acked - g)
+    outstanding = fl.outstanding - (acked - g) - ahead
     retx_out = fl.retx_out - acked_retx
     n_acked = fl.acked + acked
 
-    # RTT estimator (RFC 6298, ns-3 RttMeanDeviation), one sample per tick.
+    # RTT estimator (RFC 6298, ns-3 RttMeanDeviation), at most one sample per tick: from
+    # an ACK that moves the cumulative ACK over data sent once, in OPEN (ns-3.37: Karn's
+    # rule, no sample from a SACK or during recovery), or from every ACK ("every-ack")
+    cumulative = (params.rtt_samples_id == RTT_CUMULATIVE)
+    sample = has & (~cumulative | ((fl.state == OPEN) & (acked - n_dup - acked_retx > 0)))
     first = fl.srtt_s <= 0
     rttvar = jnp.where(first, rtt_s / 2, 0.75 * fl.rttvar_s + 0.25 * jnp.abs(fl.srtt_s - rtt_s))
     srtt = jnp.where(first, rtt_s, 0.875 * fl.srtt_s + 0.125 * rtt_s)
-    srtt = jnp.where(has, srtt, fl.srtt_s)
-    rttvar = jnp.where(has, rttvar, fl.rttvar_s)
-    rto_s = jnp.where(has, _rto(srtt, rttvar, params), fl.rto_s)
+    srtt = jnp.where(sample, srtt, fl.srtt_s)
+    rttvar = jnp.where(sample, rttvar, fl.rttvar_s)
+    # the timeout is recomputed from the estimate (undoing a backoff) when the cumulative
+    # ACK moves (ns-3.37 NewAck), or on every ACK ("every-ack")
+    rto_s = jnp.where(jnp.where(cumulative, has & (n_dup < acked), has), _rto(srtt, rttvar, params), fl.rto_s)
     delay_min = jnp.where(has & ((fl.delay_min_s <= 0) | (rtt_s < fl.delay_min_s)), rtt_s, fl.delay_min_s)
 
     # ACK count the receiver generated (delayed ACK: out-of-order segments are ACKed at once).
@@ -254,7 +291,8 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     two = params.delayed_ack == 2
     pairs = (fl.da_parity + in_order) // 2
     parity = (fl.da_parity + in_order) % 2
-    flush = two & (parity == 1) & (outstanding + ghost <= 0)
+    spur = jnp.zeros_like(acked) if spur_acked is None else spur_acked
+    flush = two & (parity == 1) & ((outstanding + ghost <= 0) | (spur > 0))
     n_acks = jnp.where(two, n_dup + pairs + flush.astype(jnp.int32), acked)
     da_parity = jnp.where(two & ~flush, parity, 0)
 
@@ -282,9 +320,19 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     growth = jnp.where(is_cubic, acked, n_acks) - jnp.where(state == OPEN, n_dup, 0)
     growth = jnp.maximum(growth, 0)
     # after an RTO, ACKs of packets above a still-missing one are SACKs: only
-    # retransmissions (which fill holes) advance the cumulative ACK then
-    holes = (fl.lost_q + fl.retx_out + fl.retx_dropped) > 0
-    growth = jnp.where((state == LOSS) & holes, jnp.minimum(growth, acked_retx), growth)
+    # retransmissions (which fill holes) advance the cumulative ACK then.  With go-back-N
+    # (ns-3.37) the ACK that fills a hole carries the cumulative ACK over the segments
+    # SACKed above it, and CUBIC counts them all; with several holes each filled hole is
+    # taken to release an equal share
+    holes_before = fl.lost_q + fl.retx_out + fl.retx_dropped
+    repaired = (lost_q == 0) & (retx_out == 0) & (fl.retx_dropped == 0)
+    loss_holes = (state == LOSS) & (holes_before > 0)
+    sacked = fl.sack_bank + jnp.where(loss_holes & go_back_n, jnp.maximum(acked - acked_retx, 0), 0)
+    share = jnp.floor(sacked.astype(jnp.float32) * acked_retx.astype(jnp.float32)
+                      / jnp.maximum(holes_before, 1).astype(jnp.float32)).astype(jnp.int32)
+    release = jnp.where(loss_holes & (acked_retx > 0), jnp.where(repaired, sacked, jnp.minimum(share, sacked)), 0)
+    sacked = sacked - release
+    growth = jnp.where(loss_holes, jnp.minimum(growth, acked_retx) + jnp.where(is_cubic, release, 0), growth)
     growth_acks = growth.astype(jnp.float32)
     cwnd = fl.cwnd
     # slow start: NewReno +1 per ACK up to ssthresh, the rest in CA; CUBIC (ns-3.37) adds
@@ -302,7 +350,6 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     # the flight at the loss, which it is when the episode had one hole (after several,
     # ns-3's is smaller).  A flow grows in CA or leaves recovery, never both in one tick,
     # so one CUBIC update serves both.
-    repaired = (lost_q == 0) & (retx_out == 0) & (fl.retx_dropped == 0)
     leave_rec = has & (state == RECOVERY) & repaired
     exit_c = leave_rec & is_cubic
     cwnd_in = jnp.where(exit_c, ssthresh, cwnd_ss)
@@ -362,6 +409,7 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
 
     # ---- leaving RECOVERY / LOSS once every hole of the episode is repaired --------
     leave_loss = has & (state == LOSS) & repaired & (ghost == 0)
+    sack_bank = jnp.where(leave_loss, 0, sacked)
     cwnd = jnp.where(leave_rec, ssthresh, cwnd)
     epoch_start = jnp.where(leave_rec, -1, epoch_start)
     state = jnp.where(leave_rec | leave_loss, OPEN, state)
@@ -389,17 +437,23 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
         cubic_k_s=cubic_k, cubic_origin=cubic_origin, cwnd_cnt=cwnd_cnt, hs_round_end_tx=hs_round_end,
         hs_round_start=hs_round_start, hs_last_ack=hs_last_ack, hs_curr_rtt_s=hs_curr,
         hs_samples=hs_samples, hs_found=hs_found, rto_deadline=rto_deadline, rec_partial=rec_partial,
+        gbn_left=gbn_left, gbn_ahead=gbn_ahead, sack_bank=sack_bank,
     )
 
 
 def on_timeouts(fl: FlowState, t, params, tick_s):
     """Retransmission timeouts: cwnd = 1, ssthresh cut, every known or undetected loss
-    queued for retransmission, the pipe emptied, RTO doubled.  Returns (state, fired [F])."""
+    queued for retransmission, the pipe emptied, RTO doubled; with go-back-N (ns-3.37's
+    SetSentListLost) every segment still in flight is marked for resending too, and a
+    resend made before an earlier timeout may be made again.  Returns (state, fired [F])."""
     fire = fl.active & (unsettled(fl) > 0) & (t >= fl.rto_deadline) & (t >= fl.data_tick)
     ss_new, wmax_new = _loss_ssthresh(fl, fl.outstanding.astype(jnp.float32), params)
     # ns-3.37 ReTxTimeout: a timeout in LOSS whose head was already retransmitted keeps ssthresh
     ss_new = jnp.where(fl.state == LOSS, fl.ssthresh, ss_new)
-    in_flight = fl.outstanding - fl.undet - fl.retx_dropped
+    # in flight: what the pipe holds, less undetected drops and lost retransmissions, and
+    # less go-back-N resends of ghosts (the ghost already stands for their segment)
+    in_flight = fl.outstanding - fl.undet - fl.retx_dropped - fl.gbn_ahead
+    ghost = fl.ghost + in_flight
     rto_s = jnp.minimum(fl.rto_s * 2.0, params.max_rto_s)
     w = lambda new, old: jnp.where(fire, new, old)
     fl = fl.replace(
@@ -409,7 +463,9 @@ def on_timeouts(fl: FlowState, t, params, tick_s):
         state=w(LOSS, fl.state),
         lost_q=w(fl.lost_q + fl.undet + fl.retx_dropped, fl.lost_q),
         undet=w(0, fl.undet), retx_dropped=w(0, fl.retx_dropped),
-        ghost=w(fl.ghost + in_flight, fl.ghost), outstanding=w(0, fl.outstanding),
+        ghost=w(ghost, fl.ghost), outstanding=w(0, fl.outstanding),
+        gbn_left=w(jnp.where(params.rto_recovery_id == GO_BACK_N, ghost, 0), fl.gbn_left),
+        gbn_ahead=w(0, fl.gbn_ahead),
         rto_s=w(rto_s, fl.rto_s), rto_deadline=w(t + _ticks(rto_s, tick_s), fl.rto_deadline),
         epoch_start=w(-1, fl.epoch_start), delay_min_s=w(0.0, fl.delay_min_s),
         hs_found=w(False, fl.hs_found), hs_round_end_tx=w(fl.tx_next, fl.hs_round_end_tx),
@@ -419,23 +475,27 @@ def on_timeouts(fl: FlowState, t, params, tick_s):
 
 
 def wanted(fl: FlowState, t):
-    """Retransmissions and new packets each flow's window lets it send now ([F] each)."""
+    """Retransmissions of lost packets, go-back-N resends of packets in flight (spurious)
+    and new packets each flow's window lets it send now ([F] each), in that order."""
     ready = fl.active & (t >= fl.data_tick)
     allow = jnp.maximum(jnp.floor(fl.cwnd).astype(jnp.int32) - fl.outstanding, 0)
     allow = jnp.where(ready, allow, 0)
     n_retx = jnp.minimum(allow, fl.lost_q)
-    n_new = jnp.clip(allow - n_retx, 0, jnp.maximum(fl.size_pkts - fl.next_new, 0))
-    return n_retx, n_new
+    n_spur = jnp.minimum(allow - n_retx, fl.gbn_left)
+    n_new = jnp.clip(allow - n_retx - n_spur, 0, jnp.maximum(fl.size_pkts - fl.next_new, 0))
+    return n_retx, n_spur, n_new
 
 
-def on_sent(fl: FlowState, t, n_retx, n_new, adm, params, tick_s) -> FlowState:
-    """Book this tick's transmissions: n_retx retransmissions then n_new new packets,
-    of which the first `adm` entered the switch and the rest were dropped."""
-    sent = n_retx + n_new
+def on_sent(fl: FlowState, t, n_retx, n_spur, n_new, adm, params, tick_s) -> FlowState:
+    """Book this tick's transmissions: n_retx retransmissions, n_spur go-back-N resends,
+    then n_new new packets, of which the first `adm` entered the switch and the rest were
+    dropped (a dropped resend costs nothing: its original is on its way)."""
+    sent = n_retx + n_spur + n_new
     drop_retx = jnp.maximum(n_retx - adm, 0)
-    drop_new = sent - adm - drop_retx
+    adm_new = jnp.maximum(adm - n_retx - n_spur, 0)
+    drop_new = n_new - adm_new
     idle = unsettled(fl) == 0
-    first_drop = fl.tx_next + jnp.maximum(adm, n_retx)
+    first_drop = fl.tx_next + n_retx + n_spur + adm_new
     undet_tx = jnp.where((drop_new > 0) & (fl.undet == 0), first_drop, fl.undet_tx)
     deadline = jnp.where(idle & (sent > 0), t + _ticks(fl.rto_s, tick_s), fl.rto_deadline)
     return fl.replace(
@@ -449,4 +509,5 @@ def on_sent(fl: FlowState, t, n_retx, n_new, adm, params, tick_s) -> FlowState:
         tx_next=fl.tx_next + sent,
         prr_out=fl.prr_out + jnp.where(fl.state == RECOVERY, sent, 0),
         rto_deadline=deadline,
+        gbn_left=fl.gbn_left - n_spur, gbn_ahead=fl.gbn_ahead + n_spur,
     )
