@@ -23,7 +23,7 @@ def _trace(s):
                                                         (q.head[:, None] + jnp.arange(q.runs.shape[1])[None, :])
                                                         % q.runs.shape[1], axis=1), 0), axis=1),
         neg=jnp.minimum(jnp.min(jnp.stack([fl.outstanding, fl.lost_q, fl.retx_out, fl.retx_dropped,
-                                           fl.undet, fl.ghost, fl.gbn_left, fl.gbn_ahead, fl.sack_bank])), 0),
+                                           fl.undet, fl.ghost, fl.gbn_left, fl.gbn_ahead])), 0),
         # go-back-N bookkeeping: the ghosts not yet ACKed are either still to resend or resent
         gbn_over=jnp.max(jnp.where(fl.active, fl.gbn_left + fl.gbn_ahead - fl.ghost, 0)),
         spur_tx=m.spur_tx_total, spur_sink=m.spur_sink_total, retx_tx=m.retx_tx_total,

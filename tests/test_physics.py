@@ -230,21 +230,6 @@ def test_go_back_n_resends_the_window_in_flight_racing_its_acks():
         assert int(same.acked[0]) == int(fl.acked[0]) and float(same.cwnd[0]) == float(fl.cwnd[0])
 
 
-def test_go_back_n_credits_cubic_with_the_segments_sacked_above_the_filled_hole():
-    """ns-3.37 CUBIC in LOSS counts every segment the cumulative ACK covers: once the lost
-    head's retransmission arrives, the ACK covers the segments SACKed above it as well
-    (NewReno still adds one segment per ACK)."""
-    for tcp, mode, grown in (("cubic", "go-back-n", 12.0), ("cubic", "sack", 2.0), ("newreno", "go-back-n", 2.0)):
-        p = long_flow_params(1, 1.0, tcp=tcp, rto_recovery=mode)
-        fl = _flow(cwnd=1.0, ssthresh=20.0, state=tcp_mod.LOSS, ghost=10, retx_out=1, outstanding=1, tx_next=12,
-                   gbn_left=10 if mode == "go-back-n" else 0)
-        fl = _ack(fl, p, 10, acked=10, max_tx=10)  # the ghosts, above the hole: SACKs
-        assert float(fl.cwnd[0]) == 1.0 and int(fl.sack_bank[0]) == (10 if mode == "go-back-n" else 0)
-        fl = _ack(fl, p, 20, acked=1, retx=1, max_tx=11)  # the hole is filled
-        assert float(fl.cwnd[0]) == grown, (tcp, mode, float(fl.cwnd[0]))
-        assert int(fl.state[0]) == tcp_mod.OPEN and int(fl.sack_bank[0]) == 0
-
-
 def test_rtt_samples_come_from_cumulative_acks_of_data_sent_once():
     """ns-3.37 takes an RTT sample only when the cumulative ACK passes data sent once
     (timestamps, Karn's rule): not from SACKs in recovery, where the queue a retransmission

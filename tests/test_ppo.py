@@ -242,13 +242,13 @@ def test_bdp_map_refuses_an_env_without_the_rlbm_observation():
 
 
 def test_ppo_learns_rlbm_and_beats_sb_naive():
-    """Trained deterministic policy vs the initial one and SB-naive, on 8 held-out
+    """Trained deterministic policy vs the initial one and SB-naive, on 16 held-out
     seeds with paired differences (same flows for all three)."""
     env, ep = small_env()
-    ppo = PPO(env, ep, PPOConfig(num_envs=64, num_steps=16, total_updates=40, lr=1e-3, action_map="tanh01"))
+    ppo = PPO(env, ep, PPOConfig(num_envs=64, num_steps=16, total_updates=80, lr=1e-3, action_map="tanh01"))
     ts0 = ppo.init(jax.random.PRNGKey(0))
-    ts, m = ppo.run(ts0, 40)
-    seeds = list(range(1000, 1008))
+    ts, m = ppo.run(ts0, 80)
+    seeds = list(range(1000, 1016))
     policy = lambda ts: (lambda obs: ppo.act_deterministic(ts.params, ts.obs_stats, obs[None])[1][0])
     trained = score(env, ep, policy(ts), seeds)["reward_mean"]
     initial = score(env, ep, policy(ts0), seeds)["reward_mean"]

@@ -25,9 +25,6 @@ Per flow the sender keeps:
                that ACK (it acknowledges nothing)
   gbn_ahead    ghosts resent whose original's ACK is still to come: that ACK takes the
                resend out of the pipe (ns-3 discards the segment, retransmitted or not)
-  sack_bank    segments SACKed above a hole in LOSS (go-back-N only): the ACK that fills
-               the hole carries the cumulative ACK over them, and ns-3.37's CUBIC credits
-               slow start with all of them at once
 States: OPEN, RECOVERY (fast recovery with PRR, ns-3.37's default), LOSS (after RTO).
 NewReno grows per ACK: +1 segment in slow start; in congestion avoidance
 max(1, floor(MSS^2 / cwnd)) whole bytes, as ns-3.37 (a little under 1/cwnd).
@@ -104,7 +101,6 @@ class FlowState:
     rec_partial: jnp.ndarray  # bool: this RECOVERY episode has had its first partial ACK
     gbn_left: jnp.ndarray  # int32 go-back-N: ghosts neither resent nor ACKed yet
     gbn_ahead: jnp.ndarray  # int32 go-back-N: ghosts resent before their original's ACK
-    sack_bank: jnp.ndarray  # int32 go-back-N: segments SACKed above a hole in LOSS, not yet credited
 
 
 FLOAT_FIELDS = ("size_bytes", "start_s", "cwnd", "ssthresh", "recover_fs", "srtt_s", "rttvar_s", "rto_s",
@@ -177,7 +173,7 @@ def init_flows(num_slots: int) -> FlowState:
         rttvar_s=zf, rto_s=zf, rto_deadline=zi, da_parity=zi, w_max=zf, epoch_start=zi - 1,
         cubic_k_s=zf, cubic_origin=zf, cwnd_cnt=zi, delay_min_s=zf, hs_round_end_tx=zi, hs_round_start=zi,
         hs_last_ack=zi, hs_curr_rtt_s=zf + jnp.inf, hs_samples=zi, hs_found=zb, rec_partial=zb,
-        gbn_left=zi, gbn_ahead=zi, sack_bank=zi,
+        gbn_left=zi, gbn_ahead=zi,
     )
 
 
@@ -258,7 +254,6 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     retransmissions (they acknowledge nothing; each makes the receiver ACK at once)."""
     has = acked > 0
     is_cubic = params.tcp_id == CUBIC
-    go_back_n = params.rto_recovery_id == GO_BACK_N
 
     g = jnp.minimum(acked, fl.ghost)
     # ghosts' ACKs arrive in the order go-back-N resends them: first those already resent
@@ -320,19 +315,9 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     growth = jnp.where(is_cubic, acked, n_acks) - jnp.where(state == OPEN, n_dup, 0)
     growth = jnp.maximum(growth, 0)
     # after an RTO, ACKs of packets above a still-missing one are SACKs: only
-    # retransmissions (which fill holes) advance the cumulative ACK then.  With go-back-N
-    # (ns-3.37) the ACK that fills a hole carries the cumulative ACK over the segments
-    # SACKed above it, and CUBIC counts them all; with several holes each filled hole is
-    # taken to release an equal share
-    holes_before = fl.lost_q + fl.retx_out + fl.retx_dropped
-    repaired = (lost_q == 0) & (retx_out == 0) & (fl.retx_dropped == 0)
-    loss_holes = (state == LOSS) & (holes_before > 0)
-    sacked = fl.sack_bank + jnp.where(loss_holes & go_back_n, jnp.maximum(acked - acked_retx, 0), 0)
-    share = jnp.floor(sacked.astype(jnp.float32) * acked_retx.astype(jnp.float32)
-                      / jnp.maximum(holes_before, 1).astype(jnp.float32)).astype(jnp.int32)
-    release = jnp.where(loss_holes & (acked_retx > 0), jnp.where(repaired, sacked, jnp.minimum(share, sacked)), 0)
-    sacked = sacked - release
-    growth = jnp.where(loss_holes, jnp.minimum(growth, acked_retx) + jnp.where(is_cubic, release, 0), growth)
+    # retransmissions (which fill holes) advance the cumulative ACK then
+    holes = (fl.lost_q + fl.retx_out + fl.retx_dropped) > 0
+    growth = jnp.where((state == LOSS) & holes, jnp.minimum(growth, acked_retx), growth)
     growth_acks = growth.astype(jnp.float32)
     cwnd = fl.cwnd
     # slow start: NewReno +1 per ACK up to ssthresh, the rest in CA; CUBIC (ns-3.37) adds
@@ -350,6 +335,7 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     # the flight at the loss, which it is when the episode had one hole (after several,
     # ns-3's is smaller).  A flow grows in CA or leaves recovery, never both in one tick,
     # so one CUBIC update serves both.
+    repaired = (lost_q == 0) & (retx_out == 0) & (fl.retx_dropped == 0)
     leave_rec = has & (state == RECOVERY) & repaired
     exit_c = leave_rec & is_cubic
     cwnd_in = jnp.where(exit_c, ssthresh, cwnd_ss)
@@ -409,7 +395,6 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
 
     # ---- leaving RECOVERY / LOSS once every hole of the episode is repaired --------
     leave_loss = has & (state == LOSS) & repaired & (ghost == 0)
-    sack_bank = jnp.where(leave_loss, 0, sacked)
     cwnd = jnp.where(leave_rec, ssthresh, cwnd)
     epoch_start = jnp.where(leave_rec, -1, epoch_start)
     state = jnp.where(leave_rec | leave_loss, OPEN, state)
@@ -437,7 +422,7 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
         cubic_k_s=cubic_k, cubic_origin=cubic_origin, cwnd_cnt=cwnd_cnt, hs_round_end_tx=hs_round_end,
         hs_round_start=hs_round_start, hs_last_ack=hs_last_ack, hs_curr_rtt_s=hs_curr,
         hs_samples=hs_samples, hs_found=hs_found, rto_deadline=rto_deadline, rec_partial=rec_partial,
-        gbn_left=gbn_left, gbn_ahead=gbn_ahead, sack_bank=sack_bank,
+        gbn_left=gbn_left, gbn_ahead=gbn_ahead,
     )
 
 
