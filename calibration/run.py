@@ -25,16 +25,20 @@ import sys
 import time
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+if __name__ == "__main__":  # our simulator's batch over every core (rlbm_jax.devices); before rlbm_jax starts JAX
+    os.environ.setdefault("RLBM_JAX_HOST_DEVICES", "auto")
 
-from rlbm_jax import scenarios
-from rlbm_jax.env import metrics as mx, sim, tcp
-from rlbm_jax.env.params import make_params
-from rlbm_jax.ns3 import Cell, build_ns3, call as call_ns3, ns3_args, repo_root, run_ns3
-from rlbm_jax.cli import parser
-from rlbm_jax.progress import Progress
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from rlbm_jax import scenarios  # noqa: E402
+from rlbm_jax.devices import batched  # noqa: E402
+from rlbm_jax.env import metrics as mx, sim, tcp  # noqa: E402
+from rlbm_jax.env.params import make_params  # noqa: E402
+from rlbm_jax.ns3 import Cell, build_ns3, call as call_ns3, ns3_args, repo_root, run_ns3  # noqa: E402
+from rlbm_jax.cli import parser  # noqa: E402
+from rlbm_jax.progress import Progress  # noqa: E402
 
 ROOT = repo_root()
 
@@ -138,8 +142,9 @@ def run_ours(cells: list[Cell], seeds: list[int], show_progress=True) -> dict:
         total = sim.ticks_for(seconds, p0)
         n_chunks = 20
         size = math.ceil(total / n_chunks)
-        state = jax.jit(jax.vmap(sim.init))(keys, batch)
-        advance = jax.jit(jax.vmap(lambda s, p: sim.run(s, p, size)[0]))
+        n = len(group) * len(seeds)  # cells x seeds, one flat batch spread over the local devices
+        state = batched(sim.init, n)(keys, batch)
+        advance = batched(lambda s, p: sim.run(s, p, size)[0], n)
         t0 = time.perf_counter()
         bar = Progress(n_chunks, unit=" chunks", label=f"ours: {len(group)} cell(s) x {len(seeds)} seeds ") \
             if show_progress else None
@@ -152,7 +157,7 @@ def run_ours(cells: list[Cell], seeds: list[int], show_progress=True) -> dict:
             bar.close()
         wall = time.perf_counter() - t0
         m = state.metrics
-        rep = jax.jit(jax.vmap(mx.summarize))(m, batch)
+        rep = batched(mx.summarize, n)(m, batch)
         rep = {k: np.asarray(v) for k, v in rep.items()}
         logs, counts, hists = np.asarray(m.log), np.asarray(m.log_count), np.asarray(m.occ_hist)
         for ci, c in enumerate(group):

@@ -12,6 +12,11 @@ harness), `rlbm_jax.cli` (the scripts' entry points).
 
 __version__ = "0.2.0"
 
+# before anything imports jax's backend (gymnax does): the host-device split, if asked for
+from rlbm_jax import devices as _devices  # noqa: E402
+
+_devices.configure_from_environment()
+
 from rlbm_jax import env, scenarios  # noqa: E402
 from rlbm_jax.env import formulations  # noqa: E402
 from rlbm_jax.registry import list_envs, make  # noqa: E402

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlbm_jax.devices import batched, env_sharding
 from rlbm_jax.env import buffer, metrics as mx, sim
 from rlbm_jax.env.params import SimParams
 from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, RLBMEnv
@@ -42,7 +43,8 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
                  show_progress: bool = True) -> dict:
     """Simulate `seconds` of the scenario for every seed: the report fields' mean, std and
     per-seed values, and `tail`, the FCT slowdown per flow-size bucket pooled over seeds
-    (`metrics.pooled_tail`; flows beyond the completion log, `log_overflow`, are not in it).
+    (`metrics.pooled_tail`; flows beyond the completion log, `log_overflow`, are not in it),
+    and `devices`, how many devices the seeds were spread over (`rlbm_jax.devices`).
 
     agent: None runs the buffer policy in `params`; a jittable fn(obs) -> action instead
     drives the "rl" policy through `RLBMEnv` with `formulation` (the one the agent was
@@ -57,8 +59,8 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     if agent is None:
         total = sim.ticks_for(seconds, params)
         n_chunks, size = _chunking(total, chunks)
-        state = jax.jit(jax.vmap(lambda k: sim.init(k, params)))(keys)
-        advance = jax.jit(jax.vmap(lambda s: sim.run(s, params, size)[0]))
+        state = batched(lambda k: sim.init(k, params), len(seeds))(keys)
+        advance = batched(lambda s: sim.run(s, params, size)[0], len(seeds))
         unit_s = size * float(params.tick_s)
         get_sim = lambda st: st
     else:
@@ -79,8 +81,8 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
                 return (obs, st), None
             return jax.lax.scan(body, carry, None, length=size)[0]
 
-        state = jax.jit(jax.vmap(init_one))(keys)
-        advance = jax.jit(jax.vmap(run_steps))
+        state = batched(init_one, len(seeds))(keys)
+        advance = batched(run_steps, len(seeds))  # the seeds spread over the local devices
         unit_s = size * float(ep.agent_interval_s)
         get_sim = lambda st: st[1].sim
 
@@ -98,6 +100,7 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
         bar.close()
     run_s = time.perf_counter() - t0
     final = get_sim(state)
+    n_devices = len(env_sharding(len(seeds)).device_set)
     rep = jax.jit(jax.vmap(lambda m: mx.summarize(m, params)))(final.metrics)
     ticks = np.asarray(final.tick)
     per_seed = []
@@ -113,7 +116,7 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     tail = mx.pooled_tail([logs[i, :min(int(counts[i]), logs.shape[1])] for i in range(len(seeds))],
                           warmup_s=float(params.warmup_s))
     out = dict(mean)
-    out.update(tail=tail, wall_s=time.perf_counter() - t_start, run_s=run_s, compile_s=compile_s,
+    out.update(tail=tail, devices=n_devices, wall_s=time.perf_counter() - t_start, run_s=run_s, compile_s=compile_s,
                sim_seconds_per_wall_s=sum(r["sim_seconds"] for r in per_seed) / max(run_s, 1e-9),
                seeds=[int(s) for s in seeds], std=std, per_seed=per_seed)
     return out

@@ -1,8 +1,11 @@
 #!/usr/bin/env python
 """Entry point of `rlbm_jax.cli.eval_ns3` (`--help` describes it)."""
+import os
 import sys
 
-from rlbm_jax.cli.eval_ns3 import main
+os.environ.setdefault("RLBM_JAX_HOST_DEVICES", "auto")  # envs over every core: rlbm_jax.devices
+
+from rlbm_jax.cli.eval_ns3 import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,8 +1,11 @@
 #!/usr/bin/env python
 """Entry point of `rlbm_jax.cli.evaluate` (`--help` describes it)."""
+import os
 import sys
 
-from rlbm_jax.cli.evaluate import main
+os.environ.setdefault("RLBM_JAX_HOST_DEVICES", "auto")  # envs over every core: rlbm_jax.devices
+
+from rlbm_jax.cli.evaluate import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,6 +2,9 @@
 over envs) and env ticks per second, for several batch sizes.
 
     python scripts/bench_env.py --scenario thesis --num-envs 1 64 1024 4096 --seconds 2
+
+Envs are spread over every local device (one host device per core unless
+RLBM_JAX_HOST_DEVICES says otherwise: `rlbm_jax.devices`).
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import jax
 
 from rlbm_jax import scenarios
 from rlbm_jax.cli import add_model_args, model_kw, parser
+from rlbm_jax.devices import batched, env_sharding
 from rlbm_jax.env import sim
 
 PROG = "bench_env.py"
@@ -30,8 +34,8 @@ def scenario_params(name: str, pkts_per_tick: int, **model):
 def bench(params, num_envs: int, seconds: float, repeats: int = 2):
     n = sim.ticks_for(seconds, params)
     keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
-    state = jax.jit(jax.vmap(lambda k: sim.init(k, params)))(keys)
-    step = jax.jit(jax.vmap(lambda s: sim.run(s, params, n)[0]))
+    state = batched(lambda k: sim.init(k, params), num_envs)(keys)
+    step = batched(lambda s: sim.run(s, params, n)[0], num_envs)  # envs over the devices
     t0 = time.perf_counter()
     compiled = step.lower(state).compile()
     compile_s = time.perf_counter() - t0
@@ -46,7 +50,7 @@ def bench(params, num_envs: int, seconds: float, repeats: int = 2):
     sim_s = n * float(params.tick_s)
     return {"num_envs": num_envs, "pkts_per_tick": params.pkts_per_tick, "ticks": n,
             "sim_seconds_per_wall_s": num_envs * sim_s / best, "env_ticks_per_s": num_envs * n / best,
-            "wall_s": best, "compile_s": compile_s}
+            "wall_s": best, "compile_s": compile_s, "devices": len(env_sharding(num_envs).device_set)}
 
 
 def main(argv=None):
@@ -65,9 +69,11 @@ def main(argv=None):
             r = bench(p, n, a.seconds)
             rows.append(r)
             print(f"{a.scenario} k={k:2d} envs={n:5d}  sim-s/wall-s {r['sim_seconds_per_wall_s']:9.1f}  "
-                  f"env-ticks/s {r['env_ticks_per_s']:11.0f}  (compile {r['compile_s']:.1f}s)", flush=True)
+                  f"env-ticks/s {r['env_ticks_per_s']:11.0f}  (compile {r['compile_s']:.1f}s, {r['devices']} device(s))",
+                  flush=True)
     meta = {"scenario": a.scenario, "machine": platform.machine(), "processor": platform.processor(),
             "cpus": os.cpu_count(), "devices": [str(d) for d in jax.devices()], "jax": jax.__version__,
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "command": " ".join(["python", "scripts/bench_env.py"] + (argv if argv is not None else sys.argv[1:]))}
     if a.json:
         text = json.dumps({"meta": meta, "results": rows}, indent=2)

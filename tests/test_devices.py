@@ -1,0 +1,102 @@
+"""Envs spread over several devices give the same results as on one (rlbm_jax.devices):
+integer state exactly, float summaries to 1e-6.
+
+The host-device count is fixed when JAX starts, so each count runs in its own process:
+1, 2 and 3 host devices, with 6 seeds (3 devices divide 6; 2 devices also divide 4, 3 do
+not, so a batch of 4 on 3 devices runs on 2)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlbm_jax import devices
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r'''
+import json, sys
+import jax, numpy as np
+from rlbm_jax import scenarios
+from rlbm_jax.env import RLBMEnv
+from rlbm_jax.env.params import make_params
+from rlbm_jax.evaluate import score, stack_params
+from rlbm_jax.simulate import run_scenario, with_policy
+import runpy
+cal = runpy.run_path(sys.argv[2], run_name="lib")
+
+p = make_params(**scenarios.thesis(num_flow_slots=16, completion_log_size=64))
+out = {"devices": len(jax.devices())}
+for n in (6, 4):
+    r = run_scenario(p, seconds=3.0, seeds=list(range(n)), show_progress=False)
+    out[f"simulate{n}"] = {"devices": r["devices"], "per_seed": r["per_seed"], "tail": r["tail"]}
+env = RLBMEnv(with_policy(p, "rl"), formulation="RLBM-v0", episode_s=1.0)
+ep = env.default_params
+agent = lambda obs: jax.numpy.tanh(obs[:2]) * 0.5 + 0.5
+out["score"] = {k: np.asarray(v).tolist() for k, v in score(env, ep, agent, list(range(6))).items()}
+cells = stack_params([ep, ep.replace(sim=with_policy(ep.sim, "dt"))])
+out["score_cells"] = {k: np.asarray(v).tolist() for k, v in score(env, cells, None, [1, 2, 3], batched=True).items()}
+cell = cal["thesis_cell"]("cubic", 0.6, 25, seconds=2.0)
+ours = cal["run_ours"]([cell], [1, 2, 3], show_progress=False)[cell.name]
+out["calibration"] = {"seeds": ours["seeds"], "flows": ours["flows"]}
+json.dump(out, open(sys.argv[1], "w"), sort_keys=True, default=float)
+'''
+
+
+def _run(n, tmp_path):
+    env = {**os.environ, devices.ENV_VAR: str(n)}
+    env.pop("XLA_FLAGS", None)
+    out = tmp_path / f"out{n}.json"
+    subprocess.run([sys.executable, "-c", CHILD, str(out), str(ROOT / "calibration" / "run.py")], env=env, check=True,
+                   cwd=ROOT, timeout=900)
+    return json.loads(out.read_text())
+
+
+def test_results_do_not_depend_on_the_number_of_devices(tmp_path):
+    one, two, three = (_run(n, tmp_path) for n in (1, 2, 3))
+    assert (one["devices"], two["devices"], three["devices"]) == (1, 2, 3)
+    assert (one["simulate6"]["devices"], two["simulate6"]["devices"], three["simulate6"]["devices"]) == (1, 2, 3)
+    assert three["simulate4"]["devices"] == 2  # 3 devices do not divide 4 envs: the largest count that does
+    assert one["simulate6"]["per_seed"][0]["flows_completed"] > 0
+    for other in (two, three):
+        for k in ("simulate6", "simulate4", "score", "score_cells", "calibration"):
+            _same(other[k], one[k], k)
+
+
+def _same(got, want, where):
+    """Integers (packets, flows, counters) exactly; floats to 1e-6 relative: XLA may
+    vectorise a per-env float reduction differently for another per-device batch, which
+    moves its last bit. Never more: envs never meet."""
+    if isinstance(want, dict):
+        assert set(got) - {"devices"} == set(want) - {"devices"}, where
+        for k in want:
+            if k != "devices":
+                _same(got[k], want[k], f"{where}.{k}")
+    elif isinstance(want, list):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want)):
+            _same(g, w, f"{where}[{i}]")
+    elif isinstance(want, float) or isinstance(got, float):
+        assert got == pytest.approx(want, rel=1e-6, abs=1e-12, nan_ok=True), where
+    else:
+        assert got == want, where
+
+
+def test_host_device_setting_is_read_and_checked():
+    assert devices.host_device_count(None) is None and devices.host_device_count("") is None
+    assert devices.host_device_count("3") == 3 and devices.host_device_count("auto") >= 1
+    for bad in ("0", "-2", "two", "1.5"):
+        with pytest.raises(ValueError, match=devices.ENV_VAR):
+            devices.host_device_count(bad)
+    env = {devices.ENV_VAR: "4", "XLA_FLAGS": "--xla_foo=1"}
+    devices.configure_from_environment(env)
+    assert env["XLA_FLAGS"] == ("--xla_foo=1 --xla_force_host_platform_device_count=4 "
+                                "--xla_cpu_copy_insertion_use_region_analysis=true")
+    given = {devices.ENV_VAR: "4", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    devices.configure_from_environment(given)  # the user's own count is kept
+    assert given["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"
+    unset = {"XLA_FLAGS": "--xla_foo=1"}
+    devices.configure_from_environment(unset)
+    assert unset == {"XLA_FLAGS": "--xla_foo=1"}
