@@ -51,8 +51,34 @@ def configure_from_environment(environ=os.environ) -> None:
     flags = environ.get("XLA_FLAGS", "")
     if n is None or _COUNT_FLAG in flags:
         return
+    if _backend_started():
+        import warnings
+
+        warnings.warn(f"{ENV_VAR}={environ.get(ENV_VAR)} comes too late: JAX had already started its backend "
+                      f"(something, e.g. gymnax, ran JAX before rlbm_jax was imported), so it stays at "
+                      f"{_device_count()} device(s). Import rlbm_jax first, or set "
+                      f"XLA_FLAGS={_COUNT_FLAG}={n} before Python starts.", stacklevel=3)
+        return
     extra = [f"{_COUNT_FLAG}={n}"] + ([f"{_REGION_FLAG}=true"] if _REGION_FLAG not in flags else [])
     environ["XLA_FLAGS"] = " ".join([flags.strip(), *extra]).strip()
+
+
+def _backend_started() -> bool:
+    import sys
+
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):  # another JAX: cannot tell, assume not
+        return False
+
+
+def _device_count() -> int:
+    import jax
+
+    return len(jax.local_devices())
 
 
 def env_sharding(batch: int):

@@ -84,7 +84,8 @@ def _same(got, want, where):
         assert got == want, where
 
 
-def test_host_device_setting_is_read_and_checked():
+def test_host_device_setting_is_read_and_checked(monkeypatch):
+    monkeypatch.setattr(devices, "_backend_started", lambda: False)  # as when rlbm_jax is imported first
     assert devices.host_device_count(None) is None and devices.host_device_count("") is None
     assert devices.host_device_count("3") == 3 and devices.host_device_count("auto") >= 1
     for bad in ("0", "-2", "two", "1.5"):
@@ -100,3 +101,11 @@ def test_host_device_setting_is_read_and_checked():
     unset = {"XLA_FLAGS": "--xla_foo=1"}
     devices.configure_from_environment(unset)
     assert unset == {"XLA_FLAGS": "--xla_foo=1"}
+
+
+def test_a_setting_that_comes_after_jax_started_warns_and_changes_nothing(monkeypatch):
+    monkeypatch.setattr(devices, "_backend_started", lambda: True)
+    env = {devices.ENV_VAR: "2"}
+    with pytest.warns(UserWarning, match="too late"):
+        devices.configure_from_environment(env)
+    assert "XLA_FLAGS" not in env
