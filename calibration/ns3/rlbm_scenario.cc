@@ -638,6 +638,7 @@ struct BufferStats {
     std::vector<uint64_t> arrivals, drops, dequeues; // [P] enqueue attempts, drops, dequeues
     uint64_t retxArrivals = 0; // data segments that repeat bytes already seen at this buffer
     uint64_t retxDrops = 0;    // ... of which dropped
+    uint64_t synDrops = 0;     // SYNs dropped since t = 0 (each connection then waits syn_timeout_s)
     std::vector<double> occupancyTime;               // [B+1] seconds at each total occupancy
     std::vector<std::vector<double>> classTime;      // [P][cap_c+1] seconds at each class length
     std::vector<double> classPktSeconds;             // [P] time integral of each class length
@@ -729,7 +730,10 @@ class RlbmBufferQueueDisc : public QueueDisc {
             if (measuring) ++m_stats.drops[c];
             if (measuring && retx) ++m_stats.retxDrops;
             if (seg.payload > 0) ++m_interval.drops[c];
-            if (seg.syn && !seg.ack) ++m_interval.synDrops;
+            if (seg.syn && !seg.ack) {
+                ++m_interval.synDrops;
+                ++m_stats.synDrops;
+            }
             if (!admit) DropBeforeEnqueue(item, "class threshold or shared buffer exceeded");
             return false;
         }
@@ -1659,6 +1663,7 @@ std::string Scenario::Report(double wallS) const {
         .Num("rto_count", double(g_rtoCount))
         .Num("retx_arrivals", double(st.retxArrivals))
         .Num("retx_drops", double(st.retxDrops))
+        .Num("syn_drops", double(st.synDrops))
         .Num("measured_s", measured)
         .Num("agent_intervals", m_intervalsClosed);
     for (uint32_t k = 0; k < c.numClasses; ++k) {
