@@ -475,10 +475,15 @@ def report(cells, rows, ours, ns3, seeds, args, path: Path, extra_lines=()):
     path.write_text("\n".join(lines) + "\n")
 
 
+def row_of(rows, c: Cell, metric: str) -> dict:
+    """The comparison row of cell `c` and `metric` (`compare`'s output)."""
+    return next(r for r in rows if r["cell"] == c.name and r["metric"] == metric)
+
+
 def tail_table(cells, rows, ours, ns3) -> list[str]:
     """The tail by flow size (pooled over seeds) and the retransmission counts, per cell."""
     flow_cells = [c for c in cells if c.kind != "long"]
-    get = lambda c, m: next(r for r in rows if r["cell"] == c.name and r["metric"] == m)
+    get = lambda c, m: row_of(rows, c, m)
     pair = lambda r: f"{_fmt(r['ours'])} / {_fmt(r['ns3'])}"
     lines = ["## Tail and retransmissions", "",
              "FCT slowdown p50 and p99 per flow size, pooled over the seeds (flows: how many each simulator "
@@ -558,8 +563,7 @@ def syn_stalls(flows_per_seed, syn_timeout_s: float = 3.0) -> tuple[int, int]:
 def evidence(c: Cell, metric: str, rows, ours, ns3) -> str:
     """The cell's numbers behind an explanation: timeouts and retransmissions per run, and
     for a tail metric the sample (short flows, 3-s SYN stalls, ns-3 against itself)."""
-    get = lambda m: next(r for r in rows if r["cell"] == c.name and r["metric"] == m)
-    rto, retx = get("rto_count"), get("retx_arrivals")
+    rto, retx = row_of(rows, c, "rto_count"), row_of(rows, c, "retx_arrivals")
     out = (f"here timeouts per run ours {_fmt(rto['ours'])} / ns-3 {_fmt(rto['ns3'])}, retransmissions "
            f"{_fmt(retx['ours'])} / {_fmt(retx['ns3'])}")
     if metric in ("slowdown_p99", "pooled_p99_short"):

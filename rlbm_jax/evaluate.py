@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlbm_jax.cli import add_model_args
 from rlbm_jax.devices import env_sharding, replicated
 from rlbm_jax.env import metrics as mx
 from rlbm_jax.env.params import SimParams
@@ -182,8 +183,6 @@ def add_grid_args(ap, *, seeds: int):
     ap.add_argument("--first-seed", type=int, default=100_000, help="seeds are first-seed, first-seed+1, ...")
     ap.add_argument("--reward", default=None, help="reward to score on (a name of rlbm_jax.env.formulations."
                     "REWARDS); default: the policy's formulation's")
-    from rlbm_jax.cli import add_model_args
-
     add_model_args(ap)
 
 

@@ -307,7 +307,8 @@ Options DeclareOptions() {
     o.Add("out", "-", "JSON report path ('-' = stdout)");
     o.Add("flows_out", "", "per-flow CSV of completed flows (optional)");
     o.Add("cwnd_out", "", "cwnd/ssthresh trace CSV of the first long (else first) flow");
-    o.Add("rto_out", "", "CSV of every retransmission timeout: time, and the flow's start and size");
+    o.Add("rto_out", "", "CSV of every retransmission timeout: time, the flow's start and size, whether it is "
+                        "long-lived, cwnd, ssthresh, last RTT and congestion state");
     o.Add("trace_interval_s", "0.01", "sampling period of the cwnd trace (s)");
     o.Add("agent_interval_s", "0",
           "agent interval (s): the interval record (rlbm_jax metrics.Interval) at every k * agent_interval_s "

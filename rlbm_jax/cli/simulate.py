@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 
 from rlbm_jax import scenarios
-from rlbm_jax.cli import fail, name_flags, parser
+from rlbm_jax.cli import add_model_args, fail, name_flags, parser
 from rlbm_jax.env import buffer, formulations, traffic
-from rlbm_jax.env.params import RTO_RECOVERY_NAMES, RTT_SAMPLES_NAMES, make_params
+from rlbm_jax.env.params import make_params
 from rlbm_jax.simulate import BASELINES, run_scenario, with_policy
 
 PROG = "simulate.py"
@@ -69,12 +69,6 @@ def build_parser():
     g.add_argument("--cubic-beta", type=float, help="CUBIC multiplicative decrease")
     g.add_argument("--cubic-c", type=float, help="CUBIC scaling constant")
     g.add_argument("--dupthresh", type=int, help="duplicate ACKs that declare a loss")
-    g.add_argument("--rto-recovery", choices=list(RTO_RECOVERY_NAMES),
-                   help="after a timeout: go-back-n resends everything not yet ACKed or SACKed, in flight "
-                        "too (ns-3.37; the simulator's default); sack resends only what was lost")
-    g.add_argument("--rtt-samples", choices=list(RTT_SAMPLES_NAMES),
-                   help="RTT samples from ACKs that move the cumulative ACK over data sent once (cumulative, "
-                        "ns-3.37; the default) or from every ACK (every-ack)")
     g.add_argument("--max-rto-s", type=float, help="maximum retransmission timeout (s)")
     g.add_argument("--syn-timeout-s", type=float, help="wait after a lost SYN (ns-3 ConnTimeout, s)")
     g.add_argument("--alpha", type=float, nargs="+", help="policy weights per class (SB, DT, ABM)")
@@ -89,6 +83,7 @@ def build_parser():
     g.add_argument("--long-flows", type=int, help="long-lived flows started at t = 0")
     g.add_argument("--pkts-per-tick", type=int, default=1, help="bottleneck packets per tick (fidelity/speed dial)")
     g.add_argument("--warmup-s", type=float, help="excluded from time-averaged metrics (s)")
+    add_model_args(ap)
     g = ap.add_argument_group("run")
     g.add_argument("--seconds", type=float, default=60.0, help="simulated seconds per seed")
     g.add_argument("--seeds", type=int, default=4, help="number of seeds")

@@ -24,9 +24,8 @@ from rlbm_jax.env import traffic
 # Integer codes of the categorical choices (dynamic, so they can be vmapped).
 TCP_NAMES = ("newreno", "cubic")
 # what a sender does after a retransmission timeout (tcp.on_timeouts): "go-back-n" resends
-# every segment not yet ACKed or SACKed, those still in flight too, and counts a hole-filling
-# cumulative ACK's SACKed segments in CUBIC's slow start, as ns-3.37 does; "sack" resends only
-# the lost segments and credits only the retransmissions' ACKs
+# every segment not yet ACKed or SACKed, those still in flight too, as ns-3.37 does; "sack"
+# resends only the lost segments
 RTO_RECOVERY_NAMES = ("go-back-n", "sack")
 # which ACKs give the RTT estimator a sample (tcp.on_acks): "cumulative" as ns-3.37 (with
 # timestamps, Karn's rule and a history emptied at every timeout): an ACK that moves the

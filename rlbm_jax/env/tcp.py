@@ -160,7 +160,6 @@ GO_BACK_N, SACK_ONLY = 0, 1  # params.rto_recovery_id (params.RTO_RECOVERY_NAMES
 RTT_CUMULATIVE, RTT_EVERY_ACK = 0, 1  # params.rtt_samples_id (params.RTT_SAMPLES_NAMES)
 
 
-
 def init_flows(num_slots: int) -> FlowState:
     zi = jnp.zeros((num_slots,), jnp.int32)
     zf = jnp.zeros((num_slots,), jnp.float32)
