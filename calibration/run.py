@@ -10,8 +10,10 @@
 Each cell runs our simulator (all seeds of all cells in one vmapped batch per
 static shape) and the ns-3 scenario `calibration/ns3/rlbm_scenario.cc` (built by
 `calibration/ns3/build.sh`, one process per seed, `--jobs` at a time) with the same
-parameters under the same names.  The error of a metric is that of the mean over
-seeds; `TOLERANCES` says what counts as agreement.  Writes, under `--out`:
+parameters under the same names.  Poisson cells spread their seeds over the phase of
+ns-3's packet clock (`rlbm_jax.ns3.delay_phase_s`: seed s runs, in both simulators, with
+the bottleneck delay lengthened by up to half a packet's serialisation).  The error of
+a metric is that of the mean over seeds; `TOLERANCES` says what counts as agreement.  Writes, under `--out`:
 results.json (every per-seed number), errors.csv (one row per cell x metric),
 plots, and `--report` (markdown error table).
 """
@@ -35,8 +37,8 @@ import numpy as np  # noqa: E402
 from rlbm_jax import scenarios  # noqa: E402
 from rlbm_jax.devices import batched  # noqa: E402
 from rlbm_jax.env import metrics as mx, sim, tcp  # noqa: E402
-from rlbm_jax.env.params import make_params  # noqa: E402
-from rlbm_jax.ns3 import Cell, build_ns3, call as call_ns3, ns3_args, repo_root, run_ns3  # noqa: E402
+from rlbm_jax.env.params import make_params, pad_params, stack_params  # noqa: E402
+from rlbm_jax.ns3 import Cell, build_ns3, call as call_ns3, delay_phase_s, ns3_args, repo_root, run_ns3, seed_kw  # noqa: E402
 from rlbm_jax.cli import parser  # noqa: E402
 from rlbm_jax.progress import Progress  # noqa: E402
 
@@ -77,7 +79,7 @@ def thesis_cell(tcp, load, buffer_pkts, seconds=60.0, pkts_per_tick=1, policy="s
     kw = scenarios.thesis_cell(tcp, buffer_pkts, load, queue_capacity_pkts=400, policy=policy,
                                pkts_per_tick=pkts_per_tick, num_flow_slots=64)
     return Cell(f"thesis/{tcp}/load{load:g}/buf{buffer_pkts}" + (f"/k{pkts_per_tick}" if pkts_per_tick > 1 else ""),
-                "thesis", kw, seconds)
+                "thesis", kw, seconds, phase_spread=True)
 
 
 def long_cell(tcp, n, bdp_mult, rtt_s, seconds=20.0, warmup_s=5.0):
@@ -97,7 +99,7 @@ def dumbbell_cell(rate_bps, tcp, cdf, load, buffer_bdp, senders, seconds, pkts_p
                             seconds=seconds, pkts_per_tick=pkts_per_tick)
     rate = f"{rate_bps / 1e9:g}G" if rate_bps >= 1e9 else f"{rate_bps / 1e6:g}M"
     return Cell(f"dumbbell/{rate}/{tcp}/{cdf}/N{senders}/load{load:g}/{buffer_bdp:g}bdp"
-                + (f"/k{pkts_per_tick}" if pkts_per_tick > 1 else ""), "thesis", kw, seconds)
+                + (f"/k{pkts_per_tick}" if pkts_per_tick > 1 else ""), "thesis", kw, seconds, phase_spread=True)
 
 
 # the fast grid: per rate, TCP and flow-size table, four (load, buffer in BDPs, senders) points
@@ -132,13 +134,14 @@ def run_ours(cells: list[Cell], seeds: list[int], show_progress=True) -> dict:
     out = {}
     groups: dict = {}
     for c in cells:  # one batch per static shape (the treedef holds the static fields)
-        p = make_params(**c.kw)
-        groups.setdefault((jax.tree.structure(p), c.seconds), []).append((c, p))
+        ps = [make_params(**seed_kw(c, s)) for s in seeds]  # a phase-spread cell's delay differs per seed
+        key = jax.tree.structure(pad_params(ps)[0])
+        groups.setdefault((key, c.seconds), []).append((c, ps))
     for (_, seconds), pairs in groups.items():
-        group, params = [c for c, _ in pairs], [p for _, p in pairs]
-        batch = jax.tree.map(lambda *xs: jnp.stack([x for x in xs for _ in seeds]), *params)
+        group = [c for c, _ in pairs]
+        batch = stack_params([p for _, ps in pairs for p in ps])
         keys = jnp.stack([jax.random.PRNGKey(int(s)) for _ in group for s in seeds])
-        p0 = params[0]
+        p0 = pad_params(pairs[0][1])[0]
         total = sim.ticks_for(seconds, p0)
         n_chunks = 20
         size = math.ceil(total / n_chunks)
@@ -570,7 +573,9 @@ def evidence(c: Cell, metric: str, rows, ours, ns3) -> str:
         timeout = float(make_params(**c.kw).syn_timeout_s)
         (a, _), (b, _) = syn_stalls(ours[c.name]["flows"], timeout), syn_stalls(ns3[c.name]["flows"], timeout)
         n_short = tails(c, ns3)["flows_short"]
+        syn = [seed_mean(src[c.name]["seeds"], "syn_drops") for src in (ours, ns3)]
         out += (f"; {n_short} short flows, of which held >= {0.95 * timeout:.2g} s (a lost SYN): ours {a}, ns-3 {b}; "
+                f"lost SYNs per run ours {_fmt(syn[0])} / ns-3 {_fmt(syn[1])}; "
                 f"ns-3's odd / even seeds: {self_spread(ns3[c.name]['flows']):.2f}")
     return out
 
@@ -635,6 +640,7 @@ def main(argv=None):
     (out / "results.json").write_text(json.dumps(in_repo_terms(
         {"grid": args.grid, "seeds": seeds, "tolerances": TOLERANCES, "wall_s": {"ours": t_ours, "ns3": t_ns3},
          "cells": {c.name: {"kind": c.kind, "params": c.kw, "seconds": c.seconds,
+                            "bottleneck_delay_shift_s": [delay_phase_s(c, s) for s in seeds],
                             "ours": ours[c.name]["seeds"], "ns3": [{k: v for k, v in r.items()
                                                                     if not k.startswith("queue_hist")}
                                                                    for r in ns3[c.name]["seeds"]],

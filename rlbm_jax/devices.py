@@ -18,12 +18,25 @@ the split off). With it, XLA's region analysis of loop copies
 of the per-tick copies of the flow table from the compiled loop, with identical results.
 Nothing is changed when the variable is unset, or when XLA_FLAGS already names a
 host device count.
+
+Several processes, on one host or many, join into one batch through `jax.distributed`
+when all three of these are set (each process runs the same program; on CPUs the
+processes talk through gloo):
+
+    RLBM_JAX_COORDINATOR=host0:12355 RLBM_JAX_NUM_PROCESSES=2 RLBM_JAX_PROCESS_ID=0 python my_experiment.py
+    RLBM_JAX_COORDINATOR=host0:12355 RLBM_JAX_NUM_PROCESSES=2 RLBM_JAX_PROCESS_ID=1 python my_experiment.py
+
+`batched` then spreads the env axis over every process's devices (the batch must divide
+evenly among the processes). Every process builds the whole batch's inputs (they follow
+from the seeds) and gets the whole batch's outputs back as host arrays, so the rest of
+a program runs unchanged; write files from process 0 only (`is_main_process`).
 """
 from __future__ import annotations
 
 import os
 
 ENV_VAR = "RLBM_JAX_HOST_DEVICES"
+DIST_VARS = ("RLBM_JAX_COORDINATOR", "RLBM_JAX_NUM_PROCESSES", "RLBM_JAX_PROCESS_ID")
 _COUNT_FLAG = "--xla_force_host_platform_device_count"
 _REGION_FLAG = "--xla_cpu_copy_insertion_use_region_analysis"
 
@@ -44,9 +57,50 @@ def host_device_count(value: str | None) -> int | None:
     return n
 
 
+def distributed_settings(environ=os.environ) -> dict | None:
+    """`jax.distributed.initialize`'s arguments from RLBM_JAX_COORDINATOR (host:port),
+    RLBM_JAX_NUM_PROCESSES and RLBM_JAX_PROCESS_ID; None when none is set."""
+    given = [v for v in DIST_VARS if environ.get(v, "").strip()]
+    if not given:
+        return None
+    if len(given) != len(DIST_VARS):
+        missing = [v for v in DIST_VARS if v not in given]
+        raise ValueError(f"a multi-process run needs all of {', '.join(DIST_VARS)}; {', '.join(missing)} not set")
+    addr = environ[DIST_VARS[0]].strip()
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"{DIST_VARS[0]} must be host:port, got {addr!r}")
+    try:
+        n, i = int(environ[DIST_VARS[1]]), int(environ[DIST_VARS[2]])
+    except ValueError:
+        raise ValueError(f"{DIST_VARS[1]} and {DIST_VARS[2]} must be whole numbers, got "
+                         f"{environ[DIST_VARS[1]]!r} and {environ[DIST_VARS[2]]!r}") from None
+    if n < 1 or not 0 <= i < n:
+        raise ValueError(f"need {DIST_VARS[1]} >= 1 and 0 <= {DIST_VARS[2]} < {DIST_VARS[1]}, got {n} and {i}")
+    return {"coordinator_address": addr, "num_processes": n, "process_id": i}
+
+
 def configure_from_environment(environ=os.environ) -> None:
     """Adds the host-device count and region analysis to XLA_FLAGS as `RLBM_JAX_HOST_DEVICES`
-    asks. Must run before JAX initialises a backend; `rlbm_jax/__init__` calls it first."""
+    asks, and joins a multi-process run when `DIST_VARS` are set. Must run before JAX
+    initialises a backend; `rlbm_jax/__init__` calls it first."""
+    _configure_host_devices(environ)
+    dist = distributed_settings(environ)
+    if dist is not None and dist["num_processes"] > 1:
+        import jax
+
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU devices of different processes
+        jax.distributed.initialize(**dist)
+
+
+def is_main_process() -> bool:
+    """True in a single-process run, and in process 0 of a multi-process one."""
+    import jax
+
+    return jax.process_index() == 0
+
+
+def _configure_host_devices(environ) -> None:
     n = host_device_count(environ.get(ENV_VAR))
     flags = environ.get("XLA_FLAGS", "")
     if n is None or _COUNT_FLAG in flags:
@@ -57,7 +111,7 @@ def configure_from_environment(environ=os.environ) -> None:
         warnings.warn(f"{ENV_VAR}={environ.get(ENV_VAR)} comes too late: JAX had already started its backend "
                       f"(something, e.g. gymnax, ran JAX before rlbm_jax was imported), so it stays at "
                       f"{_device_count()} device(s). Import rlbm_jax first, or set "
-                      f"XLA_FLAGS={_COUNT_FLAG}={n} before Python starts.", stacklevel=3)
+                      f"XLA_FLAGS={_COUNT_FLAG}={n} before Python starts.", stacklevel=4)
         return
     extra = [f"{_COUNT_FLAG}={n}"] + ([f"{_REGION_FLAG}=true"] if _REGION_FLAG not in flags else [])
     environ["XLA_FLAGS"] = " ".join([flags.strip(), *extra]).strip()
@@ -82,17 +136,23 @@ def _device_count() -> int:
 
 
 def env_sharding(batch: int):
-    """A sharding of a leading env axis of length `batch` over the local devices: as many
-    devices as divide `batch` evenly (1 gives today's single-device placement)."""
+    """A sharding of a leading env axis of length `batch` over the devices: as many as divide
+    `batch` evenly (1 gives today's single-device placement). In a multi-process run, the
+    same number from every process."""
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     if batch < 1:
         raise ValueError(f"batch must be at least 1, got {batch}")
-    devs = jax.local_devices()
-    n = max(d for d in range(1, len(devs) + 1) if batch % d == 0)
-    return NamedSharding(Mesh(np.asarray(devs[:n]), ("env",)), PartitionSpec("env"))
+    procs = jax.process_count()
+    if batch % procs:
+        raise ValueError(f"a batch of {batch} envs does not divide among {procs} processes: use a multiple of {procs}")
+    by_proc = [[d for d in jax.devices() if d.process_index == p] for p in range(procs)]
+    local = min(len(ds) for ds in by_proc)
+    per = max(d for d in range(1, local + 1) if (batch // procs) % d == 0)
+    devs = [d for ds in by_proc for d in ds[:per]]
+    return NamedSharding(Mesh(np.asarray(devs), ("env",)), PartitionSpec("env"))
 
 
 def replicated(sharding):
@@ -102,10 +162,59 @@ def replicated(sharding):
     return NamedSharding(sharding.mesh, PartitionSpec())
 
 
+def sharded_jit(fn, in_shardings, out_shardings):
+    """`jax.jit(fn, in_shardings=..., out_shardings=...)` that also runs across processes:
+    in a multi-process run every process passes the whole inputs (host arrays), hands
+    each device its share, and gets the whole outputs back as host arrays (`.lower(...)
+    .compile()` works the same way)."""
+    import jax
+
+    run = jax.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings)
+    return run if jax.process_count() == 1 else _AcrossProcesses(run, in_shardings)
+
+
+class _AcrossProcesses:
+    """A jitted function whose devices span processes, called with host arrays."""
+
+    def __init__(self, run, in_shardings, compiled=None):
+        self.run, self.in_shardings, self.compiled = run, in_shardings, compiled
+
+    def _spread(self, args):
+        import jax
+        import numpy as np
+
+        shardings = self.in_shardings if isinstance(self.in_shardings, tuple) else (self.in_shardings,) * len(args)
+
+        def one(sharding, x):
+            x = np.asarray(x)
+            return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+        return [jax.tree.map(lambda x, sh=sh: one(sh, x), a) for sh, a in zip(shardings, args)]
+
+    def __call__(self, *args):
+        import jax
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        out = (self.compiled or self.run)(*self._spread(args))
+        return jax.tree.map(lambda y: np.asarray(multihost_utils.process_allgather(y, tiled=True)), out)
+
+    def lower(self, *args):
+        outer = self
+
+        class Lowered:
+            def compile(self):
+                return _AcrossProcesses(outer.run, outer.in_shardings, lowered.compile())
+
+        lowered = self.run.lower(*self._spread(args))
+        return Lowered()
+
+
 def batched(fn, batch: int):
     """`jax.jit(jax.vmap(fn))` for a batch of `batch` envs whose inputs and outputs all have
-    the env axis first, spread over the devices by `env_sharding(batch)`."""
+    the env axis first, spread over the devices by `env_sharding(batch)` (and over the
+    processes of a multi-process run: `sharded_jit`)."""
     import jax
 
     axis = env_sharding(batch)
-    return jax.jit(jax.vmap(fn), in_shardings=axis, out_shardings=axis)
+    return sharded_jit(jax.vmap(fn), axis, axis)

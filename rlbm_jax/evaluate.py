@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax.cli import add_model_args
-from rlbm_jax.devices import env_sharding, replicated
+from rlbm_jax.devices import env_sharding, replicated, sharded_jit
 from rlbm_jax.env import metrics as mx
 from rlbm_jax.env.params import SimParams
 from rlbm_jax.env.rlbm_env import EnvParams, RLBMEnv
@@ -64,7 +64,7 @@ def score(env: RLBMEnv, env_params: EnvParams, agent: Callable | None, seeds: Se
     # the leading axis (cells, or seeds) spread over the local devices
     axis = env_sharding(jax.tree.leaves(env_params)[0].shape[0] if batched else len(seeds))
     in_shardings = (axis, replicated(axis)) if batched else (replicated(axis), axis)
-    out = jax.jit(fn, in_shardings=in_shardings, out_shardings=axis)(env_params, keys)
+    out = sharded_jit(fn, in_shardings, axis)(env_params, keys)
     return {k: np.asarray(v) for k, v in out.items()}
 
 

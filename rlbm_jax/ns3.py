@@ -59,6 +59,40 @@ class Cell:
     kind: str  # "thesis" (Poisson flows, fed from our schedule) or "long"
     kw: dict  # make_params keyword arguments, the same names the ns-3 scenario takes
     seconds: float
+    # spread the seeds over the phase of ns-3's packet clock (`seed_kw`); both simulators
+    # then run seed s at the same shifted bottleneck delay
+    phase_spread: bool = False
+
+
+GOLDEN = 0.6180339887498949
+
+
+def delay_phase_s(c: Cell, seed: int) -> float:
+    """How much seed `seed` of a phase-spread cell lengthens the one-way bottleneck delay:
+    frac(seed * golden ratio) of half a data packet's bottleneck serialisation time T.
+
+    ns-3's links have exact, jitter-free delays, so in a busy queue the ACK-clocked
+    arrivals fall at a fixed point of each packet's service time: the round trip modulo
+    T.  Where that point lies decides how much of the time a full queue stays full and
+    so what share of the exogenous arrivals (SYNs, a new flow's first window) it drops,
+    while throughput, mean queue and drop rate hardly move (calibration/REPORT.md,
+    section 2).  A tick of our simulator has no such point: it places an arrival
+    uniformly among the tick's.  Spreading the seeds' round trips evenly over one T
+    (the one-way delay over T / 2) compares both at the average over that phase."""
+    if not c.phase_spread:
+        return 0.0
+    p = make_params(**c.kw)
+    half_t = 0.5 * float(p.data_pkt_bits) / float(p.bottleneck_rate_bps)
+    return half_t * ((int(seed) * GOLDEN) % 1.0)
+
+
+def seed_kw(c: Cell, seed: int) -> dict:
+    """The cell's make_params arguments for one seed (the delay of a phase-spread cell)."""
+    shift = delay_phase_s(c, seed)
+    if shift == 0.0:
+        return c.kw
+    base = c.kw.get("bottleneck_delay_s", float(make_params(**c.kw).bottleneck_delay_s))
+    return {**c.kw, "bottleneck_delay_s": float(base) + shift}
 
 
 def build_ns3() -> Path:
@@ -84,7 +118,7 @@ NOT_NS3 = ("num_flow_slots", "queue_capacity_pkts", "pkts_per_tick", "completion
 
 def ns3_args(c: Cell, seed: int) -> list[str]:
     args = {"seconds": c.seconds, "seed": seed}
-    for k, v in c.kw.items():
+    for k, v in seed_kw(c, seed).items():
         if k in NOT_NS3:
             continue
         if k == "buffer_per_class_pkts":
@@ -109,7 +143,7 @@ _schedule = jax.jit(sim.flow_schedule, static_argnums=2)
 def write_schedule(c: Cell, seed: int, path: Path) -> int:
     """Writes the flows our simulator starts for (cell, seed) as ns-3's `--flows_in` CSV,
     so both simulators carry the same workload; returns the number of flows."""
-    params = make_params(**c.kw)
+    params = make_params(**seed_kw(c, seed))
     stop = min(float(params.arrival_stop_s), c.seconds)
     rate = float(traffic.arrival_rate_per_s(params))
     n = int(rate * stop * 1.5 + 10 * math.sqrt(rate * stop + 1) + 16)
@@ -368,7 +402,7 @@ def _run_one(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, fres
         if agent is None:
             call(cmd)
         else:
-            decisions = drive(cmd, agent.responder(make_params(**c.kw)))
+            decisions = drive(cmd, agent.responder(make_params(**seed_kw(c, seed))))
             done = json.loads(out_json.read_text())["agent_intervals"]
             if decisions not in (done, done + 1):  # the last interval's end gets no decision
                 raise RuntimeError(f"{stem}: {decisions} agent decisions for {done} intervals")

@@ -3,9 +3,11 @@ integer state exactly, float summaries to 1e-6.
 
 The host-device count is fixed when JAX starts, so each count runs in its own process:
 1, 2 and 3 host devices, with 6 seeds (3 devices divide 6; 2 devices also divide 4, 3 do
-not, so a batch of 4 on 3 devices runs on 2)."""
+not, so a batch of 4 on 3 devices runs on 2); and two processes joined through
+`jax.distributed` (one host device each), as two hosts would be."""
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +41,7 @@ out["score"] = {k: np.asarray(v).tolist() for k, v in score(env, ep, agent, list
 cells = stack_params([ep, ep.replace(sim=with_policy(ep.sim, "dt"))])
 out["score_cells"] = {k: np.asarray(v).tolist() for k, v in score(env, cells, None, [1, 2, 3], batched=True).items()}
 cell = cal["thesis_cell"]("cubic", 0.6, 25, seconds=2.0)
-ours = cal["run_ours"]([cell], [1, 2, 3], show_progress=False)[cell.name]
+ours = cal["run_ours"]([cell], [1, 2, 3, 4], show_progress=False)[cell.name]
 out["calibration"] = {"seeds": ours["seeds"], "flows": ours["flows"]}
 json.dump(out, open(sys.argv[1], "w"), sort_keys=True, default=float)
 '''
@@ -54,15 +56,47 @@ def _run(n, tmp_path):
     return json.loads(out.read_text())
 
 
-def test_results_do_not_depend_on_the_number_of_devices(tmp_path):
+def _run_two_processes(tmp_path):
+    with socket.socket() as sock:  # a free port for the coordinator
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs, outs = [], []
+    for pid in (0, 1):
+        env = {**os.environ, devices.ENV_VAR: "1", "RLBM_JAX_COORDINATOR": f"127.0.0.1:{port}",
+               "RLBM_JAX_NUM_PROCESSES": "2", "RLBM_JAX_PROCESS_ID": str(pid)}
+        env.pop("XLA_FLAGS", None)
+        outs.append(tmp_path / f"process{pid}.json")
+        procs.append(subprocess.Popen([sys.executable, "-c", CHILD, str(outs[-1]), str(ROOT / "calibration" / "run.py")],
+                                      env=env, cwd=ROOT))
+    for p in procs:
+        assert p.wait(timeout=900) == 0
+    return [json.loads(o.read_text()) for o in outs]
+
+
+def test_results_do_not_depend_on_the_number_of_devices_or_processes(tmp_path):
     one, two, three = (_run(n, tmp_path) for n in (1, 2, 3))
     assert (one["devices"], two["devices"], three["devices"]) == (1, 2, 3)
     assert (one["simulate6"]["devices"], two["simulate6"]["devices"], three["simulate6"]["devices"]) == (1, 2, 3)
     assert three["simulate4"]["devices"] == 2  # 3 devices do not divide 4 envs: the largest count that does
     assert one["simulate6"]["per_seed"][0]["flows_completed"] > 0
-    for other in (two, three):
+    first, second = _run_two_processes(tmp_path)
+    assert (first["devices"], first["simulate6"]["devices"]) == (2, 2)  # one device in each process
+    for other in (two, three, first, second):
         for k in ("simulate6", "simulate4", "score", "score_cells", "calibration"):
             _same(other[k], one[k], k)
+
+
+def test_multi_process_settings_are_checked():
+    assert devices.distributed_settings({}) is None
+    good = {"RLBM_JAX_COORDINATOR": "10.0.0.1:1234", "RLBM_JAX_NUM_PROCESSES": "4", "RLBM_JAX_PROCESS_ID": "3"}
+    assert devices.distributed_settings(good) == {"coordinator_address": "10.0.0.1:1234", "num_processes": 4,
+                                                  "process_id": 3}
+    for change, match in ((dict(RLBM_JAX_PROCESS_ID=""), "RLBM_JAX_PROCESS_ID not set"),
+                          (dict(RLBM_JAX_COORDINATOR="10.0.0.1"), "host:port"),
+                          (dict(RLBM_JAX_PROCESS_ID="4"), "PROCESS_ID <"),
+                          (dict(RLBM_JAX_NUM_PROCESSES="two"), "whole numbers")):
+        with pytest.raises(ValueError, match=match):
+            devices.distributed_settings({**good, **change})
 
 
 def _same(got, want, where):

@@ -19,7 +19,7 @@ import jax
 
 from rlbm_jax import scenarios
 from rlbm_jax.cli import add_model_args, model_kw, parser
-from rlbm_jax.devices import batched, env_sharding
+from rlbm_jax.devices import batched, env_sharding, is_main_process
 from rlbm_jax.env import sim
 
 PROG = "bench_env.py"
@@ -75,7 +75,7 @@ def main(argv=None):
             "cpus": os.cpu_count(), "devices": [str(d) for d in jax.devices()], "jax": jax.__version__,
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "command": " ".join(["python", "scripts/bench_env.py"] + (argv if argv is not None else sys.argv[1:]))}
-    if a.json:
+    if a.json and is_main_process():  # a multi-process run: process 0 writes for all
         text = json.dumps({"meta": meta, "results": rows}, indent=2)
         if a.json == "-":
             print(text)

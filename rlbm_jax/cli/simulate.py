@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rlbm_jax import scenarios
 from rlbm_jax.cli import add_model_args, fail, name_flags, parser
+from rlbm_jax.devices import is_main_process
 from rlbm_jax.env import buffer, formulations, traffic
 from rlbm_jax.env.params import make_params
 from rlbm_jax.simulate import BASELINES, run_scenario, with_policy
@@ -153,6 +154,8 @@ def main(argv=None):
            "config": {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in kw.items()},
            **res}
     text = json.dumps(res, indent=2, default=float)
+    if not is_main_process():  # a multi-process run: process 0 reports for all
+        return 0
     if a.json == "-":
         print(text)
     else:
