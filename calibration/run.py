@@ -35,7 +35,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from rlbm_jax import scenarios  # noqa: E402
-from rlbm_jax.devices import batched  # noqa: E402
+from rlbm_jax.devices import batched, single_process_only  # noqa: E402
 from rlbm_jax.env import metrics as mx, sim, tcp  # noqa: E402
 from rlbm_jax.env.params import make_params, pad_params, stack_params  # noqa: E402
 from rlbm_jax.ns3 import Cell, build_ns3, call as call_ns3, delay_phase_s, ns3_args, repo_root, run_ns3, seed_kw  # noqa: E402
@@ -145,7 +145,7 @@ def run_ours(cells: list[Cell], seeds: list[int], show_progress=True) -> dict:
         total = sim.ticks_for(seconds, p0)
         n_chunks = 20
         size = math.ceil(total / n_chunks)
-        n = len(group) * len(seeds)  # cells x seeds, one flat batch spread over the local devices
+        n = len(group) * len(seeds)  # cells x seeds, one flat batch spread over the devices (of every process)
         state = batched(sim.init, n)(keys, batch)
         advance = batched(lambda s, p: sim.run(s, p, size)[0], n)
         t0 = time.perf_counter()
@@ -618,6 +618,8 @@ def main(argv=None):
                     help="rerun every ns-3 run (by default a run whose source, command line and "
                          "flow schedule are unchanged is read back from --out)")
     args = ap.parse_args(argv)
+    if refusal := single_process_only("run.py"):
+        ap.error(refusal)
     if args.seeds < 1:
         ap.error("--seeds must be >= 1")
     out = Path(args.out or ROOT / "calibration" / "results" / args.grid)

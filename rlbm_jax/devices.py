@@ -93,6 +93,17 @@ def configure_from_environment(environ=os.environ) -> None:
         jax.distributed.initialize(**dist)
 
 
+def single_process_only(prog: str) -> str | None:
+    """A one-line refusal for a command that runs in one process only (it writes files or
+    starts ns-3 jobs of its own), when this is a multi-process run; None otherwise."""
+    import jax
+
+    if jax.process_count() > 1:
+        return (f"{prog} runs in one process; unset {', '.join(DIST_VARS)} (simulate.py and bench_env.py "
+                f"run across processes)")
+    return None
+
+
 def is_main_process() -> bool:
     """True in a single-process run, and in process 0 of a multi-process one."""
     import jax
@@ -197,7 +208,7 @@ class _AcrossProcesses:
         from jax.experimental import multihost_utils
 
         out = (self.compiled or self.run)(*self._spread(args))
-        return jax.tree.map(lambda y: np.asarray(multihost_utils.process_allgather(y, tiled=True)), out)
+        return jax.tree.map(np.asarray, multihost_utils.process_allgather(out, tiled=True))
 
     def lower(self, *args):
         outer = self

@@ -61,7 +61,7 @@ def score(env: RLBMEnv, env_params: EnvParams, agent: Callable | None, seeds: Se
 
     per_seed = jax.vmap(episode, in_axes=(None, 0))
     fn = jax.vmap(per_seed, in_axes=(0, None)) if batched else per_seed
-    # the leading axis (cells, or seeds) spread over the local devices
+    # the leading axis (cells, or seeds) spread over the devices (of every process)
     axis = env_sharding(jax.tree.leaves(env_params)[0].shape[0] if batched else len(seeds))
     in_shardings = (axis, replicated(axis)) if batched else (replicated(axis), axis)
     out = sharded_jit(fn, in_shardings, axis)(env_params, keys)

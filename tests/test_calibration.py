@@ -110,9 +110,13 @@ def test_phase_spread_runs_each_seed_at_one_delay_in_both_simulators():
         arg = next(a for a in harness.ns3_args(cell, s) if a.startswith("--bottleneck_delay_s="))
         assert float(arg.split("=")[1]) == harness.seed_kw(cell, s)["bottleneck_delay_s"]
     # ours batches the seeds at their own delays: seeds that the shift moves past half a
-    # tick get a round trip one tick longer
-    ours = run.run_ours([dataclasses.replace(cell, seconds=1.0)], list(seeds), show_progress=False)[cell.name]
-    assert len(ours["seeds"]) == 30
+    # tick get a round trip one tick longer, and their runs differ from the unshifted ones
+    acks = {int(make_params(**harness.seed_kw(cell, s)).ack_delay_ticks) for s in seeds}
+    assert len(acks) == 2, acks
+    short = dataclasses.replace(cell, seconds=4.0)
+    spread = run.run_ours([short], list(seeds), show_progress=False)[cell.name]["flows"]
+    exact = run.run_ours([dataclasses.replace(short, phase_spread=False)], list(seeds), show_progress=False)
+    assert spread != exact[cell.name]["flows"]
     long = run.long_cell("newreno", 8, 1.0, 0.02)
     assert not long.phase_spread and harness.seed_kw(long, 5) == long.kw
 

@@ -68,8 +68,13 @@ def _run_two_processes(tmp_path):
         outs.append(tmp_path / f"process{pid}.json")
         procs.append(subprocess.Popen([sys.executable, "-c", CHILD, str(outs[-1]), str(ROOT / "calibration" / "run.py")],
                                       env=env, cwd=ROOT))
-    for p in procs:
-        assert p.wait(timeout=900) == 0
+    try:
+        for p in procs:
+            assert p.wait(timeout=600) == 0
+    finally:
+        for p in procs:  # one that failed leaves the other waiting for it
+            if p.poll() is None:
+                p.kill()
     return [json.loads(o.read_text()) for o in outs]
 
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from rlbm_jax import ns3 as harness, scenarios
 from rlbm_jax.cli import fail, model_kw, parser
+from rlbm_jax.devices import single_process_only
 from rlbm_jax.env.params import make_params
 from rlbm_jax.env.rlbm_env import RLBMEnv
 from rlbm_jax.evaluate import (add_grid_args, REPORT_FIELDS as FIELDS, beats_baselines, mean_rows,
@@ -66,6 +67,8 @@ def parse(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     a = parse(argv)
+    if refusal := single_process_only(PROG):
+        return fail(PROG, refusal)
     grid = scenarios.thesis_grid(a.tcp, a.buffer_pkts, a.load)
     try:
         if a.seeds < 1 or a.jobs < 1:

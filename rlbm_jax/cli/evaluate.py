@@ -24,6 +24,7 @@ import numpy as np
 
 from rlbm_jax import scenarios
 from rlbm_jax.cli import fail, model_kw, parser
+from rlbm_jax.devices import single_process_only
 from rlbm_jax.env.rlbm_env import RLBMEnv
 from rlbm_jax.evaluate import (add_grid_args, REPORT_FIELDS, beats_baselines, mean_rows, paired_diff,
                                per_seed_rows, plot_load_grid, score_policies, scoring_formulation)
@@ -54,6 +55,8 @@ def cells(a):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     a = parse(argv)
+    if refusal := single_process_only(PROG):
+        return fail(PROG, refusal)
     if a.seeds < 1 or not a.policy and not a.baselines:
         return fail(PROG, "need at least one seed and one policy or baseline")
     names = a.name or (["rl"] + [f"rl{i + 2}" for i in range(len(a.policy) - 1)] if a.policy else [])

@@ -33,6 +33,7 @@ import numpy as np
 
 from rlbm_jax import scenarios
 from rlbm_jax.cli import MODEL_FLAGS, add_model_args, fail, flag_of, model_kw, name_flags, parser
+from rlbm_jax.devices import single_process_only
 from rlbm_jax.env import formulations
 from rlbm_jax.env.params import LEGACY_TCP_MODEL, TCP_NAMES
 from rlbm_jax.env.randomize import BUFFER_DISTS, thesis_randomized_env
@@ -190,6 +191,8 @@ def _flags(ap) -> dict:
 def main(argv=None):
     ap = build_parser()
     a = ap.parse_args(argv)
+    if refusal := single_process_only(PROG):
+        return fail(PROG, refusal)
     run = Path(a.run_dir)
     fresh_after_resume = False
     try:
