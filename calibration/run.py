@@ -134,15 +134,14 @@ def run_ours(cells: list[Cell], seeds: list[int], show_progress=True) -> dict:
     out = {}
     groups: dict = {}
     for c in cells:  # one batch per static shape (the treedef holds the static fields)
-        ps = [make_params(**seed_kw(c, s)) for s in seeds]  # a phase-spread cell's delay differs per seed
-        key = jax.tree.structure(pad_params(ps)[0])
-        groups.setdefault((key, c.seconds), []).append((c, ps))
+        # a phase-spread cell's delay, and so its delay line, differs per seed
+        ps = pad_params([make_params(**seed_kw(c, s)) for s in seeds])
+        groups.setdefault((jax.tree.structure(ps[0]), c.seconds), []).append((c, ps))
     for (_, seconds), pairs in groups.items():
         group = [c for c, _ in pairs]
         batch = stack_params([p for _, ps in pairs for p in ps])
         keys = jnp.stack([jax.random.PRNGKey(int(s)) for _ in group for s in seeds])
-        p0 = pad_params(pairs[0][1])[0]
-        total = sim.ticks_for(seconds, p0)
+        total = sim.ticks_for(seconds, pairs[0][1][0])
         n_chunks = 20
         size = math.ceil(total / n_chunks)
         n = len(group) * len(seeds)  # cells x seeds, one flat batch spread over the devices (of every process)

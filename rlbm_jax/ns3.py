@@ -79,20 +79,21 @@ def delay_phase_s(c: Cell, seed: int) -> float:
     section 2).  A tick of our simulator has no such point: it places an arrival
     uniformly among the tick's.  Spreading the seeds' round trips evenly over one T
     (the one-way delay over T / 2) compares both at the average over that phase."""
-    if not c.phase_spread:
-        return 0.0
-    p = make_params(**c.kw)
-    half_t = 0.5 * float(p.data_pkt_bits) / float(p.bottleneck_rate_bps)
+    return _phase_shift_s(make_params(**c.kw), seed) if c.phase_spread else 0.0
+
+
+def _phase_shift_s(params, seed: int) -> float:
+    half_t = 0.5 * float(params.data_pkt_bits) / float(params.bottleneck_rate_bps)
     return half_t * ((int(seed) * GOLDEN) % 1.0)
 
 
 def seed_kw(c: Cell, seed: int) -> dict:
     """The cell's make_params arguments for one seed (the delay of a phase-spread cell)."""
-    shift = delay_phase_s(c, seed)
-    if shift == 0.0:
+    if not c.phase_spread:
         return c.kw
-    base = c.kw.get("bottleneck_delay_s", float(make_params(**c.kw).bottleneck_delay_s))
-    return {**c.kw, "bottleneck_delay_s": float(base) + shift}
+    p = make_params(**c.kw)
+    base = c.kw.get("bottleneck_delay_s", float(p.bottleneck_delay_s))  # the given value, not its float32
+    return {**c.kw, "bottleneck_delay_s": float(base) + _phase_shift_s(p, seed)}
 
 
 def build_ns3() -> Path:

@@ -82,7 +82,7 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
             return jax.lax.scan(body, carry, None, length=size)[0]
 
         state = batched(init_one, len(seeds))(keys)
-        advance = batched(run_steps, len(seeds))  # the seeds spread over the local devices
+        advance = batched(run_steps, len(seeds))  # the seeds spread over the devices
         unit_s = size * float(ep.agent_interval_s)
         get_sim = lambda st: st[1].sim
 
