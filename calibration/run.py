@@ -616,7 +616,11 @@ def main(argv=None):
     ap.add_argument("--fresh-ns3", action="store_true",
                     help="rerun every ns-3 run (by default a run whose source, command line and "
                          "flow schedule are unchanged is read back from --out)")
+    ap.add_argument("--backend", choices=list(sim.BACKENDS), default=None,
+                    help="our simulator's tick (unset: $RLBM_JAX_BACKEND, else auto: native where it can run)")
     args = ap.parse_args(argv)
+    if args.backend:
+        sim.set_default_backend(args.backend)
     if refusal := single_process_only("run.py"):
         ap.error(refusal)
     if args.seeds < 1:

@@ -228,4 +228,26 @@ def batched(fn, batch: int):
     import jax
 
     axis = env_sharding(batch)
-    return sharded_jit(jax.vmap(fn), axis, axis)
+    return sharded_jit(per_device(jax.vmap(fn), axis), axis, axis)
+
+
+def per_device(fn, sharding):
+    """`fn` run by each device of `sharding`'s mesh on its own share of the env axis
+    (`shard_map`): envs never exchange data, so nothing is gathered, and an opaque
+    computation (the native tick's FFI call) runs where its shard lives instead of being
+    replicated by the partitioner."""
+    import jax
+    from jax.sharding import PartitionSpec
+
+    try:
+        from jax import shard_map
+    except ImportError:  # older JAX
+        from jax.experimental.shard_map import shard_map
+    import inspect
+
+    spec = PartitionSpec(*sharding.spec)
+    # every value is per device here (no collectives), so the replication checks that
+    # would reject a loop carry first built from constants are switched off
+    names = inspect.signature(shard_map).parameters
+    check = {"check_vma": False} if "check_vma" in names else {"check_rep": False}
+    return shard_map(fn, mesh=sharding.mesh, in_specs=spec, out_specs=spec, **check)

@@ -26,6 +26,7 @@ import math
 import os
 import subprocess
 import tempfile
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Callable
@@ -164,6 +165,64 @@ def call(cmd: list[str]):
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"ns-3 run failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+
+
+def bench_cell(name: str, kw: dict, seconds: float) -> Cell:
+    """The cell that times ns-3 on the scenario dict `kw` (`rlbm_jax.scenarios`) for
+    `seconds`: Poisson flows (load > 0) are fed from our schedule as in calibration, at
+    the scenario's exact delay (no phase spread).  Where the scenario stops its arrivals
+    before `seconds` (the dumbbell's at 75 % of its own length), they go on to the end,
+    so that ns-3 is timed under load throughout, as `bench_env` times ours."""
+    kw = dict(kw)
+    if float(kw.get("load", 0.0)) > 0 and float(kw.get("arrival_stop_s", math.inf)) < seconds:
+        kw["arrival_stop_s"] = float(seconds)
+    return Cell(f"bench/{name}", "thesis" if float(kw.get("load", 0.0)) > 0 else "long", kw, float(seconds))
+
+
+def time_ns3(c: Cell, seed: int = 1, seconds: float | None = None, binary: Path | None = None) -> dict:
+    """Runs ONE ns-3 process of cell `c` (for `seconds` simulated seconds, `c.seconds`
+    unset) and times it from process start to exit: {"ns3_sim_seconds_per_wall_s",
+    "ns3_sim_seconds" (simulated time covered), "ns3_wall_s" (the process), "ns3_run_wall_s"
+    (ns-3's own Simulator::Run), "ns3_flows_scheduled", "ns3_flows_started",
+    "ns3_last_flow_start_s", "ns3_util_wire", "ns3_seed", "ns3_cmd"}.  The flow schedule (ours, as in
+    calibration) is written before the clock starts.  The scenario stops its simulator at
+    `seconds` with Simulator::Stop, an event that keeps the queue busy until then, so a
+    process that exits 0 has simulated all of it; a Poisson cell is checked besides: it
+    must have started every scheduled flow.  `binary` unset: `build_ns3()`."""
+    if seconds is not None:
+        c = dataclasses.replace(c, seconds=float(seconds))
+    if not (math.isfinite(c.seconds) and c.seconds > 0):
+        raise ValueError(f"seconds must be a positive number, got {c.seconds!r}")
+    binary = Path(binary) if binary is not None else build_ns3()
+    if not os.access(binary, os.X_OK) or not binary.is_file():
+        raise RuntimeError(f"no ns-3 scenario binary at {binary}: build it with {BUILD} (rlbm_jax.ns3.build_ns3)")
+    with tempfile.TemporaryDirectory(prefix="rlbm_ns3_time_") as tmp:
+        out = Path(tmp) / "report.json"
+        cmd = [str(binary), *ns3_args(c, seed), f"--out={out}"]
+        scheduled, last_start = None, None
+        if c.kind == "thesis":
+            schedule = Path(tmp) / "schedule.csv"
+            scheduled = write_schedule(c, seed, schedule)
+            starts = [float(line.split(",", 1)[0]) for line in schedule.read_text().splitlines()[1:] if line]
+            last_start = max(starts, default=None)
+            cmd.append(f"--flows_in={schedule}")
+        t0 = time.perf_counter()
+        call(cmd)
+        wall = time.perf_counter() - t0
+        rep = json.loads(out.read_text())
+        shown = " ".join(cmd[1:]).replace(tmp, "<tmp>")
+    sim_s = float(rep["sim_seconds"])
+    if abs(sim_s - c.seconds) > 1e-9 * max(1.0, c.seconds):
+        raise RuntimeError(f"ns-3 reports {sim_s} simulated seconds for a run of {c.seconds}")
+    if scheduled is not None and int(rep["flows_started"]) != scheduled:
+        raise RuntimeError(f"ns-3 started {rep['flows_started']} of the {scheduled} scheduled flows: it did not "
+                           f"simulate all of its {c.seconds} s")
+    root = str(NS3_DIR.parents[1]) + os.sep
+    return {"ns3_sim_seconds_per_wall_s": sim_s / wall, "ns3_sim_seconds": sim_s, "ns3_wall_s": wall,
+            "ns3_run_wall_s": float(rep["wall_s"]), "ns3_flows_scheduled": scheduled,
+            "ns3_flows_started": int(rep["flows_started"]), "ns3_last_flow_start_s": last_start,
+            "ns3_util_wire": float(rep["util_wire"]), "ns3_seed": int(seed),
+            "ns3_cmd": shown.replace(root, "")}
 
 
 # ---------------------------------------------------------------------------

@@ -77,6 +77,24 @@ def model_kw(a, complete: bool = False) -> dict:
     return out
 
 
+def add_backend_arg(ap) -> None:
+    """--backend: which tick runs the simulator (`apply_backend` sets it)."""
+    from rlbm_jax.env import sim
+
+    ap.add_argument("--backend", choices=list(sim.BACKENDS), default=None,
+                    help="the simulator's tick: native (C++, compiled on first use), jax (the reference), or auto "
+                         "(native where it can run); unset: $RLBM_JAX_BACKEND, else auto")
+
+
+def apply_backend(a) -> str:
+    """Make --backend the simulator's default for this process; returns the backend in force."""
+    from rlbm_jax.env import sim
+
+    if getattr(a, "backend", None):
+        sim.set_default_backend(a.backend)
+    return sim.default_backend()
+
+
 def fail(prog: str, message: str, code: int = 2) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     return code

@@ -3,6 +3,12 @@ over envs) and env ticks per second, for several batch sizes.
 
     python scripts/bench_env.py --scenario thesis --num-envs 1 64 1024 4096 --seconds 2
 
+With --ns3, one ns-3.37 process of the same scenario (`rlbm_jax.ns3.time_ns3`: the same
+rate, delays, buffer, TCP, load and flow sizes, flows fed from our schedule for seed 1,
+arrivals on for the whole run) is timed from process start to exit over --ns3-seconds
+simulated seconds before the batches, and every row gets `x_ns3`, its sim-s / wall-s
+over ns-3's: the ratio measured side by side on this machine.
+
 Envs are spread over every local device (one host device per core unless
 RLBM_JAX_HOST_DEVICES says otherwise: `rlbm_jax.devices`).
 """
@@ -17,18 +23,26 @@ from pathlib import Path
 
 import jax
 
-from rlbm_jax import scenarios
-from rlbm_jax.cli import add_model_args, model_kw, parser
+from rlbm_jax import ns3, scenarios
+from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, model_kw, parser
 from rlbm_jax.devices import batched, env_sharding, is_main_process
 from rlbm_jax.env import sim
 
 PROG = "bench_env.py"
-# what each scenario is benchmarked on: the thesis cell as given, 16 long flows in a quarter BDP
-BENCH = {"thesis": dict(), "long": dict(long_flows=16, buffer_bdp=0.25)}
+# what each scenario is benchmarked on: the thesis cell as given, 16 long flows in a quarter BDP, the
+# web-search dumbbell at 1 Gbit/s
+BENCH = {"thesis": dict(), "long": dict(long_flows=16, buffer_bdp=0.25), "dumbbell": dict(rate_bps=1e9)}
 
 
 def scenario_params(name: str, pkts_per_tick: int, **model):
     return scenarios.params(name, pkts_per_tick=pkts_per_tick, **BENCH.get(name, {}), **model)
+
+
+def ns3_reference(name: str, seconds: float, seed: int = 1, **model) -> dict:
+    """One ns-3 process of the benchmarked scenario `name`, timed (`ns3.time_ns3`); builds
+    the scenario binary first if needed (RuntimeError when that fails)."""
+    cell = ns3.bench_cell(name, scenarios.kw(name, **BENCH.get(name, {}), **model), seconds)
+    return ns3.time_ns3(cell, seed, binary=ns3.build_ns3())
 
 
 def bench(params, num_envs: int, seconds: float, repeats: int = 2):
@@ -60,23 +74,41 @@ def main(argv=None):
     ap.add_argument("--pkts-per-tick", type=int, nargs="+", default=[1], help="packets per tick (k)")
     ap.add_argument("--seconds", type=float, default=2.0, help="simulated seconds per timed call")
     ap.add_argument("--json", default=None, help="write results to this path (- for stdout)")
+    ap.add_argument("--ns3", action="store_true", help="time one ns-3.37 process of the same scenario and give "
+                    "each row's ratio to it (x_ns3)")
+    ap.add_argument("--ns3-seconds", type=float, default=20.0, help="simulated seconds of the ns-3 run (its speed follows its realised load: "
+                    "a 20 s thesis run holds about 10 flows, so it varies with the seed; longer runs average it)")
     add_model_args(ap)
+    add_backend_arg(ap)
     a = ap.parse_args(argv)
-    rows = []
+    backend = apply_backend(a)
+    rows, ref = [], {}
+    if a.ns3 and is_main_process():  # one ns-3 process, also in a multi-process run
+        try:
+            ref = ns3_reference(a.scenario, a.ns3_seconds, **model_kw(a))
+        except (RuntimeError, ValueError) as e:
+            return fail(PROG, f"--ns3: {e}", 1)
+        print(f"{a.scenario} ns-3.37, one process: {ref['ns3_sim_seconds']:g} sim-s in {ref['ns3_wall_s']:.2f} s "
+              f"(Simulator::Run {ref['ns3_run_wall_s']:.2f} s, seed {ref['ns3_seed']}, bottleneck utilisation "
+              f"{ref['ns3_util_wire']:.2f})  sim-s/wall-s {ref['ns3_sim_seconds_per_wall_s']:9.1f}", flush=True)
     for k in a.pkts_per_tick:
         p = scenario_params(a.scenario, k, **model_kw(a))
         for n in a.num_envs:
             r = bench(p, n, a.seconds)
+            r["backend"] = sim.resolve_backend(None, p)
+            if ref:
+                r["x_ns3"] = r["sim_seconds_per_wall_s"] / ref["ns3_sim_seconds_per_wall_s"]
             rows.append(r)
-            print(f"{a.scenario} k={k:2d} envs={n:5d}  sim-s/wall-s {r['sim_seconds_per_wall_s']:9.1f}  "
-                  f"env-ticks/s {r['env_ticks_per_s']:11.0f}  (compile {r['compile_s']:.1f}s, {r['devices']} device(s))",
-                  flush=True)
-    meta = {"scenario": a.scenario, "machine": platform.machine(), "processor": platform.processor(),
+            print(f"{a.scenario} {r['backend']} k={k:2d} envs={n:5d}  sim-s/wall-s {r['sim_seconds_per_wall_s']:9.1f}  "
+                  + (f"x ns-3 {r['x_ns3']:6.1f}  " if ref else "")
+                  + f"env-ticks/s {r['env_ticks_per_s']:11.0f}  (compile {r['compile_s']:.1f}s, {r['devices']} "
+                  "device(s))", flush=True)
+    meta = {"scenario": a.scenario, "backend": backend, "machine": platform.machine(), "processor": platform.processor(),
             "cpus": os.cpu_count(), "devices": [str(d) for d in jax.devices()], "jax": jax.__version__,
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "command": " ".join(["python", "scripts/bench_env.py"] + (argv if argv is not None else sys.argv[1:]))}
     if a.json and is_main_process():  # a multi-process run: process 0 writes for all
-        text = json.dumps({"meta": meta, "results": rows}, indent=2)
+        text = json.dumps({"meta": meta, "results": rows, **({"ns3": ref} if ref else {})}, indent=2)
         if a.json == "-":
             print(text)
         else:

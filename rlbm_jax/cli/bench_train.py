@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jax
 
-from rlbm_jax.cli import parser
+from rlbm_jax.cli import add_backend_arg, apply_backend, parser
 from rlbm_jax.cli.train import TRAIN_ENV
 from rlbm_jax.env.randomize import thesis_randomized_env
 from rlbm_jax.ppo import PPO, THESIS_PPO, PPOConfig
@@ -49,14 +49,16 @@ def main(argv=None):
     ap.add_argument("--network", default="mlp", choices=["mlp", "lstm"], help="actor-critic network")
     ap.add_argument("--pkts-per-tick", type=int, default=1, help="packets per tick (k)")
     ap.add_argument("--json", default=None, help="write results to this path (- for stdout)")
+    add_backend_arg(ap)
     a = ap.parse_args(argv)
+    backend = apply_backend(a)
     rows = []
     for n in a.num_envs:
         r = bench(n, a.num_steps, a.updates, a.network, a.pkts_per_tick)
         rows.append(r)
-        print(f"envs={n:5d} {a.network} k={a.pkts_per_tick}  env-steps/s {r['env_steps_per_s']:9.0f}  "
+        print(f"envs={n:5d} {a.network} k={a.pkts_per_tick} {backend}  env-steps/s {r['env_steps_per_s']:9.0f}  "
               f"updates/s {r['updates_per_s']:.4f}  (compile+first {r['compile_and_first_s']:.1f}s)", flush=True)
-    meta = {"machine": platform.machine(), "cpus": os.cpu_count(), "devices": [str(d) for d in jax.devices()],
+    meta = {"backend": backend, "machine": platform.machine(), "cpus": os.cpu_count(), "devices": [str(d) for d in jax.devices()],
             "jax": jax.__version__,
             "command": " ".join(["python", "scripts/bench_train.py"] + (argv if argv is not None else sys.argv[1:]))}
     if a.json:

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from rlbm_jax import ns3 as harness, scenarios
-from rlbm_jax.cli import fail, model_kw, parser
+from rlbm_jax.cli import add_backend_arg, apply_backend, fail, model_kw, parser
 from rlbm_jax.devices import single_process_only
 from rlbm_jax.env.params import make_params
 from rlbm_jax.env.rlbm_env import RLBMEnv
@@ -60,6 +60,7 @@ def parse(argv):
                     help="episode length (whole agent intervals)")
     ap.add_argument("--jobs", type=int, default=2, help="ns-3 processes at a time")
     ap.add_argument("--fresh-ns3", action="store_true", help="rerun ns-3 even where a cached run matches")
+    add_backend_arg(ap)
     ap.add_argument("--out", default="results/ns3_eval", help="output directory")
     return ap.parse_args(argv)
 
@@ -67,6 +68,7 @@ def parse(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     a = parse(argv)
+    apply_backend(a)
     if refusal := single_process_only(PROG):
         return fail(PROG, refusal)
     grid = scenarios.thesis_grid(a.tcp, a.buffer_pkts, a.load)

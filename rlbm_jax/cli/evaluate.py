@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rlbm_jax import scenarios
-from rlbm_jax.cli import fail, model_kw, parser
+from rlbm_jax.cli import add_backend_arg, apply_backend, fail, model_kw, parser
 from rlbm_jax.devices import single_process_only
 from rlbm_jax.env.rlbm_env import RLBMEnv
 from rlbm_jax.evaluate import (add_grid_args, REPORT_FIELDS, beats_baselines, mean_rows, paired_diff,
@@ -44,6 +44,7 @@ def parse(argv):
     add_grid_args(ap, seeds=5)
     ap.add_argument("--seconds", type=float, default=scenarios.THESIS_EPISODE_S, help="episode length (s)")
     ap.add_argument("--pkts-per-tick", type=int, default=1, help="bottleneck packets per tick")
+    add_backend_arg(ap)
     ap.add_argument("--out", default="results/thesis_grid", help="output directory")
     return ap.parse_args(argv)
 
@@ -55,6 +56,7 @@ def cells(a):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     a = parse(argv)
+    apply_backend(a)
     if refusal := single_process_only(PROG):
         return fail(PROG, refusal)
     if a.seeds < 1 or not a.policy and not a.baselines:

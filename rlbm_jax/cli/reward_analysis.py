@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax import scenarios
-from rlbm_jax.cli import add_model_args, fail, model_kw, parser
+from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, model_kw, parser
 from rlbm_jax.env import formulations, metrics as mx, tcp
 from rlbm_jax.env.params import stack_params
 from rlbm_jax.env.rlbm_env import RLBMEnv
@@ -71,6 +71,7 @@ def build_parser():
     ap.add_argument("--no-static", action="store_true", help="skip the static-threshold sweep")
     ap.add_argument("--out", default="results/reward_analysis", help="output directory")
     add_model_args(ap)
+    add_backend_arg(ap)
     return ap
 
 
@@ -382,6 +383,7 @@ def plot(path, grid, out, cell, names):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     a = build_parser().parse_args(argv)
+    apply_backend(a)
     if a.seeds < 2:
         return fail(PROG, "--seeds must be at least 2 (errors are over seeds)")
     out_dir = Path(a.out)

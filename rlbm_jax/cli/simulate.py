@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from rlbm_jax import scenarios
-from rlbm_jax.cli import add_model_args, fail, name_flags, parser
+from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, name_flags, parser
 from rlbm_jax.devices import is_main_process
 from rlbm_jax.env import buffer, formulations, traffic
 from rlbm_jax.env.params import make_params
@@ -85,6 +85,7 @@ def build_parser():
     g.add_argument("--pkts-per-tick", type=int, default=1, help="bottleneck packets per tick (fidelity/speed dial)")
     g.add_argument("--warmup-s", type=float, help="excluded from time-averaged metrics (s)")
     add_model_args(ap)
+    add_backend_arg(ap)
     g = ap.add_argument_group("run")
     g.add_argument("--seconds", type=float, default=60.0, help="simulated seconds per seed")
     g.add_argument("--seeds", type=int, default=4, help="number of seeds")
@@ -127,6 +128,7 @@ def cdf_info(name_or_table) -> dict:
 def main(argv=None):
     ap = build_parser()
     a = ap.parse_args(argv)
+    apply_backend(a)
     flags = {field: "--" + arg.replace("_", "-") for arg, field in FIELDS.items()}
     flags["class_cap_pkts"] = "--buffer-pkts"
     try:

@@ -32,7 +32,7 @@ import jax
 import numpy as np
 
 from rlbm_jax import scenarios
-from rlbm_jax.cli import MODEL_FLAGS, add_model_args, fail, flag_of, model_kw, name_flags, parser
+from rlbm_jax.cli import MODEL_FLAGS, add_backend_arg, add_model_args, apply_backend, fail, flag_of, model_kw, name_flags, parser
 from rlbm_jax.devices import single_process_only
 from rlbm_jax.env import formulations
 from rlbm_jax.env.params import LEGACY_TCP_MODEL, TCP_NAMES
@@ -74,6 +74,7 @@ def build_parser():
     g.add_argument("--agent-interval-s", type=float, default=0.1, help="time between actions (s)")
     g.add_argument("--pkts-per-tick", type=int, default=1, help="bottleneck packets per tick (fidelity/speed dial)")
     add_model_args(ap)
+    add_backend_arg(ap)
     g = ap.add_argument_group("PPO")
     g.add_argument("--num-envs", type=int, default=d.num_envs, help="envs stepped in parallel per seed")
     g.add_argument("--num-steps", type=int, default=d.num_steps, help="env steps per env per update")
@@ -191,6 +192,7 @@ def _flags(ap) -> dict:
 def main(argv=None):
     ap = build_parser()
     a = ap.parse_args(argv)
+    backend = apply_backend(a)
     if refusal := single_process_only(PROG):
         return fail(PROG, refusal)
     run = Path(a.run_dir)
@@ -217,7 +219,8 @@ def main(argv=None):
         if (run / "checkpoints").exists():
             shutil.rmtree(run / "checkpoints")
         (run / "config.json").write_text(json.dumps({"ppo": cfg.to_dict(), "env": env_cfg, "seed": seed,
-                                                      "num_seeds": num_seeds}, indent=2) + "\n")
+                                                      "num_seeds": num_seeds, "backend": backend},
+                                                     indent=2) + "\n")
 
     keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
     t0 = time.perf_counter()
@@ -234,7 +237,7 @@ def main(argv=None):
     print(f"{env.name}{' (reward ' + env_cfg['reward'] + ')' if env_cfg.get('reward') else ''}: "
           f"{num_seeds} seed(s) x {cfg.num_envs} envs x {cfg.num_steps} steps per update, "
           f"{cfg.total_updates} updates ({cfg.total_updates * steps_per_update:,} env steps) on "
-          f"{jax.default_backend()}; run dir {run}", file=sys.stderr)
+          f"{jax.default_backend()} (simulator backend {backend}); run dir {run}", file=sys.stderr)
     stop = cfg.total_updates if a.stop_after is None else min(a.stop_after, cfg.total_updates)
     bar = Progress(cfg.total_updates, unit=" updates", label="train ")
     seen = {"update": start, "warned": False}

@@ -1,21 +1,30 @@
 """The simulator: `init` and the pure `tick`, plus `run` (a `lax.scan` of ticks).
 
-One tick covers `params.pkts_per_tick` packet times of the bottleneck.  Order
-inside a tick (docs/DESIGN.md):
-  1. packets that left sink_delay_ticks ago reach the sink (delivery, FCT log)
-  2. the event flows are chosen; ACKs of packets that left ack_delay_ticks ago reach
-     their senders (tcp.on_acks)
-  3. retransmission timers fire (tcp.on_timeouts)
-  4. at most one new flow starts (traffic)
-  5. senders transmit what cwnd and the access link allow (tcp.wanted)
-  6. the buffer policy sets class thresholds; arrivals are admitted or dropped (buffer)
-  7. the scheduler picks up to k packets; they leave the class FIFOs (scheduler, queue)
-     and enter the delay line that carries them to the sink and their ACKs back
-  8. metrics
+One tick covers `params.pkts_per_tick` packet times of the bottleneck.  `tick` runs
+these phases in order (docs/DESIGN.md), each a function of this module:
+  1. deliver_phase: packets that left sink_delay_ticks ago reach the sink (delivery,
+     FCT log)
+  2. ack_phase: the event flows are chosen; ACKs of packets that left ack_delay_ticks
+     ago reach their senders (tcp.on_acks)
+  3. timeout_phase: retransmission timers fire (tcp.on_timeouts)
+  4. arrival_phase: the buffer policy sets this tick's class thresholds (buffer); at
+     most one new flow starts (traffic)
+  5. transmit_phase: senders transmit what cwnd and the access link allow (tcp.wanted)
+  6. admit_phase: arrivals are admitted or dropped against the thresholds and enqueued
+     (buffer, queue), the senders book them (tcp.on_sent), a new flow's SYN may be lost
+  7. depart_phase: the scheduler picks up to k packets; they leave the class FIFOs
+     (scheduler, queue) and enter the delay line that carries them to the sink and
+     their ACKs back
+  8. record_phase: metrics, the agent interval's record, the drain-rate window
+What flows from one phase to the next is a small named tuple (`Clock`, `Sink`,
+`Events`, `Arrival`, `Transmit`, `Admission`, `Departure`, `Record`).
 Senders run on the switch's clock shifted by the (uncongested) access-path delay,
 so a packet a sender emits in tick t is at the switch in tick t.
 """
 from __future__ import annotations
+
+import os
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -185,48 +194,81 @@ def _aggregate(records, idx):
     return (records[:, qm.FLOW][:, None] == idx[None, :]) & (records[:, qm.COUNT][:, None] > 0)
 
 
-def tick(state: SimState, params: SimParams) -> SimState:
-    P, F, S = params.num_classes, params.num_flow_slots, params.num_senders
-    k = params.pkts_per_tick
-    L = params.delay_line_ticks
-    E = params.event_slots
-    t = state.tick
+class Clock(NamedTuple):
+    """This tick's time, computed once and shared by its phases.  `params.tick_s` is an
+    expression of the params, not a stored value: XLA folds float arithmetic built on
+    one shared node differently from arithmetic built on separate copies (the access
+    links' credit per tick comes out 9.999999 instead of 10 packets, say), so taking it
+    once per tick keeps the results fixed whatever the phases compute from it."""
+    t: jnp.ndarray  # [] int32 tick index
+    tick_s: jnp.ndarray  # [] tick length
+    now_s: jnp.ndarray  # [] time at the start of the tick
+
+
+def clock(state: SimState, params: SimParams) -> Clock:
+    """The clock of the tick `state` is at."""
     tick_s = params.tick_s
-    now_s = t.astype(jnp.float32) * tick_s
-    warm = now_s >= params.warmup_s
-    m = state.metrics
-    iv = state.interval
-    # arrivals draw from the arrival count, so every tick size sees the same flows
-    u = traffic.hash_uniform(state.seed, m.flows_started + m.flows_refused, 3)  # gap, size, sender
-    u_order = traffic.hash_uniform(state.seed ^ jnp.uint32(0x5BD1E995), t, 1)[0]  # FIFO order
+    return Clock(t=state.tick, tick_s=tick_s, now_s=state.tick.astype(jnp.float32) * tick_s)
 
-    # ---- 1. packets reach the sink (a column update of the flow table) ------------------
-    sink_tick = t - params.sink_delay_ticks
-    sink_rows = jnp.where(sink_tick >= 0, state.wire[sink_tick % L], 0)  # [k, WIRE_FIELDS]
-    table = state.flows
-    delivered, done_sink, m, iv, n_sink, n_spur_sink, sink_bytes = _deliver(
-        table, state.delivered, state.done_sink, sink_rows, sink_tick, m, iv, params)
 
-    # ---- 2. ACK records, the flow that may start, the event flows ---------------------------
-    ack_rows = state.wire[(t - params.ack_delay_ticks) % L]  # [k, WIRE_FIELDS]
-    ack_rows = jnp.where(t >= params.ack_delay_ticks, ack_rows, 0)
-    rate = traffic.arrival_rate_per_s(params)
-    due = (state.next_arrival_s <= now_s + tick_s) & (state.next_arrival_s < params.arrival_stop_s)
-    slot, free = traffic.free_slot(tcp.column(table, "active"))
-    per_tick = params.access_rate_bps * tick_s / params.data_pkt_bits
-    credit = jnp.minimum(state.access_credit + per_tick, jnp.maximum(jnp.ceil(per_tick), 1.0))
-    budget = jnp.floor(credit).astype(jnp.int32)  # [S] whole packets each access link may send now
-    idx, deferred = _select_events(table, ack_rows[:, qm.FLOW], ack_rows[:, qm.COUNT],
-                                   jnp.where(due & free, slot, F), t, E, budget >= 1)
-    valid = idx < F
-    gidx = jnp.minimum(idx, F - 1)
-    fl = tcp.unpack(table.rows(gidx))
-    fl = fl.replace(active=fl.active & valid)
+class Sink(NamedTuple):
+    """What reached the sink this tick (deliver_phase)."""
+    delivered: jnp.ndarray  # [F] packets of each flow received by the sink
+    done_sink: jnp.ndarray  # [F] bool: the flow's last packet arrived
+    metrics: mx.Metrics  # with this tick's completions logged
+    interval: mx.Interval  # likewise
+    arrived_pkts: jnp.ndarray  # [] packets that reached the sink
+    spurious_pkts: jnp.ndarray  # [] of which spurious copies
+    payload_bytes: jnp.ndarray  # [] distinct payload bytes
 
-    # ACKs reach the senders
-    # (a spurious retransmission's ACK acknowledges nothing: it carries no new data, no SACK
-    # and no RTT sample; it only makes the receiver ACK at once)
-    oh = _aggregate(ack_rows, idx)  # [k, E]
+
+def deliver_phase(state: SimState, clk: Clock, params: SimParams) -> Sink:
+    """Phase 1: the packets that left the bottleneck `sink_delay_ticks` ago reach the
+    sink; each flow's delivered count goes up and a flow whose last packet arrived gets
+    its FCT logged (`_deliver`)."""
+    sink_tick = clk.t - params.sink_delay_ticks
+    rows = jnp.where(sink_tick >= 0, state.wire[sink_tick % params.delay_line_ticks], 0)  # [k, WIRE_FIELDS]
+    return Sink(*_deliver(state.flows, state.delivered, state.done_sink, rows, sink_tick,
+                          state.metrics, state.interval, params))
+
+
+class Events(NamedTuple):
+    """The flows that get work this tick, with their ACKs applied (ack_phase)."""
+    slots: jnp.ndarray  # [E] flow-table slot of each event flow, F marking an empty entry
+    valid: jnp.ndarray  # [E] bool: the entry names a flow slot
+    flows: tcp.FlowState  # [E] the event flows' rows after their ACKs
+    deferred_flows: jnp.ndarray  # [] flows with work that wait for a later tick
+    arrival_due: jnp.ndarray  # [] bool: a flow arrival falls in this tick
+    new_slot: jnp.ndarray  # [] the free slot a new flow takes
+    slot_free: jnp.ndarray  # [] bool: new_slot is free (some slot is)
+    credit_pkts: jnp.ndarray  # [S] each access link's credit, this tick's share earned
+    budget_pkts: jnp.ndarray  # [S] whole packets each access link may send now
+
+
+def _arrival_due(state: SimState, clk: Clock, params: SimParams):
+    """Whether a flow arrival falls in this tick (and before `arrival_stop_s`), and the
+    flow slot it would take: (due [] bool, slot [], free [] bool)."""
+    due = (state.next_arrival_s <= clk.now_s + clk.tick_s) & (state.next_arrival_s < params.arrival_stop_s)
+    slot, free = traffic.free_slot(tcp.column(state.flows, "active"))
+    return due, slot, free
+
+
+def _earn_credit(access_credit_pkts, clk: Clock, params: SimParams):
+    """Each access link earns its rate in packet credit per tick; unspent credit carries
+    over up to one tick's worth rounded up (at least one packet).  Returns (credit [S],
+    whole packets each link may send now [S])."""
+    per_tick_pkts = params.access_rate_bps * clk.tick_s / params.data_pkt_bits
+    credit = jnp.minimum(access_credit_pkts + per_tick_pkts, jnp.maximum(jnp.ceil(per_tick_pkts), 1.0))
+    return credit, jnp.floor(credit).astype(jnp.int32)
+
+
+def _apply_acks(fl: tcp.FlowState, ack_rows, slots, clk: Clock, params: SimParams) -> tcp.FlowState:
+    """The ACK records `ack_rows` [k, WIRE_FIELDS] reach the event flows `slots` [E]
+    (tcp.on_acks); a flow whose every packet is ACKed ends.  The ACK of a spurious
+    retransmission acknowledges nothing: it carries no new data, no SACK and no RTT
+    sample; it only makes the receiver ACK at once."""
+    t, tick_s = clk.t, clk.tick_s
+    oh = _aggregate(ack_rows, slots)  # [k, E]
     cnt, nretx, nspur = ack_rows[:, qm.COUNT], ack_rows[:, qm.NRETX], ack_rows[:, qm.NSPUR]
     real = cnt - nspur
     new_e = real - nretx
@@ -244,98 +286,237 @@ def tick(state: SimState, params: SimParams) -> SimState:
     rtt_s = (t - last_enq).astype(jnp.float32) * tick_s
     fl = tcp.on_acks(fl, t, acked, agg(nretx), agg(dup_e), max_tx, rtt_s, params, tick_s, spur_acked=agg(nspur))
     finished = fl.active & (fl.acked >= fl.size_pkts)
-    fl = fl.replace(active=fl.active & ~finished)
+    return fl.replace(active=fl.active & ~finished)
 
-    # ---- 3. retransmission timeouts ----------------------------------------------------
-    fl, fired = tcp.on_timeouts(fl, t, params, tick_s)
 
-    # the buffer as this tick's arrivals find it: the policy's thresholds (a new flow's
-    # SYN and the senders' packets below are admitted against them)
+def ack_phase(state: SimState, clk: Clock, params: SimParams) -> Events:
+    """Phase 2: the event flows are chosen (`_select_events`: the flows named by the ACK
+    records due now, the slot a flow arriving now takes, and a few flows with a due timer
+    or an open window and access-link credit), their rows gathered, and the ACKs of the
+    packets that left the bottleneck `ack_delay_ticks` ago reach their senders."""
+    F = params.num_flow_slots
+    t = clk.t
+    ack_rows = state.wire[(t - params.ack_delay_ticks) % params.delay_line_ticks]  # [k, WIRE_FIELDS]
+    ack_rows = jnp.where(t >= params.ack_delay_ticks, ack_rows, 0)
+    due, slot, free = _arrival_due(state, clk, params)
+    credit, budget = _earn_credit(state.access_credit, clk, params)
+    slots, deferred = _select_events(state.flows, ack_rows[:, qm.FLOW], ack_rows[:, qm.COUNT],
+                                     jnp.where(due & free, slot, F), t, params.event_slots, budget >= 1)
+    valid = slots < F
+    fl = tcp.unpack(state.flows.rows(jnp.minimum(slots, F - 1)))
+    fl = fl.replace(active=fl.active & valid)
+    fl = _apply_acks(fl, ack_rows, slots, clk, params)
+    return Events(slots=slots, valid=valid, flows=fl, deferred_flows=deferred, arrival_due=due, new_slot=slot,
+                  slot_free=free, credit_pkts=credit, budget_pkts=budget)
+
+
+def timeout_phase(fl: tcp.FlowState, clk: Clock, params: SimParams):
+    """Phase 3: the event flows' retransmission timers that are due fire
+    (tcp.on_timeouts).  Returns (flows [E], fired [E] bool)."""
+    return tcp.on_timeouts(fl, clk.t, params, clk.tick_s)
+
+
+class Arrival(NamedTuple):
+    """This tick's flow arrival and the buffer it finds (arrival_phase)."""
+    flows: tcp.FlowState  # [E] the event flows, a new flow started in its entry
+    delivered: jnp.ndarray  # [F] sink counts, zero in a reused slot
+    done_sink: jnp.ndarray  # [F] bool, cleared in a reused slot
+    next_arrival_s: jnp.ndarray  # [] time of the next flow arrival
+    is_new: jnp.ndarray  # [E] bool: the entry is the flow that started
+    started: jnp.ndarray  # [] bool: a flow started
+    refused: jnp.ndarray  # [] bool: an arrival found no free slot
+    cls: jnp.ndarray  # [] class of the arriving flow
+    thresholds_pkts: jnp.ndarray  # [P] the policy's admission thresholds this tick
+    occupancy_pkts: jnp.ndarray  # [] buffer occupancy at the start of the tick
+
+
+def _buffer_thresholds(state: SimState, params: SimParams):
+    """The buffer as this tick's arrivals find it: (the policy's thresholds [P],
+    occupancy [])."""
     q = state.queue
     occ = jnp.sum(q.pkts)
     view = buffer.BufferView(queue_pkts=q.pkts, occupancy_pkts=occ, drain_norm=state.drain_norm,
                              rl_alpha=state.rl_alpha)
-    thr = buffer.thresholds(view, params)
+    return buffer.thresholds(view, params), occ
 
-    # ---- 4. a new flow (at most one per tick) ------------------------------------------
-    is_new = valid & (idx == slot) & due & free
+
+def arrival_phase(state: SimState, clk: Clock, sink: Sink, ev: Events, fl: tcp.FlowState,
+                  params: SimParams) -> Arrival:
+    """Phase 4: at most one new flow starts.  The buffer policy sets this tick's class
+    thresholds from the tick-start queues (the new flow's SYN and this tick's packets are
+    admitted against them).  An arrival due now takes the free slot reserved among the
+    event flows; its handshake delays its first data by the base RTT plus its class
+    queue's delay.  An arrival that finds no free slot is refused.  Sizes, senders and
+    gaps are drawn from the arrival count, so every tick size sees the same flows."""
+    P, F = params.num_classes, params.num_flow_slots
+    m = state.metrics
+    u = traffic.hash_uniform(state.seed, m.flows_started + m.flows_refused, 3)  # gap, size, sender
+    thr, occ = _buffer_thresholds(state, params)
+    is_new = ev.valid & (ev.slots == ev.new_slot) & ev.arrival_due & ev.slot_free
     start = jnp.any(is_new)
-    size_b, sender, gap = traffic.arrival_draw(u, rate, params)
+    size_b, sender, gap_s = traffic.arrival_draw(u, traffic.arrival_rate_per_s(params), params)
     cls = jnp.minimum(traffic.flow_class(size_b, params.class_threshold_bytes), P - 1)
-    qdelay = q.pkts[cls].astype(jnp.float32) * params.data_pkt_bits / params.bottleneck_rate_bps
-    hs_rtt = params.base_rtt_s + qdelay
-    t_arr = state.next_arrival_s
+    qdelay_s = state.queue.pkts[cls].astype(jnp.float32) * params.data_pkt_bits / params.bottleneck_rate_bps
+    hs_rtt_s = params.base_rtt_s + qdelay_s
+    t_arr_s = state.next_arrival_s
     fl = tcp.start_flow(
         fl, is_new, sender=sender, cls=cls, size_pkts=jnp.ceil(size_b / params.mss_bytes).astype(jnp.int32),
-        size_bytes=size_b, start_s=t_arr,
-        data_tick=jnp.ceil((t_arr + hs_rtt + params.access_offset_s) / tick_s).astype(jnp.int32),
-        handshake_rtt_s=hs_rtt, params=params)
-    reuse = (jnp.arange(F) == slot) & start
-    delivered = jnp.where(reuse, 0, delivered)
-    done_sink = done_sink & ~reuse
-    advance = due & (start | ~free)  # an arrival that found no free slot is refused
-    next_arrival = jnp.where(advance, t_arr + gap, state.next_arrival_s)
-    m = m.replace(flows_started=m.flows_started + start, flows_refused=m.flows_refused + (due & ~free),
-                  rto_total=m.rto_total + jnp.sum(fired), events_deferred=m.events_deferred + deferred)
+        size_bytes=size_b, start_s=t_arr_s,
+        data_tick=jnp.ceil((t_arr_s + hs_rtt_s + params.access_offset_s) / clk.tick_s).astype(jnp.int32),
+        handshake_rtt_s=hs_rtt_s, params=params)
+    reuse = (jnp.arange(F) == ev.new_slot) & start
+    advance = ev.arrival_due & (start | ~ev.slot_free)
+    return Arrival(flows=fl, delivered=jnp.where(reuse, 0, sink.delivered), done_sink=sink.done_sink & ~reuse,
+                   next_arrival_s=jnp.where(advance, t_arr_s + gap_s, state.next_arrival_s), is_new=is_new,
+                   started=start, refused=ev.arrival_due & ~ev.slot_free, cls=cls, thresholds_pkts=thr,
+                   occupancy_pkts=occ)
 
-    # ---- 5. senders transmit -------------------------------------------------------------
-    n_retx, n_spur, n_new = tcp.wanted(fl, t)
+
+class Transmit(NamedTuple):
+    """What the event flows send this tick (transmit_phase), [E] each."""
+    sent_pkts: jnp.ndarray  # all packets sent
+    retx_pkts: jnp.ndarray  # of which retransmissions of lost packets
+    spur_pkts: jnp.ndarray  # of which go-back-N resends of packets in flight
+    new_pkts: jnp.ndarray  # of which new data
+    credit_pkts: jnp.ndarray  # [S] access-link credit left
+
+
+def transmit_phase(fl: tcp.FlowState, ev: Events, clk: Clock, params: SimParams) -> Transmit:
+    """Phase 5: each event flow wants retransmissions first, then go-back-N resends, then
+    new data, as far as its window allows (tcp.wanted); each access link serves its event
+    flows in turn with its whole packets of credit."""
+    S = params.num_senders
+    n_retx, n_spur, n_new = tcp.wanted(fl, clk.t)
     want = n_retx + n_spur + n_new
     by_sender = (fl.sender[:, None] == jnp.arange(S)[None, :]) & fl.active[:, None]  # [E, S]
     ahead = jnp.sum(jnp.where(by_sender, jnp.cumsum(jnp.where(by_sender, want[:, None], 0), axis=0)
                               - want[:, None], 0), axis=1)  # what this sender's earlier event flows want
-    send = jnp.clip(budget[fl.sender] - ahead, 0, want)  # the access link serves its flows in turn
+    send = jnp.clip(ev.budget_pkts[fl.sender] - ahead, 0, want)
     n_retx = jnp.minimum(n_retx, send)
     n_spur = jnp.minimum(n_spur, send - n_retx)
     n_new = send - n_retx - n_spur
-    credit = credit - jnp.sum(jnp.where(by_sender, send[:, None], 0), axis=0)
+    credit_pkts = ev.credit_pkts - jnp.sum(jnp.where(by_sender, send[:, None], 0), axis=0)
+    return Transmit(sent_pkts=send, retx_pkts=n_retx, spur_pkts=n_spur, new_pkts=n_new, credit_pkts=credit_pkts)
 
-    # ---- 6. buffer admission ---------------------------------------------------------------
+
+class Admission(NamedTuple):
+    """The switch after this tick's arrivals (admit_phase)."""
+    flows: tcp.FlowTable  # [F] the flow table, the event flows written back
+    queue: qm.QueueState  # the class FIFOs, admitted runs enqueued
+    arrivals_pkts: jnp.ndarray  # [P] data packets that arrived per class
+    drops_pkts: jnp.ndarray  # [P] of which dropped
+    retx_admitted_pkts: jnp.ndarray  # [E] retransmissions admitted
+    spur_admitted_pkts: jnp.ndarray  # [E] go-back-N resends admitted
+    syn_lost: jnp.ndarray  # [] bool: the new flow's SYN was dropped
+
+
+def _enqueue_arrivals(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx: Transmit, params: SimParams):
+    """The event flows' packets reach the switch, this tick's senders in a random cyclic
+    order; each class admits up to its threshold within the shared buffer, the tail of
+    each class's burst is dropped, and every flow's admitted packets join its class FIFO
+    as one run.  Returns (queue, arrivals [P], admitted [P], admitted per flow [E], of
+    which retransmissions [E], of which go-back-N resends [E])."""
+    P, F, E = params.num_classes, params.num_flow_slots, params.event_slots
+    t = clk.t
+    q = state.queue
+    fl = arr.flows
+    u_order = traffic.hash_uniform(state.seed ^ jnp.uint32(0x5BD1E995), t, 1)[0]
     by_cls = fl.cls[:, None] == jnp.arange(P)[None, :]  # [E, P]
-    a_ec = jnp.where(by_cls, send[:, None], 0)
+    a_ec = jnp.where(by_cls, tx.sent_pkts[:, None], 0)
     arr_c = jnp.sum(a_ec, axis=0)
-    adm_c = buffer.admit(arr_c, q.pkts, thr, params.buffer_pkts - occ)
-    offset = jnp.minimum((u_order * E).astype(jnp.int32), E - 1)  # random FIFO order of this tick's senders
+    adm_c = buffer.admit(arr_c, q.pkts, arr.thresholds_pkts, params.buffer_pkts - arr.occupancy_pkts)
+    offset = jnp.minimum((u_order * E).astype(jnp.int32), E - 1)  # first sender of the cyclic order
     before = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(a_ec, offset), 0), axis=1)
-    adm = jnp.clip(adm_c[fl.cls] - before, 0, send)
+    adm = jnp.clip(adm_c[fl.cls] - before, 0, tx.sent_pkts)
     has_run = (adm > 0)[:, None] & by_cls
     rank = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(has_run.astype(jnp.int32), offset), 0), axis=1)
-    adm_retx = jnp.minimum(n_retx, adm)
-    adm_spur = jnp.minimum(n_spur, adm - adm_retx)
-    queue = qm.enqueue(q, gidx, fl.cls, adm, adm_retx, fl.tx_next, rank, t, nspur=adm_spur)
-    fl = tcp.on_sent(fl, t, n_retx, n_spur, n_new, adm, params, tick_s)
-    drops_c = arr_c - adm_c
-    # a new flow's SYN arrives among this tick's packets of its class; when it finds the
-    # class at its threshold it is lost, and the connection retries after syn_timeout_s
-    # (ns-3's ConnTimeout), once
-    u_syn = traffic.hash_uniform(state.seed ^ jnp.uint32(0x27D4EB2F), t, 1)[0]
-    syn_lost = start & buffer.syn_lost(u_syn, cls, arr_c, adm_c, q.pkts, thr, occ, params.buffer_pkts)
-    wait = jnp.ceil(params.syn_timeout_s / tick_s).astype(jnp.int32)
-    fl = fl.replace(data_tick=jnp.where(is_new & syn_lost, fl.data_tick + wait, fl.data_tick))
-    m = m.replace(syn_drops=m.syn_drops + syn_lost)
-    table = table.set_rows(idx, tcp.pack(fl))
+    adm_retx = jnp.minimum(tx.retx_pkts, adm)
+    adm_spur = jnp.minimum(tx.spur_pkts, adm - adm_retx)
+    queue = qm.enqueue(q, jnp.minimum(ev.slots, F - 1), fl.cls, adm, adm_retx, fl.tx_next, rank, t, nspur=adm_spur)
+    return queue, arr_c, adm_c, adm, adm_retx, adm_spur
 
-    # ---- 7. scheduling and departure -------------------------------------------------------
+
+def _syn_lost(state: SimState, clk: Clock, arr: Arrival, arr_c, adm_c, params: SimParams):
+    """A new flow's SYN arrives among this tick's packets of its class; when it finds
+    the class at its threshold it is lost (buffer.syn_lost)."""
+    u_syn = traffic.hash_uniform(state.seed ^ jnp.uint32(0x27D4EB2F), clk.t, 1)[0]
+    return arr.started & buffer.syn_lost(u_syn, arr.cls, arr_c, adm_c, state.queue.pkts, arr.thresholds_pkts,
+                                         arr.occupancy_pkts, params.buffer_pkts)
+
+
+def admit_phase(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx: Transmit, params: SimParams) -> Admission:
+    """Phase 6: buffer admission.  The event flows' packets are admitted or dropped and
+    enqueued (`_enqueue_arrivals`), the senders book what they sent and what the switch
+    took (tcp.on_sent), a new flow whose SYN is lost retries after `syn_timeout_s`
+    (ns-3's ConnTimeout), once, and the event flows' rows go back into the flow table."""
+    queue, arr_c, adm_c, adm, adm_retx, adm_spur = _enqueue_arrivals(state, clk, ev, arr, tx, params)
+    fl = tcp.on_sent(arr.flows, clk.t, tx.retx_pkts, tx.spur_pkts, tx.new_pkts, adm, params, clk.tick_s)
+    syn_lost = _syn_lost(state, clk, arr, arr_c, adm_c, params)
+    wait_ticks = jnp.ceil(params.syn_timeout_s / clk.tick_s).astype(jnp.int32)
+    fl = fl.replace(data_tick=jnp.where(arr.is_new & syn_lost, fl.data_tick + wait_ticks, fl.data_tick))
+    return Admission(flows=state.flows.set_rows(ev.slots, tcp.pack(fl)), queue=queue, arrivals_pkts=arr_c,
+                     drops_pkts=arr_c - adm_c, retx_admitted_pkts=adm_retx, spur_admitted_pkts=adm_spur,
+                     syn_lost=syn_lost)
+
+
+class Departure(NamedTuple):
+    """What left the bottleneck this tick (depart_phase)."""
+    queue: qm.QueueState  # the class FIFOs after service
+    served_pkts: jnp.ndarray  # [P] packets served per class
+    rr_next: jnp.ndarray  # [] next class for round robin
+    wire: jnp.ndarray  # [L, k, WIRE_FIELDS] the delay line, this tick's departures written
+
+
+def depart_phase(state: SimState, clk: Clock, queue: qm.QueueState, params: SimParams) -> Departure:
+    """Phase 7: the scheduler shares the bottleneck's k packet slots among the classes
+    (round robin or strict priority); the served packets leave the class FIFOs and,
+    compacted to k records, enter the delay line that carries them to the sink and their
+    ACKs back to the senders."""
+    P, k = params.num_classes, params.pkts_per_tick
     served, rr_next = scheduler.serve(queue.pkts, k, state.rr_next, params.scheduler_id)
     queue, departed = qm.dequeue(queue, served, k)
-    wire = state.wire.at[t % L].set(_compact(departed.reshape(P * k, WIRE_FIELDS), k))
-    n_deq = jnp.sum(served)
+    wire = state.wire.at[clk.t % params.delay_line_ticks].set(_compact(departed.reshape(P * k, WIRE_FIELDS), k))
+    return Departure(queue=queue, served_pkts=served, rr_next=rr_next, wire=wire)
 
-    # ---- 8. metrics ----------------------------------------------------------------------
-    qlen = queue.pkts
+
+class Record(NamedTuple):
+    """The statistics after this tick (record_phase)."""
+    metrics: mx.Metrics
+    interval: mx.Interval
+    drain_norm: jnp.ndarray  # [P] dequeue rate / link rate over the last base RTT
+    drain_window: jnp.ndarray  # [P] dequeues in the current window
+    drain_window_start: jnp.ndarray  # [] tick the current window started
+
+
+def _probe_rtt_s(qlen_pkts, params: SimParams):
+    """The RTT a class-0 ping would see behind the queues qlen_pkts [P]: the base RTT
+    plus the serialisation of the packets served before it (round robin: class 0's and
+    up to one more than that of each other class; strict priority: class 0's alone)."""
+    ser_s = params.data_pkt_bits / params.bottleneck_rate_bps
+    ahead = jnp.where(params.scheduler_id == 0,
+                      qlen_pkts[0] + jnp.sum(jnp.minimum(qlen_pkts[1:], qlen_pkts[0] + 1)), qlen_pkts[0])
+    return params.base_rtt_s + ahead.astype(jnp.float32) * ser_s
+
+
+def _count_packets(m: mx.Metrics, warm, sink: Sink, tx: Transmit, adm: Admission, dep: Departure,
+                   params: SimParams) -> mx.Metrics:
+    """Packet counters since t = 0 (conservation), warm-up-gated counters, per-class and
+    total queue histograms and the probe RTT."""
+    P, cap = params.num_classes, params.queue_capacity_pkts
+    qlen = dep.queue.pkts
     occ_after = jnp.sum(qlen)
-    ser = params.data_pkt_bits / params.bottleneck_rate_bps
-    ahead = jnp.where(params.scheduler_id == 0, qlen[0] + jnp.sum(jnp.minimum(qlen[1:], qlen[0] + 1)), qlen[0])
-    probe = params.base_rtt_s + ahead.astype(jnp.float32) * ser
+    probe = _probe_rtt_s(qlen, params)
     w = warm.astype(jnp.int32)
-    cap = params.queue_capacity_pkts
-    n_rtx_sent = n_retx + n_spur  # what the buffer sees as repeated data (ns-3's retx_arrivals)
-    m = m.replace(
-        retx_tx_total=m.retx_tx_total + jnp.sum(n_rtx_sent), spur_tx_total=m.spur_tx_total + jnp.sum(n_spur),
+    n_deq = jnp.sum(dep.served_pkts)
+    n_sink, n_spur_sink = sink.arrived_pkts, sink.spurious_pkts
+    arr_c, drops_c = adm.arrivals_pkts, adm.drops_pkts
+    n_rtx_sent = tx.retx_pkts + tx.spur_pkts  # what the buffer sees as repeated data (ns-3's retx_arrivals)
+    return m.replace(
+        retx_tx_total=m.retx_tx_total + jnp.sum(n_rtx_sent), spur_tx_total=m.spur_tx_total + jnp.sum(tx.spur_pkts),
         spur_sink_total=m.spur_sink_total + n_spur_sink,
         retx_arrive_warm=m.retx_arrive_warm + w * jnp.sum(n_rtx_sent),
-        retx_drop_warm=m.retx_drop_warm + w * jnp.sum(n_rtx_sent - adm_retx - adm_spur),
-        tx_total=m.tx_total + jnp.sum(send), drop_total=m.drop_total + jnp.sum(drops_c),
+        retx_drop_warm=m.retx_drop_warm + w * jnp.sum(n_rtx_sent - adm.retx_admitted_pkts - adm.spur_admitted_pkts),
+        tx_total=m.tx_total + jnp.sum(tx.sent_pkts), drop_total=m.drop_total + jnp.sum(drops_c),
         deq_total=m.deq_total + n_deq, sink_total=m.sink_total + n_sink,
         arrive_warm=m.arrive_warm + w * arr_c, drop_warm=m.drop_warm + w * drops_c,
         deq_warm=m.deq_warm + w * n_deq, sink_warm=m.sink_warm + w * (n_sink - n_spur_sink), ticks_warm=m.ticks_warm + w,
@@ -345,28 +526,122 @@ def tick(state: SimState, params: SimParams) -> SimState:
         probe_rtt_sum_s=m.probe_rtt_sum_s + w * probe,
         probe_rtt_max_s=jnp.maximum(m.probe_rtt_max_s, jnp.where(warm, probe, 0.0)),
     )
-    iv = iv.replace(arrivals_pkts=iv.arrivals_pkts + arr_c, drops_pkts=iv.drops_pkts + drops_c,
-                    dequeues_pkts=iv.dequeues_pkts + served, queue_pkt_s=iv.queue_pkt_s + qlen.astype(jnp.float32) * tick_s,
-                    sink_pkts=iv.sink_pkts + n_sink - n_spur_sink, sink_bytes=iv.sink_bytes + sink_bytes,
-                    rto_count=iv.rto_count + jnp.sum(fired, dtype=jnp.int32), syn_drops=iv.syn_drops + syn_lost)
 
-    # drain rate per class, refreshed once per base RTT (ABM's mu_p / b)
-    win = jnp.maximum(jnp.round(params.base_rtt_s / tick_s).astype(jnp.int32), 1)
-    dwin = state.drain_window + served
-    roll = (t + 1 - state.drain_window_start) >= win
-    drain_norm = jnp.where(roll, dwin.astype(jnp.float32) / (win * k), state.drain_norm)
 
+def _count_interval(iv: mx.Interval, clk: Clock, sink: Sink, fired, adm: Admission,
+                    dep: Departure) -> mx.Interval:
+    """This tick's share of the agent interval's record."""
+    return iv.replace(
+        arrivals_pkts=iv.arrivals_pkts + adm.arrivals_pkts, drops_pkts=iv.drops_pkts + adm.drops_pkts,
+        dequeues_pkts=iv.dequeues_pkts + dep.served_pkts,
+        queue_pkt_s=iv.queue_pkt_s + dep.queue.pkts.astype(jnp.float32) * clk.tick_s,
+        sink_pkts=iv.sink_pkts + sink.arrived_pkts - sink.spurious_pkts, sink_bytes=iv.sink_bytes + sink.payload_bytes,
+        rto_count=iv.rto_count + jnp.sum(fired, dtype=jnp.int32), syn_drops=iv.syn_drops + adm.syn_lost)
+
+
+def _drain_rate(state: SimState, clk: Clock, served_pkts, params: SimParams):
+    """Dequeue rate per class over the last base RTT as a fraction of the link rate
+    (ABM's mu_p / b), refreshed once per base RTT.  Returns (drain_norm [P], drain_window
+    [P], drain_window_start [])."""
+    t = clk.t
+    win_ticks = jnp.maximum(jnp.round(params.base_rtt_s / clk.tick_s).astype(jnp.int32), 1)
+    dwin = state.drain_window + served_pkts
+    roll = (t + 1 - state.drain_window_start) >= win_ticks
+    drain_norm = jnp.where(roll, dwin.astype(jnp.float32) / (win_ticks * params.pkts_per_tick), state.drain_norm)
+    return drain_norm, jnp.where(roll, 0, dwin), jnp.where(roll, t + 1, state.drain_window_start)
+
+
+def record_phase(state: SimState, clk: Clock, sink: Sink, ev: Events, fired, arr: Arrival, tx: Transmit,
+                 adm: Admission, dep: Departure, params: SimParams) -> Record:
+    """Phase 8: the metrics (event and packet counters, warm-up-gated averages, queue
+    histograms, probe RTT), the agent interval's record, and the drain-rate window."""
+    warm = clk.now_s >= params.warmup_s
+    m = sink.metrics
+    m = m.replace(flows_started=m.flows_started + arr.started, flows_refused=m.flows_refused + arr.refused,
+                  rto_total=m.rto_total + jnp.sum(fired), events_deferred=m.events_deferred + ev.deferred_flows,
+                  syn_drops=m.syn_drops + adm.syn_lost)
+    m = _count_packets(m, warm, sink, tx, adm, dep, params)
+    iv = _count_interval(sink.interval, clk, sink, fired, adm, dep)
+    drain_norm, drain_window, drain_window_start = _drain_rate(state, clk, dep.served_pkts, params)
+    return Record(metrics=m, interval=iv, drain_norm=drain_norm, drain_window=drain_window,
+                  drain_window_start=drain_window_start)
+
+
+def tick(state: SimState, params: SimParams) -> SimState:
+    """Advance the switch and its senders by one tick: the eight phases in order."""
+    clk = clock(state, params)
+    sink = deliver_phase(state, clk, params)
+    ev = ack_phase(state, clk, params)
+    flows, fired = timeout_phase(ev.flows, clk, params)
+    arr = arrival_phase(state, clk, sink, ev, flows, params)
+    tx = transmit_phase(arr.flows, ev, clk, params)
+    adm = admit_phase(state, clk, ev, arr, tx, params)
+    dep = depart_phase(state, clk, adm.queue, params)
+    rec = record_phase(state, clk, sink, ev, fired, arr, tx, adm, dep, params)
     return SimState(
-        tick=t + 1, seed=state.seed, flows=table, delivered=delivered, done_sink=done_sink, queue=queue, wire=wire, next_arrival_s=next_arrival,
-        access_credit=credit, rr_next=rr_next, rl_alpha=state.rl_alpha, drain_norm=drain_norm,
-        drain_window=jnp.where(roll, 0, dwin), drain_window_start=jnp.where(roll, t + 1, state.drain_window_start),
-        thresholds=thr, metrics=m, interval=iv,
+        tick=clk.t + 1, seed=state.seed, flows=adm.flows, delivered=arr.delivered, done_sink=arr.done_sink,
+        queue=dep.queue, wire=dep.wire, next_arrival_s=arr.next_arrival_s, access_credit=tx.credit_pkts,
+        rr_next=dep.rr_next, rl_alpha=state.rl_alpha, drain_norm=rec.drain_norm, drain_window=rec.drain_window,
+        drain_window_start=rec.drain_window_start, thresholds=arr.thresholds_pkts, metrics=rec.metrics,
+        interval=rec.interval,
     )
 
 
-def run(state: SimState, params: SimParams, num_ticks: int, trace_fn=None):
+BACKENDS = ("auto", "jax", "native")
+BACKEND_VAR = "RLBM_JAX_BACKEND"
+_default_backend: str | None = None
+
+
+def set_default_backend(name: str) -> None:
+    """The backend `run` uses when none is named (in this process): "jax" (this module's
+    `tick`, the reference), "native" (`rlbm_jax.env.native`: the same tick in C++, one call
+    per run) or "auto" (native where it can run, else jax)."""
+    global _default_backend
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    _default_backend = name
+
+
+def default_backend() -> str:
+    """`set_default_backend`'s choice, else `$RLBM_JAX_BACKEND`, else "auto"."""
+    name = _default_backend or os.environ.get(BACKEND_VAR, "").strip() or "auto"
+    if name not in BACKENDS:
+        raise ValueError(f"{BACKEND_VAR}={name!r}: choose one of {', '.join(BACKENDS)}")
+    return name
+
+
+def resolve_backend(backend: str | None, params: SimParams, trace: bool = False) -> str:
+    """The backend that runs `params`: "jax" or "native".  "auto" takes native unless a
+    per-tick trace is asked for, the params need what the native tick lacks (a buffer
+    policy registered at run time, more packets per tick than it holds), or it cannot be
+    built here (no C++ compiler, not a CPU; a warning says why, once)."""
+    from rlbm_jax.env import native
+
+    name = default_backend() if backend is None else backend
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    if name != "auto":
+        return name
+    if trace or not native.supports(params) or not native.available(warn=True):
+        return "jax"
+    return "native"
+
+
+def run(state: SimState, params: SimParams, num_ticks: int, trace_fn=None, backend: str | None = None):
     """Advance `num_ticks` ticks (static).  With `trace_fn(state) -> pytree`, also return
-    its value after every tick (stacked)."""
+    its value after every tick (stacked), else None.  `backend` (default
+    `default_backend()`) picks the tick: the JAX `tick` of this module as a `lax.scan`, or
+    the native one (`rlbm_jax.env.native`), which gives the same integer state and float
+    state within a few float32 roundings (tests/test_native.py)."""
+    name = resolve_backend(backend, params, trace=trace_fn is not None)
+    if name == "native":
+        if trace_fn is not None:
+            raise ValueError("the native backend runs whole stretches of ticks: a per-tick trace_fn needs "
+                             "backend='jax'")
+        from rlbm_jax.env import native
+
+        return native.run(state, params, num_ticks), None
+
     def body(s, _):
         s = tick(s, params)
         return s, (trace_fn(s) if trace_fn is not None else None)

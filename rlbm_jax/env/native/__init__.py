@@ -1,0 +1,356 @@
+"""The native backend: the whole tick as one C++ function per env, called through
+`jax.ffi` once per `run` (every tick of every env of the batch in one call).
+
+`run(state, params, num_ticks)` is a drop-in for `sim.run(state, params, num_ticks)[0]`:
+same state in, same state out, computed by `tick.cc` with real branches (only the flows
+with work in a tick are touched) instead of XLA's every-path vector code.  The JAX tick
+in `sim.py` stays the reference: `tests/test_native.py` runs both on randomised params
+and compares every integer of the state exactly.
+
+The kernel is compiled on first use with the system's C++ compiler (`c++`, or `$CXX`)
+against XLA's FFI headers that ship with jaxlib, and cached under
+`$RLBM_JAX_CACHE` (default `~/.cache/rlbm_jax`), keyed by the source, the layout and the
+JAX version.  `available()` says whether it can be used here; where it cannot (no
+compiler, a TPU or GPU array), `sim.run(..., backend="auto")` falls back to the JAX tick.
+
+Layout: the state's leaves are flattened (`jax.tree.flatten`) into one int32 buffer
+(int32, uint32 bit-cast, bool as 0/1) and one float32 buffer; the parameters the tick
+reads, with the derived quantities computed exactly as the JAX tick computes them, into
+another pair.  The field order is generated into `layout.h` from these Python
+structures, so the C++ code names every field and cannot drift from them silently.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from importlib import resources
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlbm_jax.env import buffer, tcp, traffic
+
+TARGET = "rlbm_native_run"
+NATIVE_POLICIES = ("droptail", "sb-naive", "sb-sophisticated", "dt", "abm", "rl", "static-bdp")
+MAX_PKTS_PER_TICK = 61
+MAX_CLASSES = 16
+MAX_SENDERS = 1024
+
+
+class NativeUnavailable(RuntimeError):
+    """The native backend cannot run here (no compiler, or the build failed)."""
+
+
+# ---------------------------------------------------------------------------------------
+# layout
+# ---------------------------------------------------------------------------------------
+
+def _leaf_name(path) -> str:
+    return "_".join(str(getattr(k, "name", getattr(k, "key", k))) for k in path)
+
+
+def _int_like(dtype) -> bool:
+    return dtype != jnp.float32
+
+
+def state_leaves(state):
+    """[(name, leaf)] of a SimState in flatten order."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(state)
+    return [(_leaf_name(p), x) for p, x in flat]
+
+
+def param_leaves(params):
+    """[(name, value)]: everything the tick reads from the params, derived quantities
+    written as the JAX tick writes them (so that both compute the same float32)."""
+    p = params
+    tick_s = p.tick_s
+    per_tick = p.access_rate_bps * tick_s / p.data_pkt_bits
+    i32 = lambda x: jnp.asarray(x, jnp.int32)
+    f32 = lambda x: jnp.asarray(x, jnp.float32)
+    return [
+        # int32
+        ("sink_delay_ticks", i32(p.sink_delay_ticks)),
+        ("ack_delay_ticks", i32(p.ack_delay_ticks)),
+        ("buffer_pkts", i32(p.buffer_pkts)),
+        ("class_cap_pkts", i32(p.class_cap_pkts)),
+        ("policy_id", i32(p.policy_id)),
+        ("scheduler_id", i32(p.scheduler_id)),
+        ("tcp_id", i32(p.tcp_id)),
+        ("delayed_ack", i32(p.delayed_ack)),
+        ("dupthresh", i32(p.dupthresh)),
+        ("rto_recovery_id", i32(p.rto_recovery_id)),
+        ("rtt_samples_id", i32(p.rtt_samples_id)),
+        ("cubic_fast_convergence", i32(p.cubic_fast_convergence)),
+        ("hystart", i32(p.hystart)),
+        ("hystart_min_samples", i32(p.hystart_min_samples)),
+        ("syn_wait_ticks", jnp.ceil(p.syn_timeout_s / tick_s).astype(jnp.int32)),
+        ("drain_win_ticks", jnp.maximum(jnp.round(p.base_rtt_s / tick_s).astype(jnp.int32), 1)),
+        ("train_gap_ticks", jnp.maximum(1, jnp.floor(p.hystart_ack_delta_s / tick_s)).astype(jnp.int32)),
+        ("mss_i", p.mss_bytes.astype(jnp.int32)),
+        # float32
+        ("tick_s", f32(tick_s)),
+        ("warmup_s", f32(p.warmup_s)),
+        ("bottleneck_delay_s", f32(p.bottleneck_delay_s)),
+        ("bottleneck_rate_bps", f32(p.bottleneck_rate_bps)),
+        ("base_rtt_s", f32(p.base_rtt_s)),
+        ("access_offset_s", f32(p.access_offset_s)),
+        ("data_pkt_bits", f32(p.data_pkt_bits)),
+        ("ser_s", f32(p.data_pkt_bits / p.bottleneck_rate_bps)),
+        ("bdp_pkts", f32(p.bdp_pkts)),
+        ("mss_bytes", f32(p.mss_bytes)),
+        ("credit_per_tick", f32(per_tick)),
+        ("credit_cap", f32(jnp.maximum(jnp.ceil(per_tick), 1.0))),
+        ("arrival_rate_per_s", f32(traffic.arrival_rate_per_s(p))),
+        ("arrival_stop_s", f32(p.arrival_stop_s)),
+        ("initial_cwnd_pkts", f32(p.initial_cwnd_pkts)),
+        ("min_rto_s", f32(p.min_rto_s)),
+        ("max_rto_s", f32(p.max_rto_s)),
+        ("rto_granularity_s", f32(p.rto_granularity_s)),
+        ("cubic_beta", f32(p.cubic_beta)),
+        ("cubic_c", f32(p.cubic_c)),
+        ("hystart_low_window_pkts", f32(p.hystart_low_window_pkts)),
+        ("hystart_delay_min_s", f32(p.hystart_delay_min_s)),
+        ("hystart_delay_max_s", f32(p.hystart_delay_max_s)),
+        ("alpha", f32(p.alpha)),
+        ("beta", f32(p.beta)),
+        ("class_threshold_bytes", f32(p.class_threshold_bytes)),
+        ("cdf_size_bytes", f32(p.cdf_size_bytes)),
+        ("cdf_prob", f32(p.cdf_prob)),
+    ]
+
+
+def _offsets(leaves):
+    """Offsets of each leaf in its buffer (ints and floats each counted from 0)."""
+    off, ni, nf = [], 0, 0
+    for _, x in leaves:
+        n = int(np.prod(x.shape, dtype=np.int64))
+        if _int_like(x.dtype):
+            off.append(ni)
+            ni += n
+        else:
+            off.append(nf)
+            nf += n
+    return np.asarray(off, np.int64), ni, nf
+
+
+def _pack(leaves):
+    ints = [(x.view(jnp.int32) if x.dtype == jnp.uint32 else x.astype(jnp.int32)).reshape(-1)
+            for _, x in leaves if _int_like(x.dtype)]
+    floats = [x.reshape(-1) for _, x in leaves if not _int_like(x.dtype)]
+    cat = lambda xs, dt: jnp.concatenate(xs) if xs else jnp.zeros((0,), dt)
+    return cat(ints, jnp.int32), cat(floats, jnp.float32)
+
+
+def _unpack(template_leaves, treedef, si, sf):
+    out, i, f = [], 0, 0
+    for _, x in template_leaves:
+        n = int(np.prod(x.shape, dtype=np.int64))
+        if _int_like(x.dtype):
+            v = si[i:i + n].reshape(x.shape)
+            i += n
+            if x.dtype == jnp.uint32:
+                v = v.view(jnp.uint32)
+            elif x.dtype == jnp.bool_:
+                v = v > 0
+            out.append(v)
+        else:
+            out.append(sf[f:f + n].reshape(x.shape))
+            f += n
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def layout_header() -> str:
+    """layout.h: enums naming every state leaf, flow-table field and parameter leaf."""
+    from rlbm_jax.env import sim
+    from rlbm_jax.env.params import make_params
+
+    p = make_params(num_classes=2)
+    state = jax.eval_shape(lambda: sim.init(jax.random.PRNGKey(0), p))
+    s_names = [n for n, _ in state_leaves(state)]
+    p_names = [n for n, _ in param_leaves(p)]
+    enum = lambda prefix, names: ("enum {\n" + "".join(f"  {prefix}{n},\n" for n in names)
+                                  + f"  {prefix}COUNT\n}};\n")
+    return ("// generated by rlbm_jax/env/native/__init__.py: do not edit\n#pragma once\n"
+            + enum("L_", s_names) + enum("PL_", p_names)
+            + enum("FI_", tcp.INT_FIELDS) + enum("FF_", tcp.FLOAT_FIELDS))
+
+
+# ---------------------------------------------------------------------------------------
+# build and registration
+# ---------------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_registered = False
+_error: str | None = None
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("RLBM_JAX_CACHE", Path.home() / ".cache" / "rlbm_jax")) / "native"
+
+
+def _compiler() -> str | None:
+    for c in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if c and shutil.which(c):
+            return c
+    return None
+
+
+def build(verbose: bool = False) -> Path:
+    """Compile tick.cc into a shared library (cached); returns its path."""
+    cxx = _compiler()
+    if cxx is None:
+        raise NativeUnavailable("no C++ compiler found (set CXX, or install g++)")
+    src = resources.files("rlbm_jax.env.native").joinpath("tick.cc").read_text()
+    header = layout_header()
+    flags = ["-O3", "-std=c++17", "-shared", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-fast-math"]
+    key = hashlib.sha256("\0".join([src, header, jax.__version__, cxx, *flags]).encode()).hexdigest()[:16]
+    out = cache_dir() / key / "rlbm_native.so"
+    if out.exists():
+        return out
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            tmp = Path(tmp)
+            (tmp / "layout.h").write_text(header)
+            (tmp / "tick.cc").write_text(src)
+            cmd = [cxx, *flags, f"-I{jax.ffi.include_dir()}", f"-I{tmp}", str(tmp / "tick.cc"), "-o",
+                   str(tmp / "lib.so")]
+            print(f"rlbm_jax: compiling the native tick into {out.parent} (once)", file=sys.stderr, flush=True)
+            if verbose:
+                print(" ".join(cmd), file=sys.stderr)
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise NativeUnavailable(f"compiling the native tick failed:\n{res.stderr[-4000:]}")
+            os.replace(tmp / "lib.so", out)  # atomic: concurrent builds agree
+    except OSError as e:
+        raise NativeUnavailable(f"cannot build the native tick in {out.parent} ({e}); set RLBM_JAX_CACHE to a "
+                                "writable folder") from e
+    return out
+
+
+def _register() -> None:
+    global _registered, _error
+    with _lock:
+        if _registered:
+            return
+        if _error is not None:
+            raise NativeUnavailable(_error)
+        try:
+            if tuple(buffer.POLICY_NAMES[:len(NATIVE_POLICIES)]) != NATIVE_POLICIES:
+                raise NativeUnavailable("the buffer policy registry no longer starts with the policies the native "
+                                        f"tick implements, in its order ({', '.join(NATIVE_POLICIES)})")
+            lib = ctypes.cdll.LoadLibrary(str(build()))
+            jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.RlbmNativeRun), platform="cpu")
+        except NativeUnavailable as e:
+            _error = str(e)
+            raise
+        _registered = True
+
+
+def available(warn: bool = False) -> bool:
+    """Whether the native backend can run here (builds it on first call); with `warn`, say
+    why not, once."""
+    global _warned
+    if jax.default_backend() != "cpu":
+        return False
+    try:
+        _register()
+        return True
+    except NativeUnavailable as e:
+        if warn and not _warned:
+            _warned = True
+            warnings.warn(f"the native backend is unavailable, the JAX tick runs instead: {e}", stacklevel=3)
+        return False
+
+
+_warned = False
+
+
+def supports(params) -> bool:
+    """Whether the native tick implements what `params` ask for (`check_params` says why not)."""
+    try:
+        check_params(params)
+    except ValueError:
+        return False
+    extra = [n for n in buffer.POLICY_NAMES if n not in NATIVE_POLICIES]
+    if extra and not _concrete(params.policy_id):
+        return False  # traced ids might name a policy registered at run time
+    return True
+
+
+def _concrete(x) -> bool:
+    try:
+        np.asarray(x)
+        return True
+    except Exception:
+        return False
+
+
+THREADS_VAR = "RLBM_JAX_NATIVE_THREADS"
+
+
+def threads() -> int:
+    """Threads one native call spreads its batch over: `$RLBM_JAX_NATIVE_THREADS`, else one
+    per core this process may use.  Envs are independent, so results never depend on it."""
+    v = os.environ.get(THREADS_VAR, "").strip()
+    if v:
+        try:
+            n = int(v)
+        except ValueError:
+            raise ValueError(f"{THREADS_VAR} must be a positive whole number, got {v!r}") from None
+        if n < 1:
+            raise ValueError(f"{THREADS_VAR} must be a positive whole number, got {v!r}")
+        return n
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def check_params(params) -> None:
+    """Refuse, with a clear message, what the native tick does not implement."""
+    if params.pkts_per_tick > MAX_PKTS_PER_TICK:
+        raise ValueError(f"the native backend runs at most {MAX_PKTS_PER_TICK} packets per tick, "
+                         f"got {params.pkts_per_tick}; use backend='jax'")
+    if params.num_classes > MAX_CLASSES or params.num_senders > MAX_SENDERS:
+        raise ValueError(f"the native backend runs at most {MAX_CLASSES} classes and {MAX_SENDERS} senders; "
+                         "use backend='jax'")
+    extra = [n for n in buffer.POLICY_NAMES if n not in NATIVE_POLICIES]
+    if not extra or not _concrete(params.policy_id):
+        return  # traced: the kernel checks the id itself
+    ids = np.asarray(params.policy_id).reshape(-1)
+    bad = sorted({buffer.POLICY_NAMES[int(i)] for i in ids if buffer.POLICY_NAMES[int(i)] in extra})
+    if bad:
+        raise ValueError(f"buffer policy {', '.join(bad)} has no native implementation; use backend='jax'")
+
+
+def run(state, params, num_ticks: int):
+    """`num_ticks` ticks of the native tick: what `sim.run(state, params, num_ticks)[0]`
+    returns.  Works under `jit` and `vmap` (a batch is one call)."""
+    _register()
+    check_params(params)
+    if num_ticks == 0:
+        return state
+    s_leaves = state_leaves(state)
+    _, treedef = jax.tree_util.tree_flatten(state)
+    p_leaves = param_leaves(params)
+    s_off, _, _ = _offsets(s_leaves)
+    p_off, _, _ = _offsets(p_leaves)
+    si, sf = _pack(s_leaves)
+    pi, pf = _pack(p_leaves)
+    dims = np.asarray([params.num_flow_slots, params.num_classes, params.num_senders, params.queue_capacity_pkts,
+                       params.delay_line_ticks, params.pkts_per_tick, params.event_slots,
+                       params.completion_log_size, params.interval_log_size, params.cdf_size_bytes.shape[-1]],
+                      np.int64)
+    call = jax.ffi.ffi_call(TARGET, (jax.ShapeDtypeStruct(si.shape, jnp.int32),
+                                     jax.ShapeDtypeStruct(sf.shape, jnp.float32)),
+                            vmap_method="broadcast_all", input_output_aliases={0: 0, 1: 1})
+    si, sf = call(si, sf, pi, pf, n_ticks=np.int64(num_ticks), threads=np.int64(threads()), dims=dims,
+                  s_off=s_off, p_off=p_off)
+    return _unpack(s_leaves, treedef, si, sf)

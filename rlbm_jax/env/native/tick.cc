@@ -1,0 +1,1078 @@
+// The simulator's tick as one C++ function per env: the "native" backend.
+//
+// It computes exactly what rlbm_jax/env/sim.py's `tick` computes (that JAX tick is the
+// reference; tests/test_native.py compares the two), phase by phase, with real branches:
+// only the flows that have work in a tick are touched.  One call runs `n_ticks` ticks
+// of every env of the batch; the state lives in two flat buffers (int32 and float32)
+// whose layout, like the parameters', is generated from the Python structures
+// (layout.h, written by rlbm_jax/env/native/__init__.py), so a field added there
+// without its use here fails to compile rather than to agree.
+//
+// Floating-point: every float expression follows the JAX tick's operations in float32
+// as XLA:CPU compiles them: an array divided by a per-env scalar becomes a multiplication
+// by the scalar's reciprocal (`div_b`), and a product added within one fused loop becomes
+// a fused multiply-add (`fma_x`); everything else is compiled without contraction.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "layout.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int OPEN = 0, RECOVERY = 1, LOSS = 2;
+constexpr int CUBIC = 1;
+constexpr int GO_BACK_N = 0, RTT_CUMULATIVE = 0;
+// run record fields (queue.py)
+constexpr int FLOW = 0, COUNT = 1, NRETX = 2, TX0 = 3, ENQ = 4, NSPUR = 5, RUN_FIELDS = 6;
+constexpr int MAX_E = 64;   // event slots: k + 3
+constexpr int MAX_P = 16;   // classes
+constexpr int MAX_S = 1024; // senders
+constexpr float INF = std::numeric_limits<float>::infinity();
+
+inline int32_t fmod_i(int32_t a, int32_t b) { int32_t r = a % b; return r < 0 ? r + b : r; }
+inline int32_t fdiv_i(int32_t a, int32_t b) { int32_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+inline int32_t clip_i(int32_t x, int32_t lo, int32_t hi) { return std::min(std::max(x, lo), hi); }
+inline float maxf(float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : (a > b ? a : b); }
+inline float minf(float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : (a < b ? a : b); }
+inline int32_t f2i(float x) { return static_cast<int32_t>(x); }
+// x / y where XLA sees an array divided by a broadcast scalar: x * (1 / y)
+inline float div_b(float x, float y) { return x * (1.0f / y); }
+// x * y + z where XLA fuses the product into the sum
+inline float fma_x(float x, float y, float z) { return std::fma(x, y, z); }
+
+struct Dims {
+  int F, P, S, R, L, K, E, LOG, M, NTAB;
+};
+
+struct Row {
+  int32_t i[FI_COUNT];
+  float f[FF_COUNT];
+};
+
+#define RI(r, n) (r).i[FI_##n]
+#define RF(r, n) (r).f[FF_##n]
+
+// One env's state and parameters, as pointers into the flat buffers.
+struct Env {
+  const Dims& d;
+  int32_t* si;
+  float* sf;
+  const int32_t* pi;
+  const float* pf;
+  const int64_t* so;  // state offsets, by leaf
+  const int64_t* po;  // parameter offsets, by leaf
+
+  int32_t* I(int leaf) const { return si + so[leaf]; }
+  float* Fl(int leaf) const { return sf + so[leaf]; }
+  int32_t Pi(int leaf, int j = 0) const { return pi[po[leaf] + j]; }
+  float Pf(int leaf, int j = 0) const { return pf[po[leaf] + j]; }
+
+  int32_t& tab_i(int field, int slot) const { return I(L_flows_ints)[field * d.F + slot]; }
+  float& tab_f(int field, int slot) const { return Fl(L_flows_floats)[field * d.F + slot]; }
+  Row row(int slot) const {
+    Row r;
+    for (int f = 0; f < FI_COUNT; ++f) r.i[f] = tab_i(f, slot);
+    for (int f = 0; f < FF_COUNT; ++f) r.f[f] = tab_f(f, slot);
+    return r;
+  }
+  void set_row(int slot, const Row& r) const {
+    for (int f = 0; f < FI_COUNT; ++f) tab_i(f, slot) = r.i[f];
+    for (int f = 0; f < FF_COUNT; ++f) tab_f(f, slot) = r.f[f];
+  }
+};
+
+// ---- traffic ------------------------------------------------------------------------
+inline float hash_uniform(uint32_t seed, uint32_t counter, uint32_t i) {
+  uint32_t x = seed ^ (counter * 0x9E3779B9u);
+  x = x + (i + 1u) * 0x85EBCA6Bu;
+  for (int r = 0; r < 2; ++r) {
+    x = x ^ (x >> 16);
+    x = x * 0x7FEB352Du;
+    x = x ^ (x >> 15);
+    x = x * 0x846CA68Bu;
+    x = x ^ (x >> 16);
+  }
+  return static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
+}
+
+float sample_size_bytes(const Env& e, float u) {
+  const int n = e.d.NTAB;
+  const float* cdf = e.pf + e.po[PL_cdf_prob];
+  const float* size = e.pf + e.po[PL_cdf_size_bytes];
+  u = u * cdf[n - 1];
+  u = maxf(u, cdf[0]);
+  int cnt = 0;
+  for (int j = 0; j < n; ++j) cnt += cdf[j] <= u;
+  int idx = clip_i(cnt - 1, 0, n - 2);
+  float c0 = cdf[idx], c1 = cdf[idx + 1], s0 = size[idx], s1 = size[idx + 1];
+  float frac = c1 > c0 ? (u - c0) / maxf(c1 - c0, 1e-12f) : 0.0f;
+  return maxf(fma_x(frac, s1 - s0, s0), 1.0f);
+}
+
+// ---- TCP ----------------------------------------------------------------------------
+inline int32_t ticks_of(float seconds, float tick_s) { return f2i(std::ceil(div_b(seconds, tick_s))); }
+
+inline float rto_of(const Env& e, float srtt, float rttvar) {
+  float rto = srtt + maxf(e.Pf(PL_rto_granularity_s), 4.0f * rttvar);
+  return minf(maxf(rto, e.Pf(PL_min_rto_s)), e.Pf(PL_max_rto_s));
+}
+
+inline int32_t unsettled(const Row& r) {
+  return RI(r, outstanding) + RI(r, ghost) + RI(r, retx_out) + RI(r, lost_q) + RI(r, retx_dropped);
+}
+
+// ns-3.37 GetSsThresh: (ssthresh, CUBIC's W_max) after a loss
+void loss_ssthresh(const Env& e, float cwnd, float w_max, float flight, float* ss, float* wm) {
+  bool is_cubic = e.Pi(PL_tcp_id) == CUBIC;
+  float beta = e.Pf(PL_cubic_beta);
+  float reno = maxf(2.0f, flight / 2.0f);
+  float seg = std::floor(cwnd);
+  float cub = maxf(2.0f, std::floor(seg * beta));
+  bool fc = e.Pi(PL_cubic_fast_convergence) != 0 && seg < w_max;
+  float w_new = fc ? std::floor(seg * (1.0f + beta) / 2.0f) : seg;
+  *ss = is_cubic ? cub : reno;
+  *wm = is_cubic ? w_new : w_max;
+}
+
+struct CubicCnt { float cnt; int32_t epoch; float k, origin; };
+
+CubicCnt cubic_cnt(const Env& e, float cwnd, float w_max, int32_t epoch_start, float delay_min, float cubic_k,
+                   float cubic_origin, int32_t t) {
+  float c = e.Pf(PL_cubic_c);
+  float seg = std::floor(cwnd);
+  bool new_epoch = epoch_start < 0;
+  bool below = w_max > seg;
+  float k_new = below ? std::cbrt(div_b(maxf(w_max - seg, 0.0f), c)) : 0.0f;
+  float origin_new = below ? w_max : seg;
+  CubicCnt o;
+  o.epoch = new_epoch ? t : epoch_start;
+  o.k = new_epoch ? k_new : cubic_k;
+  o.origin = new_epoch ? origin_new : cubic_origin;
+  float el = fma_x(static_cast<float>(t - o.epoch), e.Pf(PL_tick_s), delay_min) - o.k;
+  float a = std::fabs(el);
+  float delta = std::floor(c * (a * (a * a)));
+  float target = el < 0 ? o.origin - delta : o.origin + delta;
+  float cnt = target > seg ? std::floor(seg / maxf(target - seg, 1.0f)) : 100.0f * seg;
+  if (w_max == 0.0f && cnt > 20.0f) cnt = 20.0f;
+  o.cnt = maxf(cnt, 2.0f);
+  return o;
+}
+
+struct AckIn { int32_t acked, acked_retx, n_dup, max_tx, spur; float rtt_s; };
+
+// tcp.on_acks for one event entry
+void on_acks(const Env& e, Row& r, int32_t t, const AckIn& a) {
+  const float tick_s = e.Pf(PL_tick_s);
+  const bool is_cubic = e.Pi(PL_tcp_id) == CUBIC;
+  const Row o = r;  // the row as it was (fl.* in the JAX code)
+  const int32_t acked = a.acked, acked_retx = a.acked_retx, n_dup = a.n_dup, max_tx = a.max_tx;
+  const float rtt_s = a.rtt_s;
+  const bool has = acked > 0;
+  if (!has) {  // no ACK: only the receiver's delayed-ACK flush and the window floor apply
+    bool two = e.Pi(PL_delayed_ack) == 2;
+    int32_t in_order = -n_dup;
+    int32_t parity = fmod_i(RI(o, da_parity) + in_order, 2);
+    bool flush = two && parity == 1 && ((RI(o, outstanding) + RI(o, ghost) <= 0) || a.spur > 0);
+    RI(r, da_parity) = (two && !flush) ? parity : 0;
+    RF(r, cwnd) = maxf(RF(o, cwnd), 1.0f);
+    return;
+  }
+
+  int32_t g = std::min(acked, RI(o, ghost));
+  int32_t ahead = std::min(g, RI(o, gbn_ahead));
+  int32_t gbn_ahead = RI(o, gbn_ahead) - ahead;
+  int32_t gbn_left = RI(o, gbn_left) - std::min(g - ahead, RI(o, gbn_left));
+  int32_t ghost = RI(o, ghost) - g;
+  int32_t outstanding = RI(o, outstanding) - (acked - g) - ahead;
+  int32_t retx_out = RI(o, retx_out) - acked_retx;
+  int32_t n_acked = RI(o, acked) + acked;
+
+  bool cumulative = e.Pi(PL_rtt_samples_id) == RTT_CUMULATIVE;
+  bool sample = has && (!cumulative || (RI(o, state) == OPEN && acked - n_dup - acked_retx > 0));
+  bool first = RF(o, srtt_s) <= 0.0f;
+  float rttvar = first ? rtt_s / 2.0f : fma_x(0.75f, RF(o, rttvar_s), 0.25f * std::fabs(RF(o, srtt_s) - rtt_s));
+  float srtt = first ? rtt_s : fma_x(0.875f, RF(o, srtt_s), 0.125f * rtt_s);
+  srtt = sample ? srtt : RF(o, srtt_s);
+  rttvar = sample ? rttvar : RF(o, rttvar_s);
+  bool recompute = cumulative ? (has && n_dup < acked) : has;
+  float rto_s = recompute ? rto_of(e, srtt, rttvar) : RF(o, rto_s);
+  float delay_min = (has && (RF(o, delay_min_s) <= 0.0f || rtt_s < RF(o, delay_min_s))) ? rtt_s : RF(o, delay_min_s);
+
+  int32_t in_order = acked - n_dup;
+  bool two = e.Pi(PL_delayed_ack) == 2;
+  int32_t pairs = fdiv_i(RI(o, da_parity) + in_order, 2);
+  int32_t parity = fmod_i(RI(o, da_parity) + in_order, 2);
+  bool flush = two && parity == 1 && ((outstanding + ghost <= 0) || a.spur > 0);
+  int32_t n_acks = two ? n_dup + pairs + (flush ? 1 : 0) : acked;
+  int32_t da_parity = (two && !flush) ? parity : 0;
+
+  bool detect = has && RI(o, undet) > 0 && max_tx >= RI(o, undet_tx) + e.Pi(PL_dupthresh) && RI(o, state) == OPEN;
+  int32_t lost_q = RI(o, lost_q) + (detect ? RI(o, undet) : 0);
+  outstanding = outstanding - (detect ? RI(o, undet) : 0);
+  int32_t undet = detect ? 0 : RI(o, undet);
+
+  bool enter = detect && RI(o, state) == OPEN;
+  float ss_new, wmax_new;
+  loss_ssthresh(e, RF(o, cwnd), RF(o, w_max), static_cast<float>(outstanding), &ss_new, &wmax_new);
+  float ssthresh = enter ? ss_new : RF(o, ssthresh);
+  float w_max = (enter && is_cubic) ? wmax_new : RF(o, w_max);
+  int32_t epoch_start = enter ? -1 : RI(o, epoch_start);
+  int32_t state = enter ? RECOVERY : RI(o, state);
+  int32_t prr_delivered = enter ? 0 : RI(o, prr_delivered);
+  int32_t prr_out = enter ? 0 : RI(o, prr_out);
+  float recover_fs = enter ? static_cast<float>(outstanding + lost_q) : RF(o, recover_fs);
+
+  // window growth in OPEN and LOSS
+  bool grow = has && (state == OPEN || state == LOSS) && !enter;
+  int32_t growth = (is_cubic ? acked : n_acks) - (state == OPEN ? n_dup : 0);
+  growth = std::max(growth, 0);
+  bool holes = (RI(o, lost_q) + RI(o, retx_out) + RI(o, retx_dropped)) > 0;
+  growth = (state == LOSS && holes) ? std::min(growth, acked_retx) : growth;
+  float growth_acks = static_cast<float>(growth);
+  float cwnd = RF(o, cwnd);
+  float calls = static_cast<float>(std::max(n_acks - (state == OPEN ? n_dup : 0), 1));
+  float per_ack = std::ceil(growth_acks / calls);
+  float room = maxf(std::ceil(ssthresh - cwnd), 0.0f) + (is_cubic ? maxf(per_ack - 1.0f, 0.0f) : 0.0f);
+  float ss_acks = cwnd < ssthresh ? minf(growth_acks, room) : 0.0f;
+  float ca_acks = growth_acks - ss_acks;
+  float cwnd_ss = cwnd + ss_acks;
+  bool repaired = lost_q == 0 && retx_out == 0 && RI(o, retx_dropped) == 0;
+  bool leave_rec = has && state == RECOVERY && repaired;
+  bool exit_c = leave_rec && is_cubic;
+  float cwnd_in = exit_c ? ssthresh : cwnd_ss;
+  CubicCnt cc = cubic_cnt(e, cwnd_in, w_max, exit_c ? -1 : epoch_start, delay_min, RF(o, cubic_k_s),
+                          RF(o, cubic_origin), t);
+  int32_t mss_i = e.Pi(PL_mss_i);
+  int32_t cwnd_bytes = std::max(f2i(std::nearbyint(cwnd_ss * static_cast<float>(mss_i))), 1);
+  float inc_reno = div_b(static_cast<float>(std::max(1, (mss_i * mss_i) / cwnd_bytes)), static_cast<float>(mss_i));
+  bool ca_on = grow && ca_acks > 0.0f;
+  // CUBIC's IncreaseWindow in congestion avoidance (tcp._cubic_grow)
+  int32_t segs = f2i(exit_c ? std::ceil(recover_fs) : ca_acks);
+  float ccalls = exit_c ? 1.0f : calls;
+  int32_t bank = RI(o, cwnd_cnt) + segs;
+  float steps = segs > 0 ? minf(std::floor(static_cast<float>(bank) / cc.cnt), ccalls) : 0.0f;
+  float cwnd_cubic = cwnd_in + steps;
+  bank = bank - f2i(steps * cc.cnt);
+  float cwnd_grown = is_cubic ? cwnd_cubic : fma_x(ca_acks, inc_reno, cwnd_ss);
+  cwnd = grow ? cwnd_grown : cwnd;
+  int32_t cwnd_cnt = (ca_on && is_cubic) ? bank : RI(o, cwnd_cnt);
+  epoch_start = (ca_on && is_cubic) ? cc.epoch : epoch_start;
+  float cubic_k = (ca_on && is_cubic) ? cc.k : RF(o, cubic_k_s);
+  float cubic_origin = (ca_on && is_cubic) ? cc.origin : RF(o, cubic_origin);
+
+  // HyStart
+  bool round_over = has && max_tx >= RI(o, hs_round_end_tx);
+  int32_t hs_round_end = round_over ? RI(o, tx_next) : RI(o, hs_round_end_tx);
+  int32_t hs_round_start = round_over ? t : RI(o, hs_round_start);
+  int32_t hs_last_ack = round_over ? t : RI(o, hs_last_ack);
+  float hs_curr = round_over ? INF : RF(o, hs_curr_rtt_s);
+  int32_t hs_samples = round_over ? 0 : RI(o, hs_samples);
+  bool hs_on = has && is_cubic && e.Pi(PL_hystart) != 0 && state == OPEN && cwnd < ssthresh &&
+               cwnd >= e.Pf(PL_hystart_low_window_pkts) && RI(o, hs_found) == 0;
+  bool train = hs_on && (t - hs_last_ack) <= e.Pi(PL_train_gap_ticks);
+  hs_last_ack = train ? t : hs_last_ack;
+  bool found_train = train && static_cast<float>(t - hs_round_start) * tick_s > delay_min;
+  bool sampling = hs_on && hs_samples < e.Pi(PL_hystart_min_samples);
+  hs_curr = sampling ? minf(hs_curr, rtt_s) : hs_curr;
+  hs_samples = hs_samples + (sampling ? 1 : 0);
+  float thresh = minf(maxf(delay_min, e.Pf(PL_hystart_delay_min_s)), e.Pf(PL_hystart_delay_max_s));
+  bool found_delay = hs_on && !sampling && hs_curr > delay_min + thresh;
+  bool found = found_train || found_delay;
+  ssthresh = found ? cwnd : ssthresh;
+  bool hs_found = RI(o, hs_found) != 0 || found;
+
+  // PRR in RECOVERY
+  bool in_rec = has && state == RECOVERY;
+  prr_delivered = prr_delivered + (in_rec ? acked : 0);
+  float pipe = static_cast<float>(outstanding);
+  float prop = std::ceil(static_cast<float>(prr_delivered) * ssthresh / maxf(recover_fs, 1.0f)) -
+               static_cast<float>(prr_out);
+  float ssrb = minf(ssthresh - pipe, static_cast<float>(std::max(prr_delivered - prr_out, acked)) + 1.0f);
+  float sndcnt = maxf(pipe > ssthresh ? prop : ssrb, 0.0f);
+  sndcnt = enter ? maxf(sndcnt, 1.0f) : sndcnt;
+  cwnd = in_rec ? pipe + sndcnt : cwnd;
+
+  // leaving RECOVERY / LOSS
+  bool leave_loss = has && state == LOSS && repaired && ghost == 0;
+  cwnd = leave_rec ? ssthresh : cwnd;
+  epoch_start = leave_rec ? -1 : epoch_start;
+  state = (leave_rec || leave_loss) ? OPEN : state;
+  cwnd = exit_c ? cwnd_cubic : cwnd;
+  cwnd_cnt = exit_c ? bank : cwnd_cnt;
+  epoch_start = exit_c ? cc.epoch : epoch_start;
+  cubic_k = exit_c ? cc.k : cubic_k;
+  cubic_origin = exit_c ? cc.origin : cubic_origin;
+
+  bool progress = has && n_dup < acked;
+  bool was_rec = RI(o, state) == RECOVERY;
+  bool rearm = progress && !(was_rec && RI(o, rec_partial) != 0 && !leave_rec);
+  int32_t rto_deadline = rearm ? t + ticks_of(rto_s, tick_s) : RI(o, rto_deadline);
+  bool rec_partial = enter ? false : (RI(o, rec_partial) != 0 || (was_rec && progress));
+
+  RI(r, ghost) = ghost; RI(r, outstanding) = outstanding; RI(r, retx_out) = retx_out; RI(r, acked) = n_acked;
+  RF(r, srtt_s) = srtt; RF(r, rttvar_s) = rttvar; RF(r, rto_s) = rto_s; RF(r, delay_min_s) = delay_min;
+  RI(r, da_parity) = da_parity; RI(r, lost_q) = lost_q; RI(r, undet) = undet; RF(r, ssthresh) = ssthresh;
+  RF(r, w_max) = w_max; RI(r, epoch_start) = epoch_start; RI(r, state) = state;
+  RI(r, prr_delivered) = prr_delivered; RI(r, prr_out) = prr_out; RF(r, recover_fs) = recover_fs;
+  RF(r, cwnd) = maxf(cwnd, 1.0f); RF(r, cubic_k_s) = cubic_k; RF(r, cubic_origin) = cubic_origin;
+  RI(r, cwnd_cnt) = cwnd_cnt; RI(r, hs_round_end_tx) = hs_round_end; RI(r, hs_round_start) = hs_round_start;
+  RI(r, hs_last_ack) = hs_last_ack; RF(r, hs_curr_rtt_s) = hs_curr; RI(r, hs_samples) = hs_samples;
+  RI(r, hs_found) = hs_found; RI(r, rto_deadline) = rto_deadline; RI(r, rec_partial) = rec_partial;
+  RI(r, gbn_left) = gbn_left; RI(r, gbn_ahead) = gbn_ahead;
+}
+
+// tcp.on_timeouts for one event entry; returns whether the timer fired
+bool on_timeout(const Env& e, Row& r, int32_t t) {
+  bool fire = RI(r, active) != 0 && unsettled(r) > 0 && t >= RI(r, rto_deadline) && t >= RI(r, data_tick);
+  if (!fire) return false;
+  float ss_new, wmax_new;
+  loss_ssthresh(e, RF(r, cwnd), RF(r, w_max), static_cast<float>(RI(r, outstanding)), &ss_new, &wmax_new);
+  if (RI(r, state) == LOSS) ss_new = RF(r, ssthresh);
+  int32_t in_flight = RI(r, outstanding) - RI(r, undet) - RI(r, retx_dropped) - RI(r, gbn_ahead);
+  int32_t ghost = RI(r, ghost) + in_flight;
+  float rto_s = minf(RF(r, rto_s) * 2.0f, e.Pf(PL_max_rto_s));
+  RF(r, ssthresh) = ss_new;
+  RF(r, w_max) = 0.0f;
+  RF(r, cwnd) = 1.0f;
+  RI(r, state) = LOSS;
+  RI(r, lost_q) = RI(r, lost_q) + RI(r, undet) + RI(r, retx_dropped);
+  RI(r, undet) = 0;
+  RI(r, retx_dropped) = 0;
+  RI(r, ghost) = ghost;
+  RI(r, outstanding) = 0;
+  RI(r, gbn_left) = e.Pi(PL_rto_recovery_id) == GO_BACK_N ? ghost : 0;
+  RI(r, gbn_ahead) = 0;
+  RF(r, rto_s) = rto_s;
+  RI(r, rto_deadline) = t + ticks_of(rto_s, e.Pf(PL_tick_s));
+  RI(r, epoch_start) = -1;
+  RF(r, delay_min_s) = 0.0f;
+  RI(r, hs_found) = 0;
+  RI(r, hs_round_end_tx) = RI(r, tx_next);
+  RI(r, hs_samples) = 0;
+  RF(r, hs_curr_rtt_s) = INF;
+  return true;
+}
+
+// ---- buffer policies (buffer.py) ------------------------------------------------------
+void thresholds(const Env& e, const int32_t* qpkts, int32_t occ, float* thr) {
+  const int P = e.d.P;
+  const int32_t B = e.Pi(PL_buffer_pkts);
+  const float* alpha = e.pf + e.po[PL_alpha];
+  const float* beta = e.pf + e.po[PL_beta];
+  const float* drain = e.Fl(L_drain_norm);
+  const float* rl_alpha = e.Fl(L_rl_alpha);
+  const int32_t free_i = B - occ;
+  switch (e.Pi(PL_policy_id)) {
+    case 0:  // droptail
+      for (int c = 0; c < P; ++c) thr[c] = static_cast<float>(e.Pi(PL_class_cap_pkts, c));
+      break;
+    case 1:
+    case 2: {  // static partition
+      float s = 0.0f;
+      for (int c = 0; c < P; ++c) s += alpha[c];
+      for (int c = 0; c < P; ++c) thr[c] = div_b(alpha[c] * static_cast<float>(B), maxf(s, 1e-9f));
+      break;
+    }
+    case 3:  // dynamic thresholds
+      for (int c = 0; c < P; ++c) thr[c] = alpha[c] * static_cast<float>(free_i);
+      break;
+    case 4: {  // ABM
+      float lo = 1.0f / static_cast<float>(P);
+      for (int c = 0; c < P; ++c) {
+        float mu = minf(maxf(drain[c], lo), 1.0f);
+        thr[c] = alpha[c] * static_cast<float>(free_i) * mu;
+      }
+      break;
+    }
+    case 5:  // rl
+      for (int c = 0; c < P; ++c) thr[c] = rl_alpha[c] * beta[c] * static_cast<float>(free_i);
+      break;
+    case 6:  // static-bdp
+      for (int c = 0; c < P; ++c) thr[c] = minf(alpha[c] * e.Pf(PL_bdp_pkts), static_cast<float>(free_i));
+      break;
+  }
+  for (int c = 0; c < P; ++c) thr[c] = minf(maxf(thr[c], 0.0f), static_cast<float>(e.Pi(PL_class_cap_pkts, c)));
+}
+
+// ---- metrics: the completion log and the interval record ------------------------------
+struct Completion { float size_b, cls, fct, slow, start_s; };
+
+void log_completions(const Env& e, const Completion* rec, const bool* done, int n_rec) {
+  const int L = e.d.LOG, M = e.d.M, P = e.d.P;
+  float* log = e.Fl(L_metrics_log);
+  int32_t& log_count = *e.I(L_metrics_log_count);
+  float* flows = e.Fl(L_interval_flows);
+  int32_t& flows_logged = *e.I(L_interval_flows_logged);
+  int32_t n = 0;
+  float smax[MAX_P], lsum[MAX_P];
+  int32_t ndone[MAX_P];
+  for (int c = 0; c < P; ++c) { smax[c] = 0.0f; lsum[c] = 0.0f; ndone[c] = 0; }
+  for (int i = 0; i < n_rec; ++i) {
+    if (!done[i]) continue;
+    int32_t pos = log_count + n;
+    if (pos >= 0 && pos < L) {
+      float* dst = log + static_cast<int64_t>(pos) * 5;
+      dst[0] = rec[i].size_b; dst[1] = rec[i].cls; dst[2] = rec[i].fct; dst[3] = rec[i].slow; dst[4] = rec[i].start_s;
+    }
+    int32_t ipos = flows_logged + n;
+    if (ipos >= 0 && ipos < M) {
+      float* dst = flows + static_cast<int64_t>(ipos) * 3;
+      dst[0] = rec[i].size_b; dst[1] = rec[i].cls; dst[2] = rec[i].slow;
+    }
+    int c = f2i(rec[i].cls);
+    if (c >= 0 && c < P) {
+      ndone[c] += 1;
+      smax[c] = maxf(smax[c], rec[i].slow);
+      lsum[c] += std::log(maxf(rec[i].slow, 1.0f));
+    }
+    ++n;
+  }
+  if (n == 0) return;
+  int32_t written = std::min(n, std::max(L - log_count, 0));
+  log_count += written;
+  *e.I(L_metrics_log_overflow) += n - written;
+  *e.I(L_metrics_flows_completed) += n;
+  for (int c = 0; c < P; ++c) {
+    e.I(L_interval_flows_done)[c] += ndone[c];
+    e.Fl(L_interval_slowdown_max)[c] = maxf(e.Fl(L_interval_slowdown_max)[c], smax[c]);
+    e.Fl(L_interval_log_slowdown_sum)[c] += lsum[c];
+  }
+  int32_t iv_written = std::min(n, std::max(M - flows_logged, 0));
+  flows_logged += iv_written;
+  *e.I(L_interval_flows_overflow) += n - iv_written;
+}
+
+// ---- the tick, phase by phase ---------------------------------------------------------------
+struct Tick {
+  const Env& e;
+  const Dims& d;
+  int32_t t;
+  float now_s;
+  bool warm;
+  uint32_t seed;
+  float u[3];
+  // sink
+  int32_t n_sink = 0, n_spur_sink = 0;
+  float sink_bytes = 0.0f;
+  // events
+  int32_t idx[MAX_E];
+  bool empty[MAX_E];
+  Row fl[MAX_E];
+  int32_t deferred = 0;
+  int32_t ack_rows[MAX_E * RUN_FIELDS];
+  bool fired[MAX_E];
+  float credit[MAX_S];
+  int32_t budget[MAX_S];
+  bool due = false, free_ok = false;
+  int32_t slot = 0;
+  // buffer
+  int32_t q_before[MAX_P];
+  int32_t occ = 0;
+  float thr[MAX_P];
+  // new flow
+  bool is_new[MAX_E];
+  bool start = false;
+  int32_t new_cls = 0;
+  float next_arrival = 0.0f;
+  // sending
+  int32_t n_retx[MAX_E], n_spur[MAX_E], n_new[MAX_E], send[MAX_E], adm[MAX_E], adm_retx[MAX_E], adm_spur[MAX_E];
+  int32_t arr_c[MAX_P], adm_c[MAX_P], drops_c[MAX_P];
+  bool syn_lost = false;
+  int32_t served[MAX_P];
+  int32_t n_deq = 0;
+
+  Tick(const Env& env) : e(env), d(env.d) {}
+
+  void begin() {
+    t = *e.I(L_tick);
+    now_s = static_cast<float>(t) * e.Pf(PL_tick_s);
+    warm = now_s >= e.Pf(PL_warmup_s);
+    seed = static_cast<uint32_t>(*e.I(L_seed));
+  }
+
+  const int32_t* wire_row(int32_t tick_no) const {
+    return e.I(L_wire) + static_cast<int64_t>(fmod_i(tick_no, d.L)) * d.K * RUN_FIELDS;
+  }
+
+  // 1. packets that left sink_delay_ticks ago reach the sink
+  void deliver() {
+    const int K = d.K, F = d.F;
+    int32_t sink_tick = t - e.Pi(PL_sink_delay_ticks);
+    if (sink_tick < 0) return;
+    const int32_t* rows = wire_row(sink_tick);
+    int32_t* delivered = e.I(L_delivered);
+    int32_t* done_sink = e.I(L_done_sink);
+    for (int i = 0; i < K; ++i) {
+      const int32_t* r = rows + i * RUN_FIELDS;
+      int32_t real = r[COUNT] - r[NSPUR];
+      if (real > 0 && r[FLOW] >= 0 && r[FLOW] < F) delivered[r[FLOW]] += real;
+      n_sink += r[COUNT];
+      n_spur_sink += r[NSPUR];
+    }
+    Completion rec[MAX_E];
+    bool done[MAX_E];
+    float short_b = 0.0f;
+    const float arrive_s = fma_x(static_cast<float>(sink_tick + 1), e.Pf(PL_tick_s), e.Pf(PL_bottleneck_delay_s));
+    for (int i = 0; i < K; ++i) {
+      const int32_t* r = rows + i * RUN_FIELDS;
+      done[i] = false;
+      bool has = r[COUNT] - r[NSPUR] > 0;
+      if (!has) continue;
+      bool last = true;
+      for (int j = i + 1; j < K; ++j) {
+        const int32_t* rj = rows + j * RUN_FIELDS;
+        if (rj[FLOW] == r[FLOW] && rj[COUNT] - rj[NSPUR] > 0) { last = false; break; }
+      }
+      int g = std::min(r[FLOW], F - 1);
+      done[i] = last && e.tab_i(FI_active, g) != 0 && done_sink[g] == 0 && delivered[g] >= e.tab_i(FI_size_pkts, g);
+      if (!done[i]) continue;
+      float size_b = e.tab_f(FF_size_bytes, g), start_s = e.tab_f(FF_start_s, g);
+      float fct = arrive_s - start_s;
+      float ideal = fma_x(size_b * 8.0f, 1.0f / e.Pf(PL_bottleneck_rate_bps), e.Pf(PL_base_rtt_s));
+      rec[i] = {size_b, static_cast<float>(e.tab_i(FI_cls, g)), fct, fct / ideal, start_s};
+      short_b += fma_x(static_cast<float>(e.tab_i(FI_size_pkts, g)), e.Pf(PL_mss_bytes), -size_b);
+    }
+    for (int i = 0; i < K; ++i)
+      if (done[i]) done_sink[std::min(rows[i * RUN_FIELDS + FLOW], F - 1)] = 1;
+    log_completions(e, rec, done, K);
+    sink_bytes = fma_x(static_cast<float>(n_sink - n_spur_sink), e.Pf(PL_mss_bytes), -short_b);
+  }
+
+  // 2. the event flows; ACKs of packets that left ack_delay_ticks ago reach their senders
+  void select_events() {
+    const int K = d.K, F = d.F, S = d.S, E = d.E;
+    const int32_t ack_delay = e.Pi(PL_ack_delay_ticks);
+    if (t >= ack_delay) std::memcpy(ack_rows, wire_row(t - ack_delay), sizeof(int32_t) * K * RUN_FIELDS);
+    else std::memset(ack_rows, 0, sizeof(int32_t) * K * RUN_FIELDS);
+    const float next_s = *e.Fl(L_next_arrival_s);
+    due = next_s <= fma_x(static_cast<float>(t), e.Pf(PL_tick_s), e.Pf(PL_tick_s)) && next_s < e.Pf(PL_arrival_stop_s);
+    slot = 0;
+    for (int j = 0; j < F; ++j)
+      if (e.tab_i(FI_active, j) == 0) { slot = j; break; }
+    free_ok = e.tab_i(FI_active, slot) == 0;
+    const float* ac = e.Fl(L_access_credit);
+    for (int s = 0; s < S; ++s) {
+      credit[s] = minf(ac[s] + e.Pf(PL_credit_per_tick), e.Pf(PL_credit_cap));
+      budget[s] = f2i(std::floor(credit[s]));
+    }
+    const int32_t new_slot = (due && free_ok) ? slot : F;
+    // the flows named by ACK records (first record of each flow), then the new flow
+    for (int i = 0; i < K; ++i) {
+      const int32_t* r = ack_rows + i * RUN_FIELDS;
+      bool has = r[COUNT] > 0;
+      bool earlier = false;
+      for (int j = 0; j < i && has; ++j)
+        if (ack_rows[j * RUN_FIELDS + FLOW] == r[FLOW] && ack_rows[j * RUN_FIELDS + COUNT] > 0) { earlier = true; break; }
+      idx[i] = (has && !earlier) ? r[FLOW] : F;
+    }
+    idx[K] = new_slot;
+    // then flows whose timer is due or whose window and access link let them send, from a
+    // starting slot that rotates every tick
+    const int n_pick = E - K - 1;
+    int picked = 0;
+    deferred = 0;
+    const int32_t start_slot = fmod_i(t, F);
+    for (int o = 0; o < F; ++o) {
+      int j = start_slot + o;
+      if (j >= F) j -= F;
+      if (e.tab_i(FI_active, j) == 0 || t < e.tab_i(FI_data_tick, j)) continue;
+      bool must = j == new_slot;
+      for (int i = 0; i < K && !must; ++i) must = idx[i] == j;
+      if (must) continue;
+      int32_t uns = e.tab_i(FI_outstanding, j) + e.tab_i(FI_ghost, j) + e.tab_i(FI_retx_out, j) +
+                    e.tab_i(FI_lost_q, j) + e.tab_i(FI_retx_dropped, j);
+      bool timer = uns > 0 && t >= e.tab_i(FI_rto_deadline, j);
+      bool can_send = false;
+      if (!timer) {
+        bool window = f2i(std::floor(e.tab_f(FF_cwnd, j))) > e.tab_i(FI_outstanding, j);
+        bool data = e.tab_i(FI_lost_q, j) > 0 || e.tab_i(FI_gbn_left, j) > 0 ||
+                    e.tab_i(FI_next_new, j) < e.tab_i(FI_size_pkts, j);
+        int32_t snd = e.tab_i(FI_sender, j);
+        can_send = window && data && budget[snd] >= 1;
+      }
+      if (!(timer || can_send)) continue;
+      if (picked < n_pick) idx[K + 1 + picked++] = j;
+      else ++deferred;
+    }
+    for (int p = picked; p < n_pick; ++p) idx[K + 1 + p] = F;
+    for (int k = 0; k < E; ++k) {
+      empty[k] = idx[k] >= F;  // an empty entry changes nothing and is never written back
+      if (!empty[k]) fl[k] = e.row(idx[k]);
+    }
+  }
+
+  void acks() {
+    const int K = d.K, E = d.E;
+    const float tick_s = e.Pf(PL_tick_s);
+    int32_t dup_e[MAX_E], real[MAX_E], tx_last[MAX_E];
+    for (int i = 0; i < K; ++i) {
+      const int32_t* r = ack_rows + i * RUN_FIELDS;
+      real[i] = r[COUNT] - r[NSPUR];
+      int32_t new_e = real[i] - r[NRETX];
+      tx_last[i] = r[TX0] + (new_e > 0 ? r[COUNT] : r[NRETX]) - 1;
+      int32_t undet_tx = 0, holes = 0, in_rec = 0;
+      for (int k = 0; k < E; ++k) {
+        if (!(r[FLOW] == idx[k] && r[COUNT] > 0)) continue;
+        undet_tx += RI(fl[k], undet_tx);
+        holes += RI(fl[k], undet) > 0;
+        in_rec += RI(fl[k], state) == RECOVERY;
+      }
+      dup_e[i] = in_rec > 0 ? new_e : (holes > 0 ? clip_i(tx_last[i] - undet_tx, 0, new_e) : 0);
+    }
+    for (int k = 0; k < E; ++k) {
+      if (empty[k]) continue;
+      AckIn a{0, 0, 0, -1, 0, 0.0f};
+      int32_t last_enq = -1;
+      for (int i = 0; i < K; ++i) {
+        const int32_t* r = ack_rows + i * RUN_FIELDS;
+        if (!(r[FLOW] == idx[k] && r[COUNT] > 0)) continue;
+        a.acked += real[i];
+        a.acked_retx += r[NRETX];
+        a.n_dup += dup_e[i];
+        a.spur += r[NSPUR];
+        if (real[i] > 0) {
+          a.max_tx = std::max(a.max_tx, tx_last[i]);
+          last_enq = std::max(last_enq, r[ENQ]);
+        }
+      }
+      a.rtt_s = static_cast<float>(t - last_enq) * tick_s;
+      on_acks(e, fl[k], t, a);
+      if (RI(fl[k], active) != 0 && RI(fl[k], acked) >= RI(fl[k], size_pkts)) RI(fl[k], active) = 0;
+    }
+  }
+
+  // 3. retransmission timeouts
+  void timeouts() {
+    for (int k = 0; k < d.E; ++k) fired[k] = !empty[k] && on_timeout(e, fl[k], t);
+  }
+
+  // 4. the buffer as this tick's arrivals find it, and at most one new flow
+  void arrivals() {
+    const int P = d.P, F = d.F, E = d.E;
+    const int32_t* qp = e.I(L_queue_pkts);
+    occ = 0;
+    for (int c = 0; c < P; ++c) { q_before[c] = qp[c]; occ += qp[c]; }
+    thresholds(e, q_before, occ, thr);
+
+    const float rate = e.Pf(PL_arrival_rate_per_s);
+    for (int k = 0; k < E; ++k) {
+      is_new[k] = !empty[k] && idx[k] == slot && due && free_ok;
+      start = start || is_new[k];
+    }
+    const float t_arr = *e.Fl(L_next_arrival_s);
+    next_arrival = t_arr;
+    if (!due) return;
+    // an arrival draws from the arrival count, so every tick size sees the same flows
+    const uint32_t ctr = static_cast<uint32_t>(*e.I(L_metrics_flows_started) + *e.I(L_metrics_flows_refused));
+    for (int i = 0; i < 3; ++i) u[i] = hash_uniform(seed, ctr, i);
+    float size_b = sample_size_bytes(e, u[1]);
+    int32_t sender = std::min(f2i(u[2] * static_cast<float>(d.S)), d.S - 1);
+    float gap = rate > 0.0f ? -std::log(maxf(1.0f - u[0], 1e-12f)) / maxf(rate, 1e-30f) : INF;
+    int32_t n_above = 0;
+    for (int c = 0; c < P - 1; ++c) n_above += size_b > e.Pf(PL_class_threshold_bytes, c);
+    new_cls = std::min(n_above, P - 1);
+    if (start) {
+      float qdelay = static_cast<float>(q_before[new_cls]) * e.Pf(PL_data_pkt_bits) / e.Pf(PL_bottleneck_rate_bps);
+      float hs_rtt = e.Pf(PL_base_rtt_s) + qdelay;
+      Row fresh;
+      std::memset(&fresh, 0, sizeof(fresh));
+      RI(fresh, active) = 1;
+      RI(fresh, sender) = sender;
+      RI(fresh, cls) = new_cls;
+      RI(fresh, size_pkts) = f2i(std::ceil(size_b / e.Pf(PL_mss_bytes)));
+      RF(fresh, size_bytes) = size_b;
+      RF(fresh, start_s) = t_arr;
+      RI(fresh, data_tick) = f2i(std::ceil((t_arr + hs_rtt + e.Pf(PL_access_offset_s)) / e.Pf(PL_tick_s)));
+      RF(fresh, cwnd) = e.Pf(PL_initial_cwnd_pkts);
+      RF(fresh, ssthresh) = 1e9f;
+      RF(fresh, srtt_s) = hs_rtt;
+      RF(fresh, rttvar_s) = hs_rtt / 2.0f;
+      RF(fresh, rto_s) = rto_of(e, hs_rtt, hs_rtt / 2.0f);
+      RI(fresh, epoch_start) = -1;
+      RF(fresh, hs_curr_rtt_s) = INF;
+      for (int k = 0; k < E; ++k)
+        if (is_new[k]) fl[k] = fresh;
+      e.I(L_delivered)[slot] = 0;
+      e.I(L_done_sink)[slot] = 0;
+    }
+    bool advance = start || !free_ok;
+    next_arrival = advance ? t_arr + gap : t_arr;
+    *e.I(L_metrics_flows_started) += start;
+    *e.I(L_metrics_flows_refused) += !free_ok;
+  }
+
+  void count_events() {
+    int32_t nfired = 0;
+    for (int k = 0; k < d.E; ++k) nfired += fired[k];
+    *e.I(L_metrics_rto_total) += nfired;
+    *e.I(L_metrics_events_deferred) += deferred;
+  }
+
+  // 5. senders transmit what cwnd and the access link allow
+  void transmit() {
+    const int E = d.E, S = d.S;
+    int32_t want[MAX_E];
+    for (int k = 0; k < E; ++k) {
+      if (empty[k]) { n_retx[k] = n_spur[k] = n_new[k] = want[k] = send[k] = 0; continue; }
+      const Row& r = fl[k];
+      bool ready = RI(r, active) != 0 && t >= RI(r, data_tick);
+      int32_t allow = ready ? std::max(f2i(std::floor(RF(r, cwnd))) - RI(r, outstanding), 0) : 0;
+      n_retx[k] = std::min(allow, RI(r, lost_q));
+      n_spur[k] = std::min(allow - n_retx[k], RI(r, gbn_left));
+      n_new[k] = clip_i(allow - n_retx[k] - n_spur[k], 0, std::max(RI(r, size_pkts) - RI(r, next_new), 0));
+      want[k] = n_retx[k] + n_spur[k] + n_new[k];
+    }
+    int32_t used[MAX_S];
+    for (int s = 0; s < S; ++s) used[s] = 0;
+    for (int k = 0; k < E; ++k) {
+      if (empty[k]) continue;
+      const Row& r = fl[k];
+      int32_t snd = RI(r, sender);
+      bool act = RI(r, active) != 0;
+      int32_t ahead = act ? used[snd] : 0;
+      send[k] = clip_i(budget[snd] - ahead, 0, want[k]);
+      if (act) used[snd] += want[k];
+      n_retx[k] = std::min(n_retx[k], send[k]);
+      n_spur[k] = std::min(n_spur[k], send[k] - n_retx[k]);
+      n_new[k] = send[k] - n_retx[k] - n_spur[k];
+    }
+    int32_t sent_by[MAX_S];
+    for (int s = 0; s < S; ++s) sent_by[s] = 0;
+    for (int k = 0; k < E; ++k)
+      if (!empty[k] && RI(fl[k], active) != 0) sent_by[RI(fl[k], sender)] += send[k];
+    float* ac = e.Fl(L_access_credit);
+    for (int s = 0; s < S; ++s) ac[s] = credit[s] - static_cast<float>(sent_by[s]);
+  }
+
+  // 6. buffer admission, the FIFOs' tails, the senders' bookkeeping, the SYN
+  void admit() {
+    const int E = d.E, P = d.P, R = d.R, F = d.F;
+    for (int c = 0; c < P; ++c) arr_c[c] = 0;
+    for (int k = 0; k < E; ++k) {
+      int c = empty[k] ? -1 : RI(fl[k], cls);
+      if (c >= 0 && c < P) arr_c[c] += send[k];
+    }
+    const int32_t free_b = e.Pi(PL_buffer_pkts) - occ;
+    int32_t before_c = 0;
+    for (int c = 0; c < P; ++c) {
+      int32_t room = std::max(f2i(std::floor(thr[c])) - q_before[c], 0);
+      int32_t want = std::min(arr_c[c], room);
+      adm_c[c] = clip_i(free_b - before_c, 0, want);
+      before_c += want;
+    }
+    // this tick's senders reach the switch in a random cyclic order
+    const float u_order = hash_uniform(seed ^ 0x5BD1E995u, static_cast<uint32_t>(t), 0);
+    const int offset = std::min(f2i(u_order * static_cast<float>(E)), E - 1);
+    int32_t cum_a[MAX_P], cum_r[MAX_P];
+    for (int c = 0; c < P; ++c) { cum_a[c] = 0; cum_r[c] = 0; }
+    int32_t* qi = e.I(L_queue_runs);
+    int32_t* head = e.I(L_queue_head);
+    int32_t* nruns = e.I(L_queue_nruns);
+    int32_t* qpk = e.I(L_queue_pkts);
+    int32_t new_runs[MAX_P], new_pkts[MAX_P];
+    for (int c = 0; c < P; ++c) { new_runs[c] = 0; new_pkts[c] = 0; }
+    for (int o = 0; o < E; ++o) {
+      int k = o + offset;
+      if (k >= E) k -= E;
+      int c = empty[k] ? -1 : RI(fl[k], cls);
+      bool in = c >= 0 && c < P;
+      int32_t before = in ? cum_a[c] : 0;
+      int32_t rank = in ? cum_r[c] : 0;
+      adm[k] = in ? clip_i(adm_c[c] - before, 0, send[k]) : 0;
+      if (in) { cum_a[c] += send[k]; cum_r[c] += adm[k] > 0; }
+      adm_retx[k] = std::min(n_retx[k], adm[k]);
+      adm_spur[k] = std::min(n_spur[k], adm[k] - adm_retx[k]);
+      if (adm[k] > 0) {
+        int32_t pos = fmod_i(head[c] + nruns[c] + rank, R);
+        int32_t* rec = qi + (static_cast<int64_t>(c) * R + pos) * RUN_FIELDS;
+        rec[FLOW] = std::min(idx[k], F - 1);
+        rec[COUNT] = adm[k];
+        rec[NRETX] = adm_retx[k];
+        rec[TX0] = RI(fl[k], tx_next);
+        rec[ENQ] = t;
+        rec[NSPUR] = adm_spur[k];
+        new_runs[c] += 1;
+        new_pkts[c] += adm[k];
+      }
+    }
+    for (int c = 0; c < P; ++c) { nruns[c] += new_runs[c]; qpk[c] += new_pkts[c]; }
+    const float tick_s = e.Pf(PL_tick_s);
+    for (int k = 0; k < E; ++k) {  // tcp.on_sent
+      if (empty[k]) continue;
+      Row& r = fl[k];
+      int32_t sent = n_retx[k] + n_spur[k] + n_new[k];
+      int32_t drop_retx = std::max(n_retx[k] - adm[k], 0);
+      int32_t adm_new = std::max(adm[k] - n_retx[k] - n_spur[k], 0);
+      int32_t drop_new = n_new[k] - adm_new;
+      bool idle = unsettled(r) == 0;
+      int32_t first_drop = RI(r, tx_next) + n_retx[k] + n_spur[k] + adm_new;
+      if (drop_new > 0 && RI(r, undet) == 0) RI(r, undet_tx) = first_drop;
+      if (idle && sent > 0) RI(r, rto_deadline) = t + ticks_of(RF(r, rto_s), tick_s);
+      RI(r, outstanding) += sent;
+      RI(r, lost_q) -= n_retx[k];
+      RI(r, retx_out) += n_retx[k] - drop_retx;
+      RI(r, retx_dropped) += drop_retx;
+      RI(r, undet) += drop_new;
+      RI(r, next_new) += n_new[k];
+      RI(r, tx_next) += sent;
+      if (RI(r, state) == RECOVERY) RI(r, prr_out) += sent;
+      RI(r, gbn_left) -= n_spur[k];
+      RI(r, gbn_ahead) += n_spur[k];
+    }
+    for (int c = 0; c < P; ++c) drops_c[c] = arr_c[c] - adm_c[c];
+    // a new flow's SYN takes a random place among this tick's packets of its class
+    if (start) {
+      float u_syn = hash_uniform(seed ^ 0x27D4EB2Fu, static_cast<uint32_t>(t), 0);
+      int c = new_cls;
+      int32_t ahead = std::min(f2i(u_syn * static_cast<float>(arr_c[c] + 1)), arr_c[c]);
+      int32_t found = std::min(ahead, adm_c[c]);
+      syn_lost = ahead > adm_c[c] || q_before[c] + found >= f2i(std::floor(thr[c])) ||
+                 occ + found >= e.Pi(PL_buffer_pkts);
+      if (syn_lost)
+        for (int k = 0; k < E; ++k)
+          if (is_new[k]) RI(fl[k], data_tick) += e.Pi(PL_syn_wait_ticks);
+    }
+    *e.I(L_metrics_syn_drops) += syn_lost;
+    for (int k = 0; k < E; ++k)
+      if (!empty[k]) e.set_row(idx[k], fl[k]);
+  }
+
+  // 7. the scheduler picks up to k packets; they leave the FIFOs for the delay line
+  void depart() {
+    const int P = d.P, K = d.K, R = d.R;
+    int32_t* qp = e.I(L_queue_pkts);
+    int32_t& rr_next = *e.I(L_rr_next);
+    if (e.Pi(PL_scheduler_id) == 0) {  // per-packet round robin
+      int32_t rounds = 0, qmax = 0;
+      for (int c = 0; c < P; ++c) qmax = std::max(qmax, qp[c]);
+      for (int l = 0; l <= K; ++l) {
+        int32_t at = 0;
+        for (int c = 0; c < P; ++c) at += std::min(qp[c], l);
+        if (at <= K) rounds = std::max(rounds, l);
+      }
+      rounds = std::min(rounds, qmax);
+      int32_t left = K;
+      for (int c = 0; c < P; ++c) left -= std::min(qp[c], rounds);
+      int32_t last_extra = -1, last_base = -1;
+      bool any_extra = false;
+      for (int c = 0; c < P; ++c) {
+        int32_t base = std::min(qp[c], rounds);
+        int32_t cyc = fmod_i(c - rr_next, P);
+        bool eligible = qp[c] > rounds;
+        int32_t order_rank = 0;
+        for (int c2 = 0; c2 < P; ++c2)
+          if (qp[c2] > rounds && fmod_i(c2 - rr_next, P) < cyc) ++order_rank;
+        bool extra = eligible && order_rank < left;
+        served[c] = base + extra;
+        if (extra) { any_extra = true; last_extra = std::max(last_extra, cyc); }
+        if (base == rounds && rounds > 0) last_base = std::max(last_base, cyc);
+      }
+      int32_t last = any_extra ? last_extra : last_base;
+      if (last >= 0) rr_next = fmod_i(rr_next + last + 1, P);
+    } else {  // strict priority
+      int32_t before = 0;
+      for (int c = 0; c < P; ++c) {
+        served[c] = clip_i(K - before, 0, qp[c]);
+        before += qp[c];
+      }
+    }
+    int32_t* runs = e.I(L_queue_runs);
+    int32_t* head = e.I(L_queue_head);
+    int32_t* nruns = e.I(L_queue_nruns);
+    int32_t* out = e.I(L_wire) + static_cast<int64_t>(fmod_i(t, d.L)) * K * RUN_FIELDS;
+    std::memset(out, 0, sizeof(int32_t) * K * RUN_FIELDS);
+    int n_out = 0;
+    n_deq = 0;
+    for (int c = 0; c < P; ++c) {
+      int32_t left = served[c], n_full = 0, taken = 0;
+      for (int j = 0; j < K && j < nruns[c] && left > 0; ++j) {
+        int32_t* rec = runs + (static_cast<int64_t>(c) * R + fmod_i(head[c] + j, R)) * RUN_FIELDS;
+        int32_t cnt = rec[COUNT];
+        if (cnt <= 0) continue;
+        int32_t take = std::min(left, cnt);
+        int32_t t_retx = std::min(rec[NRETX], take);
+        int32_t t_spur = std::min(rec[NSPUR], take - t_retx);
+        if (n_out < K) {
+          int32_t* o = out + n_out * RUN_FIELDS;
+          o[FLOW] = rec[FLOW]; o[COUNT] = take; o[NRETX] = t_retx; o[TX0] = rec[TX0]; o[ENQ] = rec[ENQ];
+          o[NSPUR] = t_spur;
+          ++n_out;
+        }
+        if (take == cnt) {
+          ++n_full;
+        } else {
+          rec[COUNT] -= take; rec[NRETX] -= t_retx; rec[NSPUR] -= t_spur; rec[TX0] += take;
+        }
+        left -= take;
+        taken += take;
+      }
+      head[c] = fmod_i(head[c] + n_full, R);
+      nruns[c] -= n_full;
+      qp[c] -= taken;
+      n_deq += served[c];
+    }
+  }
+
+  // 8. metrics, the interval record, the drain rate
+  void record() {
+    const int P = d.P, E = d.E, R = d.R, K = d.K;
+    const int32_t* qlen = e.I(L_queue_pkts);
+    int32_t occ_after = 0;
+    for (int c = 0; c < P; ++c) occ_after += qlen[c];
+    int32_t ahead = qlen[0];
+    if (e.Pi(PL_scheduler_id) == 0)
+      for (int c = 1; c < P; ++c) ahead += std::min(qlen[c], qlen[0] + 1);
+    const float probe = fma_x(static_cast<float>(ahead), e.Pf(PL_ser_s), e.Pf(PL_base_rtt_s));
+    const int32_t w = warm ? 1 : 0;
+    int32_t s_rtx = 0, s_spur = 0, s_rtx_drop = 0, s_send = 0, s_drop = 0, nfired = 0;
+    for (int k = 0; k < E; ++k) {
+      s_rtx += n_retx[k] + n_spur[k];
+      s_spur += n_spur[k];
+      s_rtx_drop += n_retx[k] + n_spur[k] - adm_retx[k] - adm_spur[k];
+      s_send += send[k];
+      nfired += fired[k];
+    }
+    for (int c = 0; c < P; ++c) s_drop += drops_c[c];
+    *e.I(L_metrics_retx_tx_total) += s_rtx;
+    *e.I(L_metrics_spur_tx_total) += s_spur;
+    *e.I(L_metrics_spur_sink_total) += n_spur_sink;
+    *e.I(L_metrics_retx_arrive_warm) += w * s_rtx;
+    *e.I(L_metrics_retx_drop_warm) += w * s_rtx_drop;
+    *e.I(L_metrics_tx_total) += s_send;
+    *e.I(L_metrics_drop_total) += s_drop;
+    *e.I(L_metrics_deq_total) += n_deq;
+    *e.I(L_metrics_sink_total) += n_sink;
+    *e.I(L_metrics_deq_warm) += w * n_deq;
+    *e.I(L_metrics_sink_warm) += w * (n_sink - n_spur_sink);
+    *e.I(L_metrics_ticks_warm) += w;
+    const float wf = static_cast<float>(w);
+    for (int c = 0; c < P; ++c) {
+      e.I(L_metrics_arrive_warm)[c] += w * arr_c[c];
+      e.I(L_metrics_drop_warm)[c] += w * drops_c[c];
+      e.Fl(L_metrics_queue_sum)[c] = fma_x(wf, static_cast<float>(qlen[c]), e.Fl(L_metrics_queue_sum)[c]);
+      e.I(L_metrics_queue_hist)[c * (R + 1) + std::min(qlen[c], R)] += w;
+    }
+    e.I(L_metrics_occ_hist)[std::min(occ_after, P * R)] += w;
+    *e.Fl(L_metrics_probe_rtt_sum_s) = fma_x(wf, probe, *e.Fl(L_metrics_probe_rtt_sum_s));
+    *e.Fl(L_metrics_probe_rtt_max_s) = maxf(*e.Fl(L_metrics_probe_rtt_max_s), warm ? probe : 0.0f);
+    const float tick_s = e.Pf(PL_tick_s);
+    for (int c = 0; c < P; ++c) {
+      e.I(L_interval_arrivals_pkts)[c] += arr_c[c];
+      e.I(L_interval_drops_pkts)[c] += drops_c[c];
+      e.I(L_interval_dequeues_pkts)[c] += served[c];
+      e.Fl(L_interval_queue_pkt_s)[c] = fma_x(static_cast<float>(qlen[c]), tick_s, e.Fl(L_interval_queue_pkt_s)[c]);
+    }
+    *e.I(L_interval_sink_pkts) += n_sink - n_spur_sink;
+    *e.Fl(L_interval_sink_bytes) += sink_bytes;
+    *e.I(L_interval_rto_count) += nfired;
+    *e.I(L_interval_syn_drops) += syn_lost;
+    // drain rate per class, refreshed once per base RTT
+    const int32_t win = e.Pi(PL_drain_win_ticks);
+    int32_t* dwin = e.I(L_drain_window);
+    int32_t& dstart = *e.I(L_drain_window_start);
+    bool roll = (t + 1 - dstart) >= win;
+    for (int c = 0; c < P; ++c) {
+      int32_t v = dwin[c] + served[c];
+      if (roll) {
+        e.Fl(L_drain_norm)[c] = div_b(static_cast<float>(v), static_cast<float>(win * K));
+        dwin[c] = 0;
+      } else {
+        dwin[c] = v;
+      }
+    }
+    if (roll) dstart = t + 1;
+    for (int c = 0; c < P; ++c) e.Fl(L_thresholds)[c] = thr[c];
+    *e.Fl(L_next_arrival_s) = next_arrival;
+    *e.I(L_tick) = t + 1;
+  }
+
+  void run() {
+    begin();
+    deliver();
+    select_events();
+    acks();
+    timeouts();
+    arrivals();
+    count_events();
+    transmit();
+    admit();
+    depart();
+    record();
+  }
+};
+
+ffi::Error RunImpl(ffi::Buffer<ffi::S32> si_in, ffi::Buffer<ffi::F32> sf_in, ffi::Buffer<ffi::S32> pi,
+                   ffi::Buffer<ffi::F32> pf, ffi::ResultBuffer<ffi::S32> si_out, ffi::ResultBuffer<ffi::F32> sf_out,
+                   int64_t n_ticks, int64_t threads, ffi::Span<const int64_t> dims,
+                   ffi::Span<const int64_t> s_off, ffi::Span<const int64_t> p_off) {
+  if (dims.size() != 10) return ffi::Error::InvalidArgument("rlbm native: dims must have 10 entries");
+  if (static_cast<int64_t>(s_off.size()) != L_COUNT || static_cast<int64_t>(p_off.size()) != PL_COUNT)
+    return ffi::Error::InvalidArgument("rlbm native: layout does not match the compiled kernel; rebuild it");
+  Dims d{static_cast<int>(dims[0]), static_cast<int>(dims[1]), static_cast<int>(dims[2]), static_cast<int>(dims[3]),
+         static_cast<int>(dims[4]), static_cast<int>(dims[5]), static_cast<int>(dims[6]), static_cast<int>(dims[7]),
+         static_cast<int>(dims[8]), static_cast<int>(dims[9])};
+  if (d.E > MAX_E || d.P > MAX_P || d.S > MAX_S || d.E != d.K + 3)
+    return ffi::Error::InvalidArgument("rlbm native: pkts_per_tick <= 61, at most 16 classes and 1024 senders");
+  const int64_t ni = si_in.dimensions().back(), nf = sf_in.dimensions().back();
+  const int64_t npi = pi.dimensions().back(), npf = pf.dimensions().back();
+  const int64_t batch = ni ? static_cast<int64_t>(si_in.element_count()) / ni : 0;
+  if (nf && static_cast<int64_t>(sf_in.element_count()) / nf != batch)
+    return ffi::Error::InvalidArgument("rlbm native: state buffers disagree on the batch");
+  const int64_t pbatch = npi ? static_cast<int64_t>(pi.element_count()) / npi : 0;
+  if (pbatch != batch) return ffi::Error::InvalidArgument("rlbm native: params and state disagree on the batch");
+  int32_t* so_i = si_out->typed_data();
+  float* so_f = sf_out->typed_data();
+  if (so_i != si_in.typed_data()) std::memcpy(so_i, si_in.typed_data(), sizeof(int32_t) * si_in.element_count());
+  if (so_f != sf_in.typed_data()) std::memcpy(so_f, sf_in.typed_data(), sizeof(float) * sf_in.element_count());
+  const int32_t* pid_all = pi.typed_data();
+  for (int64_t b = 0; b < batch; ++b) {
+    int32_t pid = pid_all[b * npi + p_off[PL_policy_id]];
+    if (pid < 0 || pid > 6)
+      return ffi::Error::InvalidArgument("rlbm native: the buffer policy has no native implementation");
+  }
+  // envs are independent: contiguous shares of the batch run on their own threads
+  auto work = [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      Env env{d, so_i + b * ni, so_f + b * nf, pi.typed_data() + b * npi, pf.typed_data() + b * npf,
+              s_off.begin(), p_off.begin()};
+      for (int64_t n = 0; n < n_ticks; ++n) {
+        Tick tk(env);
+        tk.run();
+      }
+    }
+  };
+  const int64_t nthreads = std::max<int64_t>(1, std::min<int64_t>(threads, batch));
+  if (nthreads == 1) {
+    work(0, batch);
+  } else {
+    std::vector<std::thread> pool;
+    for (int64_t i = 0; i < nthreads; ++i)
+      pool.emplace_back(work, batch * i / nthreads, batch * (i + 1) / nthreads);
+    for (auto& th : pool) th.join();
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RlbmNativeRun, RunImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("n_ticks")
+                                  .Attr<int64_t>("threads")
+                                  .Attr<ffi::Span<const int64_t>>("dims")
+                                  .Attr<ffi::Span<const int64_t>>("s_off")
+                                  .Attr<ffi::Span<const int64_t>>("p_off"));

@@ -1,0 +1,70 @@
+"""The ns-3 side of `bench_env --ns3`: one ns-3.37 process of the benchmarked scenario,
+timed from start to exit (`rlbm_jax.ns3.time_ns3`), and every row's ratio to it."""
+import json
+
+import pytest
+
+from rlbm_jax import ns3 as harness, scenarios
+from rlbm_jax.cli import bench_env
+
+
+@pytest.fixture(scope="module")
+def ns3_binary():
+    return harness.build_ns3()
+
+
+def test_time_ns3_covers_the_requested_time_under_load(ns3_binary):
+    # 1 Gbit/s, load 0.6: about 35 web-search flows a second, so the schedule's last flow
+    # starts near the end of the half second and ns-3 must reach it
+    kw = scenarios.kw("dumbbell", rate_bps=1e9, seconds=0.5)
+    cell = harness.bench_cell("dumbbell/1G", kw, 0.5)
+    assert cell.kind == "thesis" and cell.kw["arrival_stop_s"] == 0.5 > kw["arrival_stop_s"]
+    r = harness.time_ns3(cell, seed=3, binary=ns3_binary)
+    assert r["ns3_sim_seconds"] == 0.5 and r["ns3_seed"] == 3
+    assert r["ns3_flows_scheduled"] >= 5
+    assert r["ns3_flows_started"] == r["ns3_flows_scheduled"]
+    assert 0.35 < r["ns3_last_flow_start_s"] < 0.5
+    assert 0 < r["ns3_util_wire"] <= 1.0
+    # the process (start to exit) holds ns-3's own Simulator::Run
+    assert r["ns3_wall_s"] >= r["ns3_run_wall_s"] > 0
+    assert r["ns3_sim_seconds_per_wall_s"] == pytest.approx(0.5 / r["ns3_wall_s"])
+    for arg in ("--seconds=0.5", "--seed=3", "--bottleneck_rate_bps=1000000000.0", "--arrival_stop_s=0.5",
+                "--flows_in=<tmp>/schedule.csv"):
+        assert arg in r["ns3_cmd"].split(), (arg, r["ns3_cmd"])
+
+
+def test_time_ns3_refuses_a_missing_binary(tmp_path):
+    cell = harness.bench_cell("thesis", scenarios.kw("thesis"), 0.5)
+    with pytest.raises(RuntimeError, match="no ns-3 scenario binary"):
+        harness.time_ns3(cell, binary=tmp_path / "rlbm_scenario")
+
+
+def test_bench_env_ns3_times_the_same_scenario_and_gives_each_row_its_ratio(ns3_binary, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert bench_env.main(["--scenario", "thesis", "--num-envs", "2", "--seconds", "0.05", "--ns3",
+                           "--ns3-seconds", "0.5", "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    ref = d["ns3"]
+    assert ref["ns3_sim_seconds"] == 0.5 and ref["ns3_sim_seconds_per_wall_s"] > 0
+    assert ref["ns3_flows_started"] == ref["ns3_flows_scheduled"]
+    # the thesis cell as benchmarked: its rate, delays, buffer, TCP, load, sizes; arrivals as given (45 s)
+    args = ref["ns3_cmd"].split()
+    for k, v in scenarios.kw("thesis").items():
+        if k in harness.NOT_NS3:
+            continue
+        flag = {"buffer_per_class_pkts": "class_cap_pkts"}.get(k, k)
+        shown = {"cdf": "rlbm_jax/env/data/websearch.csv"}.get(k, ",".join(map(str, v)) if isinstance(v, tuple) else v)
+        assert f"--{flag}={shown}" in args, (flag, args)
+    (row,) = d["results"]
+    assert row["x_ns3"] == pytest.approx(row["sim_seconds_per_wall_s"] / ref["ns3_sim_seconds_per_wall_s"])
+    text = capsys.readouterr().out
+    assert "ns-3.37, one process" in text and "x ns-3" in text
+
+
+def test_bench_env_ns3_fails_clearly_when_the_build_fails(monkeypatch, capsys):
+    def broken():
+        raise RuntimeError("ns-3 scenario build failed: no compiler")
+
+    monkeypatch.setattr(harness, "build_ns3", broken)
+    assert bench_env.main(["--num-envs", "1", "--ns3"]) == 1
+    assert "--ns3: ns-3 scenario build failed: no compiler" in capsys.readouterr().err

@@ -1,0 +1,183 @@
+"""The native backend (the C++ tick, `rlbm_jax.env.native`) against the JAX tick, the
+reference: integer state identical, float state within a few float32 roundings (XLA
+contracts multiply-adds and rewrites some divisions, the C++ code does neither), on
+randomised configs; plus its own conservation, determinism and independence of batch,
+threads and compilation count."""
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlbm_jax import scenarios
+from rlbm_jax.env import buffer, native, sim, traffic
+from rlbm_jax.env.params import make_params
+from tests.conftest import random_configs
+
+TICKS = 6000
+
+
+def _split(state):
+    leaves = native.state_leaves(state)
+    ints = {n: np.asarray(x) for n, x in leaves if x.dtype != jnp.float32}
+    floats = {n: np.asarray(x) for n, x in leaves if x.dtype == jnp.float32}
+    return ints, floats
+
+
+def _run_both(stacked, keys, n):
+    init = jax.vmap(sim.init)(keys, stacked)
+    ref = jax.jit(jax.vmap(lambda s, p: sim.run(s, p, n, backend="jax")[0]))(init, stacked)
+    nat = jax.jit(jax.vmap(lambda s, p: sim.run(s, p, n, backend="native")[0]))(init, stacked)
+    return ref, nat
+
+
+def _assert_equivalent(ref, nat):
+    ri, rf = _split(ref)
+    ni, nf = _split(nat)
+    for name in ri:
+        np.testing.assert_array_equal(ni[name], ri[name], err_msg=f"integer leaf {name}")
+    for name in rf:
+        np.testing.assert_allclose(nf[name], rf[name], rtol=2e-4, atol=1e-6, equal_nan=True,
+                                   err_msg=f"float leaf {name}")
+
+
+# short flows at a high load: many starts, so SYNs meet full queues and slots run out
+SMALL_FLOWS = traffic.SizeTable(np.array([1e3, 2e4, 2e5]), np.array([0.0, 0.6, 1.0]), "small")
+
+
+def _busy(configs, rng):
+    """The configs, every other one with short flows at loads 0.8-1.2 and no long flow."""
+    sizes, probs = traffic.pad_table(SMALL_FLOWS)
+    out = []
+    for i, p in enumerate(configs):
+        if i % 2:
+            p = p.replace(cdf_size_bytes=jnp.asarray(sizes, jnp.float32), cdf_prob=jnp.asarray(probs, jnp.float32),
+                          load=jnp.asarray(rng.uniform(0.8, 1.2), jnp.float32), long_flows=jnp.asarray(0, jnp.int32))
+        out.append(p)
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *out), out
+
+
+@pytest.mark.parametrize("k,classes", [(1, 2), (4, 3)], ids=["k1-2cls", "k4-3cls"])
+def test_native_tick_agrees_with_the_jax_tick(k, classes):
+    _, configs = random_configs(8, seed=100 + k, pkts_per_tick=k, num_classes=classes)
+    stacked, configs = _busy(configs, np.random.default_rng(k))
+    keys = jax.random.split(jax.random.PRNGKey(k), len(configs))
+    ref, nat = _run_both(stacked, keys, TICKS)
+    _assert_equivalent(ref, nat)
+    m = ref.metrics
+    # the horizon exercised what the two must agree on: losses, timeouts, go-back-N, lost SYNs
+    assert int(jnp.sum(m.drop_total)) > 100 and int(jnp.sum(m.rto_total)) > 5
+    assert int(jnp.sum(m.spur_tx_total)) > 0 and int(jnp.sum(m.syn_drops)) > 0
+    assert int(jnp.sum(m.flows_completed)) > 100 and int(jnp.sum(m.flows_refused)) > 0
+
+
+@pytest.mark.parametrize("scenario,kw,seconds", [
+    ("thesis", dict(policy="rl", load=0.95, buffer_per_class_pkts=15, tcp="cubic"), 10.0),
+    ("thesis", dict(policy="static-bdp", alpha=[0.3, 0.2], load=0.9, arrival="thesis-code"), 5.0),
+    ("long", dict(long_flows=16, buffer_bdp=0.25, tcp="cubic"), 3.0),
+    ("dumbbell", dict(rate_bps=1e9, cdf="websearch", pkts_per_tick=8, load=0.9, buffer_bdp=0.25), 1.5),
+], ids=["thesis-rl", "thesis-static-bdp", "long16", "dumbbell-1g-k8"])
+def test_native_tick_agrees_on_the_scenarios(scenario, kw, seconds):
+    p = scenarios.params(scenario, **kw)
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), p, p)
+    ref, nat = _run_both(stacked, jax.random.split(jax.random.PRNGKey(3), 2), sim.ticks_for(seconds, p))
+    _assert_equivalent(ref, nat)
+    assert int(jnp.sum(ref.metrics.deq_total)) > 1000 and int(jnp.sum(ref.metrics.drop_total)) > 0
+
+
+def test_native_conserves_packets_and_is_deterministic():
+    stacked, configs = random_configs(6, seed=7, pkts_per_tick=2)
+    keys = jax.random.split(jax.random.PRNGKey(5), len(configs))
+    init = jax.vmap(sim.init)(keys, stacked)
+    n = 3000
+
+    def one(s, p):
+        s = sim.run(s, p, n, backend="native")[0]
+        return s, sim.on_wire(s, p)
+
+    s, wire = jax.jit(jax.vmap(one))(init, stacked)
+    m = s.metrics
+    queued = jnp.sum(s.queue.pkts, axis=-1)
+    np.testing.assert_array_equal(m.tx_total, m.drop_total + queued + m.deq_total)
+    np.testing.assert_array_equal(m.deq_total, m.sink_total + wire)
+    assert int(jnp.min(m.tx_total)) > 0 and int(jnp.sum(m.drop_total)) > 0
+    # the same envs again, one at a time (another batch size, another compilation): identical
+    pick = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
+    for i in (0, 3):
+        alone, _ = jax.jit(one)(pick(init, i), pick(stacked, i))
+        for (name, a), (_, b) in zip(native.state_leaves(alone), native.state_leaves(pick(s, i))):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+
+
+def test_native_results_do_not_depend_on_threads(monkeypatch):
+    stacked, configs = random_configs(5, seed=3)
+    keys = jax.random.split(jax.random.PRNGKey(9), len(configs))
+    init = jax.vmap(sim.init)(keys, stacked)
+    out = []
+    for threads in ("1", "3"):
+        monkeypatch.setenv(native.THREADS_VAR, threads)
+        out.append(jax.jit(jax.vmap(lambda s, p: sim.run(s, p, 1500, backend="native")[0]))(init, stacked))
+    for (name, a), (_, b) in zip(native.state_leaves(out[0]), native.state_leaves(out[1])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+    monkeypatch.setenv(native.THREADS_VAR, "none")
+    with pytest.raises(ValueError, match=native.THREADS_VAR):
+        native.threads()
+
+
+def test_native_run_compiles_once():
+    p = scenarios.params("thesis")
+    traces = []
+
+    def advance(s):
+        traces.append(1)
+        return sim.run(s, p, 50, backend="native")[0]
+
+    f = jax.jit(advance)
+    s = sim.init(jax.random.PRNGKey(0), p)
+    for _ in range(3):
+        s = f(s)
+    assert len(traces) == 1 and int(s.tick) == 150
+
+
+def test_auto_backend_choice_and_refusals():
+    p = scenarios.params("thesis")
+    s = sim.init(jax.random.PRNGKey(0), p)
+    assert sim.resolve_backend("auto", p) == "native"
+    # a per-tick trace needs the JAX tick: auto takes it, native refuses
+    assert sim.resolve_backend("auto", p, trace=True) == "jax"
+    with pytest.raises(ValueError, match="trace_fn"):
+        sim.run(s, p, 5, trace_fn=lambda s: s.tick, backend="native")
+    with pytest.raises(ValueError, match="backend"):
+        sim.run(s, p, 5, backend="fortran")
+    big = make_params(pkts_per_tick=native.MAX_PKTS_PER_TICK + 1)
+    assert sim.resolve_backend("auto", big) == "jax"
+    with pytest.raises(ValueError, match="packets per tick"):
+        sim.run(sim.init(jax.random.PRNGKey(0), big), big, 1, backend="native")
+
+
+def test_a_registered_policy_runs_on_the_jax_tick(monkeypatch):
+    monkeypatch.setattr(buffer, "_REGISTRY", list(buffer._REGISTRY))
+    monkeypatch.setattr(buffer, "POLICY_NAMES", buffer.POLICY_NAMES)
+    monkeypatch.setattr(buffer, "DEFAULT_ALPHA", dict(buffer.DEFAULT_ALPHA))
+    buffer.register_policy("half-cap", lambda v, p: 0.5 * p.class_cap_pkts.astype(jnp.float32))
+    p = make_params(policy="half-cap", load=0.9)
+    assert sim.resolve_backend("auto", p) == "jax"
+    with pytest.raises(ValueError, match="half-cap"):
+        sim.run(sim.init(jax.random.PRNGKey(0), p), p, 1, backend="native")
+    # traced params that might name it: auto keeps to the JAX tick, and the result is its
+    s = jax.jit(lambda p: sim.run(sim.init(jax.random.PRNGKey(0), p), p, 300)[0])(p)
+    assert int(s.tick) == 300 and int(jnp.max(s.queue.pkts)) <= 50
+
+
+def test_build_is_cached_and_keyed_by_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLBM_JAX_CACHE", str(tmp_path))
+    path = native.build()
+    assert path.exists() and path.is_relative_to(tmp_path)
+    mtime = path.stat().st_mtime_ns
+    assert native.build() == path and path.stat().st_mtime_ns == mtime  # cached, not rebuilt
+    assert "L_flows_ints" in native.layout_header() and "FI_cwnd_cnt" in native.layout_header()
+    monkeypatch.setenv("CXX", "no-such-compiler-here")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(native.NativeUnavailable, match="compiler"):
+        native.build()
