@@ -41,20 +41,31 @@ _COUNT_FLAG = "--xla_force_host_platform_device_count"
 _REGION_FLAG = "--xla_cpu_copy_insertion_use_region_analysis"
 
 
-def host_device_count(value: str | None) -> int | None:
-    """The number of host devices `value` (the variable's text) asks for; None: leave alone."""
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+def parse_count(var: str, value: str | None) -> int | None:
+    """A count set in variable `var` as `value`: 'auto' (one per usable core) or a positive
+    whole number; None when unset or empty."""
     if value is None or value.strip() == "":
         return None
     v = value.strip().lower()
     if v == "auto":
-        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+        return usable_cores()
     try:
         n = int(v)
     except ValueError:
-        raise ValueError(f"{ENV_VAR} must be 'auto' or a positive whole number, got {value!r}") from None
+        raise ValueError(f"{var} must be 'auto' or a positive whole number, got {value!r}") from None
     if n < 1:
-        raise ValueError(f"{ENV_VAR} must be 'auto' or a positive whole number, got {value!r}")
+        raise ValueError(f"{var} must be 'auto' or a positive whole number, got {value!r}")
     return n
+
+
+def host_device_count(value: str | None) -> int | None:
+    """The number of host devices `value` (the variable's text) asks for; None: leave alone."""
+    return parse_count(ENV_VAR, value)
 
 
 def distributed_settings(environ=os.environ) -> dict | None:

@@ -248,8 +248,13 @@ def _register() -> None:
             if tuple(buffer.POLICY_NAMES[:len(NATIVE_POLICIES)]) != NATIVE_POLICIES:
                 raise NativeUnavailable("the buffer policy registry no longer starts with the policies the native "
                                         f"tick implements, in its order ({', '.join(NATIVE_POLICIES)})")
+            if not hasattr(jax, "ffi"):
+                raise NativeUnavailable(f"JAX {jax.__version__} has no jax.ffi (the native tick needs JAX >= 0.4.35)")
             lib = ctypes.cdll.LoadLibrary(str(build()))
             jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.RlbmNativeRun), platform="cpu")
+        except OSError as e:  # the library would not load
+            _error = f"loading the native tick failed: {e}"
+            raise NativeUnavailable(_error) from e
         except NativeUnavailable as e:
             _error = str(e)
             raise
@@ -299,18 +304,12 @@ THREADS_VAR = "RLBM_JAX_NATIVE_THREADS"
 
 
 def threads() -> int:
-    """Threads one native call spreads its batch over: `$RLBM_JAX_NATIVE_THREADS`, else one
-    per core this process may use.  Envs are independent, so results never depend on it."""
-    v = os.environ.get(THREADS_VAR, "").strip()
-    if v:
-        try:
-            n = int(v)
-        except ValueError:
-            raise ValueError(f"{THREADS_VAR} must be a positive whole number, got {v!r}") from None
-        if n < 1:
-            raise ValueError(f"{THREADS_VAR} must be a positive whole number, got {v!r}")
-        return n
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """Threads one native call spreads its batch over: `$RLBM_JAX_NATIVE_THREADS` ('auto' or
+    a number), else one per core this process may use.  Envs are independent, so results
+    never depend on it."""
+    from rlbm_jax.devices import parse_count, usable_cores
+
+    return parse_count(THREADS_VAR, os.environ.get(THREADS_VAR)) or usable_cores()
 
 
 def check_params(params) -> None:
