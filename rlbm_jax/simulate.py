@@ -44,7 +44,8 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     """Simulate `seconds` of the scenario for every seed: the report fields' mean, std and
     per-seed values, and `tail`, the FCT slowdown per flow-size bucket pooled over seeds
     (`metrics.pooled_tail`; flows beyond the completion log, `log_overflow`, are not in it),
-    and `devices`, how many devices the seeds were spread over (`rlbm_jax.devices`).
+    `devices`, how many devices the seeds were spread over (`rlbm_jax.devices`), and
+    `backend`, the simulator's tick that ran them (`sim.run`).
 
     agent: None runs the buffer policy in `params`; a jittable fn(obs) -> action instead
     drives the "rl" policy through `RLBMEnv` with `formulation` (the one the agent was
@@ -116,7 +117,8 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     tail = mx.pooled_tail([logs[i, :min(int(counts[i]), logs.shape[1])] for i in range(len(seeds))],
                           warmup_s=float(params.warmup_s))
     out = dict(mean)
-    out.update(tail=tail, devices=n_devices, wall_s=time.perf_counter() - t_start, run_s=run_s, compile_s=compile_s,
+    out.update(tail=tail, devices=n_devices, backend=sim.resolve_backend(None, params),
+               wall_s=time.perf_counter() - t_start, run_s=run_s, compile_s=compile_s,
                sim_seconds_per_wall_s=sum(r["sim_seconds"] for r in per_seed) / max(run_s, 1e-9),
                seeds=[int(s) for s in seeds], std=std, per_seed=per_seed)
     return out

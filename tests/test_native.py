@@ -181,3 +181,21 @@ def test_build_is_cached_and_keyed_by_source(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(native.NativeUnavailable, match="compiler"):
         native.build()
+
+
+def test_simulate_backend_flag_and_record(tmp_path, monkeypatch):
+    import json
+
+    from rlbm_jax.cli import simulate
+
+    monkeypatch.setattr(sim, "_default_backend", None)  # the flag sets the process default: undone after
+    out = {}
+    for b in ("jax", "native"):
+        path = tmp_path / f"{b}.json"
+        assert simulate.main(["--scenario", "thesis", "--seconds", "3", "--seeds", "2", "--load", "0.9",
+                              "--backend", b, "--json", str(path), "--no-progress"]) == 0
+        out[b] = json.loads(path.read_text())
+        assert out[b]["backend"] == b and sim.default_backend() == b
+    for key in ("flows_started", "flows_completed", "drop_rate", "queue_mean_pkts", "util_wire"):
+        assert [r[key] for r in out["jax"]["per_seed"]] == [r[key] for r in out["native"]["per_seed"]], key
+    assert out["native"]["flows_started"] > 0

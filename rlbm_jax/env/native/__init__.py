@@ -332,6 +332,9 @@ def check_params(params) -> None:
 def run(state, params, num_ticks: int):
     """`num_ticks` ticks of the native tick: what `sim.run(state, params, num_ticks)[0]`
     returns.  Works under `jit` and `vmap` (a batch is one call)."""
+    if jax.default_backend() != "cpu":
+        raise NativeUnavailable(f"the native tick runs on the CPU, and JAX's default backend is "
+                                f"{jax.default_backend()}: use backend='jax' (or 'auto')")
     _register()
     check_params(params)
     if num_ticks == 0:
