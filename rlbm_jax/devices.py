@@ -247,15 +247,14 @@ def per_device(fn, sharding):
     (`shard_map`): envs never exchange data, so nothing is gathered, and an opaque
     computation (the native tick's FFI call) runs where its shard lives instead of being
     replicated by the partitioner."""
-    import jax
+    import inspect
+
     from jax.sharding import PartitionSpec
 
     try:
         from jax import shard_map
     except ImportError:  # older JAX
         from jax.experimental.shard_map import shard_map
-    import inspect
-
     spec = PartitionSpec(*sharding.spec)
     # every value is per device here (no collectives), so the replication checks that
     # would reject a loop carry first built from constants are switched off

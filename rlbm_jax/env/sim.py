@@ -592,22 +592,23 @@ BACKEND_VAR = "RLBM_JAX_BACKEND"
 _default_backend: str | None = None
 
 
+def _checked(name: str, where: str = "backend") -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown {where} {name!r}; choose one of {', '.join(BACKENDS)}")
+    return name
+
+
 def set_default_backend(name: str) -> None:
     """The backend `run` uses when none is named (in this process): "jax" (this module's
     `tick`, the reference), "native" (`rlbm_jax.env.native`: the same tick in C++, one call
     per run) or "auto" (native where it can run, else jax)."""
     global _default_backend
-    if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    _default_backend = name
+    _default_backend = _checked(name)
 
 
 def default_backend() -> str:
     """`set_default_backend`'s choice, else `$RLBM_JAX_BACKEND`, else "auto"."""
-    name = _default_backend or os.environ.get(BACKEND_VAR, "").strip() or "auto"
-    if name not in BACKENDS:
-        raise ValueError(f"{BACKEND_VAR}={name!r}: choose one of {', '.join(BACKENDS)}")
-    return name
+    return _checked(_default_backend or os.environ.get(BACKEND_VAR, "").strip() or "auto", f"{BACKEND_VAR} value")
 
 
 def resolve_backend(backend: str | None, params: SimParams, trace: bool = False) -> str:
@@ -617,9 +618,7 @@ def resolve_backend(backend: str | None, params: SimParams, trace: bool = False)
     built here (no C++ compiler, not a CPU; a warning says why, once)."""
     from rlbm_jax.env import native
 
-    name = default_backend() if backend is None else backend
-    if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    name = default_backend() if backend is None else _checked(backend)
     if name != "auto":
         return name
     if trace or not native.supports(params) or not native.available(warn=True):
@@ -632,7 +631,8 @@ def run(state: SimState, params: SimParams, num_ticks: int, trace_fn=None, backe
     its value after every tick (stacked), else None.  `backend` (default
     `default_backend()`) picks the tick: the JAX `tick` of this module as a `lax.scan`, or
     the native one (`rlbm_jax.env.native`), which gives the same integer state and float
-    state within a few float32 roundings (tests/test_native.py)."""
+    state within a few float32 roundings for params passed in as arguments
+    (tests/test_native.py; docs/DESIGN.md "Backends" for params folded in as constants)."""
     name = resolve_backend(backend, params, trace=trace_fn is not None)
     if name == "native":
         if trace_fn is not None:

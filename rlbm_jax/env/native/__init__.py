@@ -129,17 +129,13 @@ def param_leaves(params):
 
 
 def _offsets(leaves):
-    """Offsets of each leaf in its buffer (ints and floats each counted from 0)."""
-    off, ni, nf = [], 0, 0
+    """Offset of each leaf in its buffer (ints and floats each counted from 0)."""
+    off, end = [], {True: 0, False: 0}
     for _, x in leaves:
-        n = int(np.prod(x.shape, dtype=np.int64))
-        if _int_like(x.dtype):
-            off.append(ni)
-            ni += n
-        else:
-            off.append(nf)
-            nf += n
-    return np.asarray(off, np.int64), ni, nf
+        kind = _int_like(x.dtype)
+        off.append(end[kind])
+        end[kind] += int(np.prod(x.shape, dtype=np.int64))
+    return np.asarray(off, np.int64)
 
 
 def _pack(leaves):
@@ -150,21 +146,15 @@ def _pack(leaves):
     return cat(ints, jnp.int32), cat(floats, jnp.float32)
 
 
-def _unpack(template_leaves, treedef, si, sf):
-    out, i, f = [], 0, 0
-    for _, x in template_leaves:
+def _unpack(template_leaves, offsets, treedef, si, sf):
+    out = []
+    for (_, x), o in zip(template_leaves, offsets):
         n = int(np.prod(x.shape, dtype=np.int64))
-        if _int_like(x.dtype):
-            v = si[i:i + n].reshape(x.shape)
-            i += n
-            if x.dtype == jnp.uint32:
-                v = v.view(jnp.uint32)
-            elif x.dtype == jnp.bool_:
-                v = v > 0
-            out.append(v)
-        else:
-            out.append(sf[f:f + n].reshape(x.shape))
-            f += n
+        if not _int_like(x.dtype):
+            out.append(sf[o:o + n].reshape(x.shape))
+            continue
+        v = si[o:o + n].reshape(x.shape)
+        out.append(v.view(jnp.uint32) if x.dtype == jnp.uint32 else (v > 0 if x.dtype == jnp.bool_ else v))
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
@@ -286,10 +276,13 @@ def supports(params) -> bool:
         check_params(params)
     except ValueError:
         return False
-    extra = [n for n in buffer.POLICY_NAMES if n not in NATIVE_POLICIES]
-    if extra and not _concrete(params.policy_id):
-        return False  # traced ids might name a policy registered at run time
-    return True
+    # traced ids might name a policy registered at run time
+    return not _missing_policies() or _concrete(params.policy_id)
+
+
+def _missing_policies() -> list:
+    """Registered buffer policies the native tick does not implement."""
+    return [n for n in buffer.POLICY_NAMES if n not in NATIVE_POLICIES]
 
 
 def _concrete(x) -> bool:
@@ -320,7 +313,7 @@ def check_params(params) -> None:
     if params.num_classes > MAX_CLASSES or params.num_senders > MAX_SENDERS:
         raise ValueError(f"the native backend runs at most {MAX_CLASSES} classes and {MAX_SENDERS} senders; "
                          "use backend='jax'")
-    extra = [n for n in buffer.POLICY_NAMES if n not in NATIVE_POLICIES]
+    extra = _missing_policies()
     if not extra or not _concrete(params.policy_id):
         return  # traced: the kernel checks the id itself
     ids = np.asarray(params.policy_id).reshape(-1)
@@ -342,8 +335,8 @@ def run(state, params, num_ticks: int):
     s_leaves = state_leaves(state)
     _, treedef = jax.tree_util.tree_flatten(state)
     p_leaves = param_leaves(params)
-    s_off, _, _ = _offsets(s_leaves)
-    p_off, _, _ = _offsets(p_leaves)
+    s_off = _offsets(s_leaves)
+    p_off = _offsets(p_leaves)
     si, sf = _pack(s_leaves)
     pi, pf = _pack(p_leaves)
     dims = np.asarray([params.num_flow_slots, params.num_classes, params.num_senders, params.queue_capacity_pkts,
@@ -355,4 +348,4 @@ def run(state, params, num_ticks: int):
                             vmap_method="broadcast_all", input_output_aliases={0: 0, 1: 1})
     si, sf = call(si, sf, pi, pf, n_ticks=np.int64(num_ticks), threads=np.int64(threads()), dims=dims,
                   s_off=s_off, p_off=p_off)
-    return _unpack(s_leaves, treedef, si, sf)
+    return _unpack(s_leaves, s_off, treedef, si, sf)

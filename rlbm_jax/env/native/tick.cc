@@ -362,7 +362,7 @@ bool on_timeout(const Env& e, Row& r, int32_t t) {
 }
 
 // ---- buffer policies (buffer.py) ------------------------------------------------------
-void thresholds(const Env& e, const int32_t* qpkts, int32_t occ, float* thr) {
+void thresholds(const Env& e, int32_t occ, float* thr) {
   const int P = e.d.P;
   const int32_t B = e.Pi(PL_buffer_pkts);
   const float* alpha = e.pf + e.po[PL_alpha];
@@ -656,11 +656,11 @@ struct Tick {
 
   // 4. the buffer as this tick's arrivals find it, and at most one new flow
   void arrivals() {
-    const int P = d.P, F = d.F, E = d.E;
+    const int P = d.P, E = d.E;
     const int32_t* qp = e.I(L_queue_pkts);
     occ = 0;
     for (int c = 0; c < P; ++c) { q_before[c] = qp[c]; occ += qp[c]; }
-    thresholds(e, q_before, occ, thr);
+    thresholds(e, occ, thr);
 
     const float rate = e.Pf(PL_arrival_rate_per_s);
     for (int k = 0; k < E; ++k) {
