@@ -118,10 +118,20 @@ NOT_NS3 = ("num_flow_slots", "queue_capacity_pkts", "pkts_per_tick", "completion
            "delay_line_ticks", "rto_recovery", "rtt_samples")
 
 
+# ARED's thresholds and weight that a cell leaves unset (None) are the automatic ones
+# make_params derives from the link rate; the scenario's ared is RED with an adaptive max_p
+# at the thresholds it is given, so it is given those
+RED_RESOLVED = ("red_min_th_pkts", "red_max_th_pkts", "red_weight")
+
+
 def ns3_args(c: Cell, seed: int) -> list[str]:
     args = {"seconds": c.seconds, "seed": seed}
-    for k, v in seed_kw(c, seed).items():
-        if k in NOT_NS3:
+    kw = seed_kw(c, seed)
+    if kw.get("policy") == "ared" and any(kw.get(k) is None for k in RED_RESOLVED):
+        p = make_params(**kw)
+        kw = {**kw, **{k: float(getattr(p, k)) for k in RED_RESOLVED if kw.get(k) is None}}
+    for k, v in kw.items():
+        if k in NOT_NS3 or v is None:  # None: make_params's default, which is the scenario's
             continue
         if k == "buffer_per_class_pkts":
             k = "class_cap_pkts"

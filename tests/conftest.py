@@ -6,13 +6,22 @@ import pytest
 from rlbm_jax.env import make_params
 
 
-def random_configs(n: int, seed: int, **static):
+def random_configs(n: int, seed: int, aqm: bool = False, **static):
     """n parameter sets with random dynamic values and identical static shapes, stacked
-    along a leading axis (for vmap), plus the list of unbatched sets."""
+    along a leading axis (for vmap), plus the list of unbatched sets.  With `aqm`, every
+    set runs an AQM (RED, ARED, PIE or CoDel with random settings), half of them with ECN."""
     rng = np.random.default_rng(seed)
     out = []
-    for _ in range(n):
+    for i in range(n):
         caps = rng.integers(5, 120, size=static.get("num_classes", 2))
+        extra = {}
+        if aqm:
+            lo = float(rng.uniform(2, 20))
+            extra = dict(policy=["red", "ared", "pie", "codel"][i % 4], ecn=bool(i % 2),
+                         red_min_th_pkts=lo, red_max_th_pkts=lo * float(rng.uniform(1.5, 4)),
+                         red_max_p=float(rng.uniform(0.02, 0.5)), pie_target_s=float(rng.uniform(0.002, 0.02)),
+                         codel_target_s=float(rng.uniform(0.001, 0.01)),
+                         codel_interval_s=float(rng.uniform(0.02, 0.1)))
         out.append(make_params(
             num_senders=static.get("num_senders", 4), num_classes=static.get("num_classes", 2),
             num_flow_slots=static.get("num_flow_slots", 12), pkts_per_tick=static.get("pkts_per_tick", 1),
@@ -22,7 +31,7 @@ def random_configs(n: int, seed: int, **static):
             access_delay_s=float(rng.uniform(0, 1e-3)),
             bottleneck_rate_bps=10e6, bottleneck_delay_s=float(rng.uniform(1e-3, 15e-3)),
             buffer_per_class_pkts=caps.tolist(), buffer_pkts=int(rng.integers(10, caps.sum() + 1)),
-            policy=str(rng.choice(["droptail", "sb-naive", "sb-sophisticated", "dt", "abm"])),
+            policy=extra.pop("policy", str(rng.choice(["droptail", "sb-naive", "sb-sophisticated", "dt", "abm"]))),
             scheduler=str(rng.choice(["rr", "strict"])), tcp=str(rng.choice(["newreno", "cubic"])),
             delayed_ack=int(rng.choice([1, 2])), initial_cwnd_pkts=int(rng.integers(1, 20)),
             min_rto_s=float(rng.choice([0.01, 0.2])), load=float(rng.uniform(0.3, 1.5)),
@@ -30,6 +39,7 @@ def random_configs(n: int, seed: int, **static):
             cdf=str(rng.choice(["websearch", "datamining"])),
             rto_recovery=str(rng.choice(["go-back-n", "go-back-n", "sack"])),
             rtt_samples=str(rng.choice(["cumulative", "every-ack"])),
+            **extra,
         ))
     return jax.tree.map(lambda *xs: jnp.stack(xs), *out), out
 

@@ -1,4 +1,5 @@
-"""Packet conservation, queue limits, determinism and vmap over params, on randomised configs."""
+"""Packet conservation, queue limits, determinism and vmap over params, on randomised configs
+(the buffer policies, and the AQMs with and without ECN)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +16,7 @@ def _trace(s):
     fl = tcp.unpack(s.flows)
     q = s.queue
     return dict(
-        tx=m.tx_total, drop=m.drop_total, deq=m.deq_total, sink=m.sink_total,
+        tx=m.tx_total, drop=m.drop_total, deq=m.deq_total, sink=m.sink_total, marks=m.mark_total,
         queued=jnp.sum(q.pkts),
         qlen=q.pkts, thr=s.thresholds,
         ring_pkts=jnp.sum(jnp.where(jnp.arange(q.runs.shape[1])[None, :] < q.nruns[:, None],
@@ -31,10 +32,10 @@ def _trace(s):
     )
 
 
-@pytest.fixture(scope="module", params=[1, 4], ids=["k1", "k4"])
+@pytest.fixture(scope="module", params=[(1, False), (4, False), (2, True)], ids=["k1", "k4", "aqm-k2"])
 def batch(request):
-    k = request.param
-    stacked, configs = random_configs(6, seed=10 + k, pkts_per_tick=k)
+    k, aqm = request.param
+    stacked, configs = random_configs(8 if aqm else 6, seed=10 + k, aqm=aqm, pkts_per_tick=k)
     n = sim.ticks_for(SECONDS, configs[0])
 
     def one(p, key):
@@ -73,6 +74,13 @@ def test_packet_conservation_every_tick(batch):
     assert (tr["retx_tx"] - tr["spur_tx"] <= tr["drop"]).all()
     if configs[0].pkts_per_tick == 1:  # (the k = 4 draw has no spurious timeout in its 3 s)
         assert tr["spur_sink"][:, -1].max() > 0, "no configuration exercised go-back-N resends"
+    # an AQM marks only with ECN (a packet that is not ECT is dropped instead), and a mark
+    # neither loses nor creates a packet (the conservation above holds with marks)
+    ecn = np.asarray([bool(p.ecn) for p in configs])
+    assert (tr["marks"][~ecn] == 0).all(), "a packet was marked without ECN"
+    if ecn.any():
+        assert (tr["marks"][ecn, -1] > 0).mean() >= 0.5, "the ECN configurations hardly marked"
+        assert (tr["marks"] <= tr["deq"] + tr["queued"]).all()
 
 
 def test_queues_respect_caps_thresholds_and_buffer(batch):

@@ -5,7 +5,9 @@
 // go sender -> switch -> sink, ACKs return sink -> switch -> sender.  The switch's
 // bottleneck port holds the shared buffer (RlbmBufferQueueDisc: one FIFO per
 // class, per-class admission thresholds of the chosen policy, a round-robin or
-// strict-priority scheduler); every other port is lossless FIFO.
+// strict-priority scheduler) or, with --policy=red, ared, pie, codel or fq-codel,
+// ns-3's own queue disc of that AQM, optionally marking with ECN (one class); both
+// are counted alike (PortMeter).  Every other port is lossless FIFO.
 //
 // Traffic: Poisson flow arrivals (sender uniform, size drawn from a piecewise-
 // linear CDF) plus optional long-lived flows.  Every flow is its own TCP socket;
@@ -14,7 +16,7 @@
 //
 // Agent: with --agent_interval_s the run is cut into agent intervals; at each
 // boundary the scenario closes the interval's record, the raw statistics of
-// rlbm_jax's `metrics.Interval` (per class data arrivals, drops, departures, queue
+// rlbm_jax's `metrics.Interval` (per class data arrivals, drops, CE marks, departures, queue
 // at the end and its time integral; distinct data at the sink; timeouts; lost SYNs;
 // the flows finished with their sizes, classes and slowdowns; the open flows' log
 // slowdown at both ends), and writes it to --intervals_out.  It computes no
@@ -159,7 +161,17 @@ const std::map<std::string, std::vector<double>> kPolicyAlpha = {
     {"dt", {1.0, 1.0}},
     {"abm", {1.0, 1.0}},
     {"rl", {1.0}}, // the agent's action before its first decision (RLBMEnv's reset state)
+    {"red", {1.0}}, // ns-3's AQM queue discs: one class, no alphas
+    {"ared", {1.0}},
+    {"pie", {1.0}},
+    {"codel", {1.0}},
+    {"fq-codel", {1.0}},
 };
+
+/// The policies that install one of ns-3's own queue discs instead of the shared buffer.
+bool IsAqm(const std::string& policy) {
+    return policy == "red" || policy == "ared" || policy == "pie" || policy == "codel" || policy == "fq-codel";
+}
 
 struct Params {
     // topology
@@ -174,12 +186,20 @@ struct Params {
     std::vector<double> beta; // rl: threshold = alpha * beta * free buffer
     std::string scheduler;
     std::vector<double> classThresholdBytes;
+    // ns-3's AQM queue discs (policy red, ared, pie, codel, fq-codel) and ECN
+    bool ecn;
+    double redMinThPkts, redMaxThPkts, redMaxP, redWeight;
+    bool redGentle;
+    double pieTargetS, pieTupdateS, pieA, pieB, pieMaxBurstS, pieMarkThreshold;
+    double codelTargetS, codelIntervalS;
+    uint32_t fqFlows, fqQuantumBytes;
     // TCP
     std::string tcp;
     uint32_t mssBytes, initialCwndPkts;
     double minRtoS, rtoGranularityS, synTimeoutS;
     uint32_t delayedAck, dupthresh;
     double cubicBeta, cubicC;
+    double dctcpG;
     bool cubicFastConvergence, hystart;
     uint32_t hystartLowWindowPkts, hystartMinSamples;
     double hystartAckDeltaS, hystartDelayMinS, hystartDelayMaxS;
@@ -267,13 +287,33 @@ Options DeclareOptions() {
     o.Add("num_classes", "2", "number of traffic classes (FIFOs) at the bottleneck");
     o.Add("class_cap_pkts", "100", "FIFO cap per class (packets): one value or one per class");
     o.Add("buffer_pkts", "0", "shared buffer size B in packets (0 = sum of the class caps)");
-    o.Add("policy", "sb-naive", "buffer policy: droptail, sb-naive, sb-sophisticated, dt, abm, rl");
+    o.Add("policy", "sb-naive",
+          "buffer policy: droptail, sb-naive, sb-sophisticated, dt, abm, rl; or one of ns-3's own queue discs "
+          "(one class, MaxSize = buffer_pkts): red, ared (RED with adaptive max_p), pie, codel, fq-codel");
     o.Add("alpha", "", "policy weights, comma list (empty = the policy's defaults)");
     o.Add("beta", "1", "rl: per-class weights beta_c of the threshold alpha_c * beta_c * (B - Q)");
     o.Add("scheduler", "rr", "rr (per-packet round robin) or strict (class 0 first)");
     o.Add("class_threshold_bytes", "2000000",
           "flow-size thresholds between classes (num_classes-1 values, or one for all)");
-    o.Add("tcp", "cubic", "congestion control: cubic or newreno");
+    o.Add("ecn", "0", "classic ECN (0/1): TCP sockets negotiate it and the AQM queue disc marks ECT packets "
+                      "instead of dropping them where ns-3 marks");
+    o.Add("red_min_th_pkts", "5", "red, ared: minimum threshold of the average queue (packets)");
+    o.Add("red_max_th_pkts", "15", "red, ared: maximum threshold of the average queue (packets)");
+    o.Add("red_max_p", "0.02", "red, ared: drop probability at the maximum threshold (ns-3 LInterm = 1/max_p; "
+                               "ared: its initial value)");
+    o.Add("red_weight", "0.002", "red, ared: weight of the average queue's moving average (ns-3 QW)");
+    o.Add("red_gentle", "1", "red, ared: gentle RED, the probability rises to 1 at twice the maximum threshold");
+    o.Add("pie_target_s", "0.015", "pie: target queue delay (QueueDelayReference, s)");
+    o.Add("pie_tupdate_s", "0.015", "pie: period of the drop probability update (s)");
+    o.Add("pie_a", "0.125", "pie: alpha, weight of the delay's distance to the target");
+    o.Add("pie_b", "1.25", "pie: beta, weight of the delay's change");
+    o.Add("pie_max_burst_s", "0.15", "pie: burst allowance (s)");
+    o.Add("pie_mark_threshold", "0.1", "pie: drop probability above which ECT packets are dropped, not marked");
+    o.Add("codel_target_s", "0.005", "codel, fq-codel: target sojourn time (s)");
+    o.Add("codel_interval_s", "0.1", "codel, fq-codel: interval (s)");
+    o.Add("fq_flows", "1024", "fq-codel: number of flow queues");
+    o.Add("fq_quantum_bytes", "0", "fq-codel: deficit round-robin quantum (bytes; 0 = the device MTU)");
+    o.Add("tcp", "cubic", "congestion control: cubic, newreno or dctcp (ECN on)");
     o.Add("mss_bytes", "1000", "TCP payload bytes per segment");
     o.Add("initial_cwnd_pkts", "10", "initial congestion window (segments)");
     o.Add("min_rto_s", "0.01", "minimum retransmission timeout (s)");
@@ -282,6 +322,7 @@ Options DeclareOptions() {
     o.Add("delayed_ack", "1", "segments per ACK (1 or 2)");
     o.Add("dupthresh", "3", "duplicate ACKs that declare a loss");
     o.Add("cubic_beta", "0.7", "CUBIC multiplicative decrease factor");
+    o.Add("dctcp_g", "0.0625", "DCTCP: weight of a window's marked fraction in alpha (TcpDctcp::DctcpShiftG)");
     o.Add("cubic_c", "0.4", "CUBIC scaling constant");
     o.Add("cubic_fast_convergence", "1", "CUBIC fast convergence (0/1)");
     o.Add("hystart", "1", "CUBIC HyStart (0/1)");
@@ -375,7 +416,12 @@ Params ParseCommandLine(int argc, char* argv[]) {
             c.bufferPkts += cap;
         }
     }
-    c.policy = OneOf("policy", o["policy"], {"droptail", "sb-naive", "sb-sophisticated", "dt", "abm", "rl"});
+    c.policy = OneOf("policy", o["policy"], {"droptail", "sb-naive", "sb-sophisticated", "dt", "abm", "rl", "red",
+                                             "ared", "pie", "codel", "fq-codel"});
+    if (IsAqm(c.policy) && c.numClasses != 1) {
+        BadParameter("num_classes", "must be 1 with --policy=" + c.policy + " (one queue disc, no classes), got " +
+                                        std::to_string(c.numClasses));
+    }
     std::vector<double> alpha;
     for (const auto& a : SplitList(o["alpha"])) {
         alpha.push_back(ToFinite("alpha", a, 0, false));
@@ -406,7 +452,34 @@ Params ParseCommandLine(int argc, char* argv[]) {
             ToFinite("class_threshold_bytes", thr[thr.size() == 1 ? 0 : k], 0, false));
     }
 
-    c.tcp = OneOf("tcp", o["tcp"], {"cubic", "newreno"});
+    auto probability = [&](const std::string& name) {
+        const double p = ToFinite(name, o[name], 0, true);
+        if (p > 1) BadParameter(name, "must be a probability in (0, 1], got " + o[name]);
+        return p;
+    };
+    c.ecn = ToBool("ecn", o["ecn"]);
+    c.redMinThPkts = ToFinite("red_min_th_pkts", o["red_min_th_pkts"], 0, true);
+    c.redMaxThPkts = ToFinite("red_max_th_pkts", o["red_max_th_pkts"], 0, true);
+    if (c.redMaxThPkts <= c.redMinThPkts) {
+        BadParameter("red_max_th_pkts", "must be larger than red_min_th_pkts (" + o["red_min_th_pkts"] + "), got " +
+                                            o["red_max_th_pkts"]);
+    }
+    c.redMaxP = probability("red_max_p");
+    c.redWeight = probability("red_weight");
+    c.redGentle = ToBool("red_gentle", o["red_gentle"]);
+    c.pieTargetS = ToFinite("pie_target_s", o["pie_target_s"], 0, true);
+    c.pieTupdateS = ToFinite("pie_tupdate_s", o["pie_tupdate_s"], 0, true);
+    c.pieA = ToFinite("pie_a", o["pie_a"], 0, true);
+    c.pieB = ToFinite("pie_b", o["pie_b"], 0, true);
+    c.pieMaxBurstS = ToFinite("pie_max_burst_s", o["pie_max_burst_s"], 0, true);
+    c.pieMarkThreshold = probability("pie_mark_threshold");
+    c.codelTargetS = ToFinite("codel_target_s", o["codel_target_s"], 0, true);
+    c.codelIntervalS = ToFinite("codel_interval_s", o["codel_interval_s"], 0, true);
+    c.fqFlows = ToInt("fq_flows", o["fq_flows"], 1, 1000000);
+    c.fqQuantumBytes = ToInt("fq_quantum_bytes", o["fq_quantum_bytes"], 0, 100000000);
+
+    c.tcp = OneOf("tcp", o["tcp"], {"cubic", "newreno", "dctcp"});
+    if (c.tcp == "dctcp") c.ecn = true; // TcpDctcp turns ECN on itself; the disc must mark
     c.mssBytes = ToInt("mss_bytes", o["mss_bytes"], 1, 65000);
     c.initialCwndPkts = ToInt("initial_cwnd_pkts", o["initial_cwnd_pkts"], 1, 1000000);
     c.minRtoS = ToFinite("min_rto_s", o["min_rto_s"], 0, true);
@@ -415,6 +488,8 @@ Params ParseCommandLine(int argc, char* argv[]) {
     c.delayedAck = ToInt("delayed_ack", o["delayed_ack"], 1, 2);
     c.dupthresh = ToInt("dupthresh", o["dupthresh"], 1, 1000);
     c.cubicBeta = ToFinite("cubic_beta", o["cubic_beta"], 0, true);
+    c.dctcpG = ToFinite("dctcp_g", o["dctcp_g"], 0, true);
+    if (c.dctcpG > 1) BadParameter("dctcp_g", "must be in (0, 1], got " + o["dctcp_g"]);
     if (c.cubicBeta >= 1) BadParameter("cubic_beta", "must be in (0, 1), got " + o["cubic_beta"]);
     c.cubicC = ToFinite("cubic_c", o["cubic_c"], 0, true);
     c.cubicFastConvergence = ToBool("cubic_fast_convergence", o["cubic_fast_convergence"]);
@@ -608,8 +683,236 @@ class RtoCountingCongestionOps : public Base {
 };
 
 // ---------------------------------------------------------------------------
-// the shared buffer of the bottleneck port
+// the bottleneck port: its measurements, the shared buffer, ns-3's AQM queue discs
 // ---------------------------------------------------------------------------
+
+/// Measurements of the bottleneck port over the measured window.
+struct BufferStats {
+    std::vector<uint64_t> arrivals, drops, dequeues; // [P] enqueue attempts, drops, dequeues
+    std::vector<uint64_t> dataArrivals, marks;       // [P] data segments offered, data segments CE-marked
+    uint64_t retxArrivals = 0; // data segments that repeat bytes already seen at this buffer
+    uint64_t retxDrops = 0;    // ... of which dropped
+    uint64_t synDrops = 0;     // SYNs dropped since t = 0 (each connection then waits syn_timeout_s)
+    std::vector<double> occupancyTime;               // [B+1] seconds at each total occupancy
+    std::vector<std::vector<double>> classTime;      // [P][cap_c+1] seconds at each class length
+    std::vector<double> classPktSeconds;             // [P] time integral of each class length
+    double measuredS = 0;
+};
+
+/// The port's part of an agent interval's record (rlbm_jax `metrics.Interval`), since
+/// the last `TakeInterval`: data segments (payload > 0) per class, the time integral of
+/// each class's length, and dropped SYNs.
+struct IntervalCounts {
+    std::vector<uint64_t> arrivals, drops, marks, dequeues; // [P] data segments
+    std::vector<double> queuePktS;                          // [P] integral of the class length (packet s)
+    uint64_t synDrops = 0;
+};
+
+/// The fields of a TCP segment the port reads; `tcp` is false for anything else.
+struct Segment {
+    bool tcp = false;
+    uint64_t flow = 0;     // source address and port
+    uint16_t dstPort = 0;
+    uint32_t seq = 0;
+    uint32_t payload = 0;  // bytes after the TCP header (0: pure ACK, SYN or FIN)
+    bool syn = false, ack = false;
+};
+
+Segment ParseSegment(Ptr<const QueueDiscItem> item) {
+    Segment s;
+    Ptr<const Ipv4QueueDiscItem> ip = DynamicCast<const Ipv4QueueDiscItem>(item);
+    if (!ip || ip->GetHeader().GetProtocol() != 6 /* TCP */) return s;
+    Ptr<const Packet> segment = ip->GetPacket();
+    uint8_t hdr[14];
+    if (segment->GetSize() < 20 || segment->CopyData(hdr, sizeof(hdr)) != sizeof(hdr)) return s;
+    const uint32_t headerBytes = uint32_t(hdr[12] >> 4) * 4;
+    s.tcp = true;
+    s.flow = (uint64_t(ip->GetHeader().GetSource().Get()) << 16) | ((uint32_t(hdr[0]) << 8) | hdr[1]);
+    s.dstPort = uint16_t((uint32_t(hdr[2]) << 8) | hdr[3]);
+    s.seq = (uint32_t(hdr[4]) << 24) | (uint32_t(hdr[5]) << 16) | (uint32_t(hdr[6]) << 8) | hdr[7];
+    s.payload = segment->GetSize() > headerBytes ? segment->GetSize() - headerBytes : 0;
+    s.syn = (hdr[13] & 0x02) != 0;
+    s.ack = (hdr[13] & 0x10) != 0;
+    return s;
+}
+
+/// The counters of the bottleneck port: arrivals, drops, marks and dequeues per class,
+/// the class lengths and their time integrals, retransmissions and lost SYNs, over the
+/// measured window and per agent interval.  The queue disc that holds the packets
+/// reports each event: RlbmBufferQueueDisc as it admits and serves, AqmPortMonitor from
+/// the traces of an ns-3 queue disc.
+class PortMeter {
+  public:
+    struct Config {
+        uint32_t numClasses = 0;
+        std::vector<uint32_t> histPkts; // [P] largest class length of the class histograms
+        uint32_t bufferPkts = 0;        // largest total occupancy
+        bool countIntervals = false;    // count the interval's dequeues (they parse every packet)
+        double warmupS = 0;             // measured window [warmupS, endS]
+        double endS = 0;
+    };
+
+    void Configure(const Config& cfg) {
+        m_cfg = cfg;
+        const uint32_t p = cfg.numClasses;
+        m_len.assign(p, 0);
+        m_stats.arrivals.assign(p, 0);
+        m_stats.drops.assign(p, 0);
+        m_stats.dequeues.assign(p, 0);
+        m_stats.dataArrivals.assign(p, 0);
+        m_stats.marks.assign(p, 0);
+        m_stats.occupancyTime.assign(cfg.bufferPkts + 1, 0.0);
+        m_stats.classPktSeconds.assign(p, 0.0);
+        ResetInterval();
+        m_stats.classTime.clear();
+        for (uint32_t c = 0; c < p; ++c) {
+            m_stats.classTime.emplace_back(cfg.histPkts[c] + 1, 0.0);
+        }
+    }
+
+    /// Every segment of a flow toward the sink (SYN and FIN included) takes the flow's
+    /// class, its destination port - kBasePort; anything else is class 0.
+    uint32_t Classify(const Segment& s) const {
+        if (!s.tcp || s.dstPort < kBasePort || s.dstPort >= kBasePort + m_cfg.numClasses) return 0;
+        return s.dstPort - kBasePort;
+    }
+
+    /// A packet of class c offered to the port; returns whether it is a retransmission.
+    bool Arrive(const Segment& seg, uint32_t c) {
+        const bool measuring = Measuring();
+        if (measuring) ++m_stats.arrivals[c];
+        if (measuring && seg.payload > 0) ++m_stats.dataArrivals[c];
+        if (seg.payload > 0) ++m_interval.arrivals[c];
+        const bool retx = IsRetransmission(seg);
+        if (measuring && retx) ++m_stats.retxArrivals;
+        return retx;
+    }
+
+    /// A packet of class c dropped (before it entered the queue, or after it left it).
+    void Drop(const Segment& seg, uint32_t c, bool retx) {
+        const bool measuring = Measuring();
+        if (measuring) ++m_stats.drops[c];
+        if (measuring && retx) ++m_stats.retxDrops;
+        if (seg.payload > 0) ++m_interval.drops[c];
+        if (seg.syn && !seg.ack) {
+            ++m_interval.synDrops;
+            ++m_stats.synDrops;
+        }
+    }
+
+    /// A packet of class c CE-marked instead of dropped; data segments are counted.
+    void Mark(const Segment& seg, uint32_t c) {
+        if (seg.payload == 0) return;
+        if (Measuring()) ++m_stats.marks[c];
+        ++m_interval.marks[c];
+    }
+
+    /// A packet joins class c's queue.
+    void Enter(uint32_t c) {
+        AccountOccupancy(Simulator::Now().GetSeconds());
+        AccountInterval(Simulator::Now().GetSeconds());
+        ++m_len[c];
+        ++m_total;
+    }
+
+    /// A packet leaves class c's queue (sent, or dropped after it left).
+    void Leave(uint32_t c) {
+        AccountOccupancy(Simulator::Now().GetSeconds());
+        AccountInterval(Simulator::Now().GetSeconds());
+        --m_len[c];
+        --m_total;
+    }
+
+    /// A packet of class c handed to the link; `undo` takes the count back (a packet that
+    /// left the queue and was dropped after all).
+    void Served(Ptr<const QueueDiscItem> item, uint32_t c, bool undo = false) {
+        const bool measuring = Measuring();
+        const bool data = m_cfg.countIntervals && ParseSegment(item).payload > 0;
+        if (undo) {
+            if (measuring) --m_stats.dequeues[c];
+            if (data) --m_interval.dequeues[c];
+            return;
+        }
+        if (measuring) ++m_stats.dequeues[c];
+        if (data) ++m_interval.dequeues[c];
+    }
+
+    /// Close the occupancy integrals at the end of the measured window.
+    void Finish() { AccountOccupancy(m_cfg.endS); }
+
+    const BufferStats& GetStats() const { return m_stats; }
+
+    /// The counters since the last call, up to now, which restarts them.
+    IntervalCounts TakeInterval() {
+        AccountInterval(Simulator::Now().GetSeconds());
+        IntervalCounts out = m_interval;
+        ResetInterval();
+        return out;
+    }
+
+    const std::vector<uint32_t>& ClassLengths() const { return m_len; }
+    uint32_t Occupancy() const { return m_total; }
+
+  private:
+    bool Measuring() const { return Simulator::Now().GetSeconds() >= m_cfg.warmupS; }
+
+    /// Whether a TCP data segment repeats bytes that already reached this buffer (a
+    /// retransmission, needed or spurious); records the highest byte seen per flow.
+    bool IsRetransmission(const Segment& s) {
+        if (!s.tcp || s.payload == 0) return false;
+        const uint32_t end = s.seq + s.payload;
+        auto [it, fresh] = m_highestEnd.emplace(s.flow, end);
+        if (fresh) return false;
+        if (int32_t(end - it->second) <= 0) return true;
+        it->second = end;
+        return false;
+    }
+
+    /// Add the time since the last change, clipped to the measured window, to the integrals.
+    void AccountOccupancy(double now) {
+        const double from = std::max(m_lastChangeS, m_cfg.warmupS);
+        const double to = std::min(now, m_cfg.endS);
+        if (to > from) {
+            const double dt = to - from;
+            m_stats.occupancyTime[std::min<size_t>(m_total, m_stats.occupancyTime.size() - 1)] += dt;
+            for (uint32_t c = 0; c < m_cfg.numClasses; ++c) {
+                auto& hist = m_stats.classTime[c];
+                hist[std::min<size_t>(m_len[c], hist.size() - 1)] += dt;
+                m_stats.classPktSeconds[c] += m_len[c] * dt;
+            }
+            m_stats.measuredS += dt;
+        }
+        m_lastChangeS = std::max(m_lastChangeS, now);
+    }
+
+    /// Add each class length times the time since the last change to the interval's integral.
+    void AccountInterval(double now) {
+        const double dt = now - m_ivLastChangeS;
+        if (dt > 0) {
+            for (uint32_t c = 0; c < m_cfg.numClasses; ++c) m_interval.queuePktS[c] += m_len[c] * dt;
+        }
+        m_ivLastChangeS = std::max(m_ivLastChangeS, now);
+    }
+
+    void ResetInterval() {
+        const uint32_t p = m_cfg.numClasses;
+        m_interval.arrivals.assign(p, 0);
+        m_interval.drops.assign(p, 0);
+        m_interval.marks.assign(p, 0);
+        m_interval.dequeues.assign(p, 0);
+        m_interval.queuePktS.assign(p, 0.0);
+        m_interval.synDrops = 0;
+    }
+
+    Config m_cfg;
+    std::vector<uint32_t> m_len; // packets per class
+    uint32_t m_total = 0;        // packets at the port
+    std::unordered_map<uint64_t, uint32_t> m_highestEnd; // per flow: highest sequence end seen
+    double m_lastChangeS = 0;
+    double m_ivLastChangeS = 0;
+    BufferStats m_stats;
+    IntervalCounts m_interval;
+};
 
 enum class Policy {
     DropTail,
@@ -634,27 +937,6 @@ struct BufferConfig {
     double endS = 0;
 };
 
-/// Measurements of the buffer over the measured window.
-struct BufferStats {
-    std::vector<uint64_t> arrivals, drops, dequeues; // [P] enqueue attempts, drops, dequeues
-    uint64_t retxArrivals = 0; // data segments that repeat bytes already seen at this buffer
-    uint64_t retxDrops = 0;    // ... of which dropped
-    uint64_t synDrops = 0;     // SYNs dropped since t = 0 (each connection then waits syn_timeout_s)
-    std::vector<double> occupancyTime;               // [B+1] seconds at each total occupancy
-    std::vector<std::vector<double>> classTime;      // [P][cap_c+1] seconds at each class length
-    std::vector<double> classPktSeconds;             // [P] time integral of each class length
-    double measuredS = 0;
-};
-
-/// The buffer's part of an agent interval's record (rlbm_jax `metrics.Interval`), since
-/// the last `TakeInterval`: data segments (payload > 0) per class, the time integral of
-/// each class's length, and dropped SYNs.
-struct IntervalCounts {
-    std::vector<uint64_t> arrivals, drops, dequeues; // [P] data segments
-    std::vector<double> queuePktS;                   // [P] integral of the class length (packet s)
-    uint64_t synDrops = 0;
-};
-
 /// One DropTail FIFO per class behind per-class admission thresholds, served by
 /// per-packet round robin or strict priority.  Class = TCP destination port - 10000
 /// for every segment of a flow (SYN and FIN included); any other packet is class 0.
@@ -674,42 +956,25 @@ class RlbmBufferQueueDisc : public QueueDisc {
     void Configure(const BufferConfig& cfg) {
         m_cfg = cfg;
         const uint32_t p = cfg.numClasses;
-        m_len.assign(p, 0);
         m_lastServed = p - 1;
         m_drainNorm.assign(p, 1.0);
         m_windowDeq.assign(p, 0);
-        m_stats.arrivals.assign(p, 0);
-        m_stats.drops.assign(p, 0);
-        m_stats.dequeues.assign(p, 0);
-        m_stats.occupancyTime.assign(cfg.bufferPkts + 1, 0.0);
-        m_stats.classPktSeconds.assign(p, 0.0);
-        ResetInterval();
-        m_stats.classTime.clear();
-        for (uint32_t c = 0; c < p; ++c) {
-            m_stats.classTime.emplace_back(cfg.capPkts[c] + 1, 0.0);
-        }
+        PortMeter::Config mc;
+        mc.numClasses = p;
+        mc.histPkts = cfg.capPkts;
+        mc.bufferPkts = cfg.bufferPkts;
+        mc.countIntervals = cfg.countIntervals;
+        mc.warmupS = cfg.warmupS;
+        mc.endS = cfg.endS;
+        m_meter.Configure(mc);
         if (cfg.policy == Policy::Abm) ScheduleDrainWindow(); // only ABM reads drain rates
     }
 
-    /// Close the occupancy integrals at the end of the measured window.
-    void FinishMeasurement() { AccountOccupancy(m_cfg.endS); }
-
-    const BufferStats& GetStats() const { return m_stats; }
+    PortMeter& Meter() { return m_meter; }
 
     /// The agent's per-class alphas (rl), applied from the next arriving packet on.
     void SetAlpha(const std::vector<double>& alpha) { m_cfg.alpha = alpha; }
     const std::vector<double>& GetAlpha() const { return m_cfg.alpha; }
-
-    /// The counters since the last call, up to now, which restarts them.
-    IntervalCounts TakeInterval() {
-        AccountInterval(Simulator::Now().GetSeconds());
-        IntervalCounts out = m_interval;
-        ResetInterval();
-        return out;
-    }
-
-    const std::vector<uint32_t>& ClassLengths() const { return m_len; }
-    uint32_t Occupancy() const { return m_total; }
 
   protected:
     void DoDispose() override {
@@ -719,49 +984,34 @@ class RlbmBufferQueueDisc : public QueueDisc {
 
   private:
     bool DoEnqueue(Ptr<QueueDiscItem> item) override {
-        const Segment seg = Parse(item);
-        const uint32_t c = Classify(seg);
-        const bool measuring = Simulator::Now().GetSeconds() >= m_cfg.warmupS;
-        if (measuring) ++m_stats.arrivals[c];
-        if (seg.payload > 0) ++m_interval.arrivals[c];
-        const bool retx = IsRetransmission(seg);
-        if (measuring && retx) ++m_stats.retxArrivals;
-        const bool admit = double(m_len[c]) < std::floor(Threshold(c)) && m_total < m_cfg.bufferPkts;
+        const Segment seg = ParseSegment(item);
+        const uint32_t c = m_meter.Classify(seg);
+        const bool retx = m_meter.Arrive(seg, c);
+        const bool admit = double(m_meter.ClassLengths()[c]) < std::floor(Threshold(c)) &&
+                           m_meter.Occupancy() < m_cfg.bufferPkts;
         if (!admit || !GetInternalQueue(c)->Enqueue(item)) {
-            if (measuring) ++m_stats.drops[c];
-            if (measuring && retx) ++m_stats.retxDrops;
-            if (seg.payload > 0) ++m_interval.drops[c];
-            if (seg.syn && !seg.ack) {
-                ++m_interval.synDrops;
-                ++m_stats.synDrops;
-            }
+            m_meter.Drop(seg, c, retx);
             if (!admit) DropBeforeEnqueue(item, "class threshold or shared buffer exceeded");
             return false;
         }
-        AccountOccupancy(Simulator::Now().GetSeconds());
-        AccountInterval(Simulator::Now().GetSeconds());
-        ++m_len[c];
-        ++m_total;
+        m_meter.Enter(c);
         return true;
     }
 
     Ptr<QueueDiscItem> DoDequeue() override {
-        if (m_total == 0) return nullptr;
+        if (m_meter.Occupancy() == 0) return nullptr;
         const uint32_t p = m_cfg.numClasses;
+        const auto& len = m_meter.ClassLengths();
         uint32_t c = 0;
         for (uint32_t k = 0; k < p; ++k) {
             c = m_cfg.strictPriority ? k : (m_lastServed + 1 + k) % p;
-            if (m_len[c] > 0) break;
+            if (len[c] > 0) break;
         }
         Ptr<QueueDiscItem> item = GetInternalQueue(c)->Dequeue();
-        AccountOccupancy(Simulator::Now().GetSeconds());
-        AccountInterval(Simulator::Now().GetSeconds());
-        --m_len[c];
-        --m_total;
+        m_meter.Leave(c);
         m_lastServed = c;
         ++m_windowDeq[c];
-        if (Simulator::Now().GetSeconds() >= m_cfg.warmupS) ++m_stats.dequeues[c];
-        if (m_cfg.countIntervals && Parse(item).payload > 0) ++m_interval.dequeues[c];
+        m_meter.Served(item, c);
         return item;
     }
 
@@ -781,57 +1031,10 @@ class RlbmBufferQueueDisc : public QueueDisc {
 
     void InitializeParams() override {}
 
-    /// The fields of a TCP segment this queue disc reads; `tcp` is false for anything else.
-    struct Segment {
-        bool tcp = false;
-        uint64_t flow = 0;     // source address and port
-        uint16_t dstPort = 0;
-        uint32_t seq = 0;
-        uint32_t payload = 0;  // bytes after the TCP header (0: pure ACK, SYN or FIN)
-        bool syn = false, ack = false;
-    };
-
-    static Segment Parse(Ptr<const QueueDiscItem> item) {
-        Segment s;
-        Ptr<const Ipv4QueueDiscItem> ip = DynamicCast<const Ipv4QueueDiscItem>(item);
-        if (!ip || ip->GetHeader().GetProtocol() != 6 /* TCP */) return s;
-        Ptr<const Packet> segment = ip->GetPacket();
-        uint8_t hdr[14];
-        if (segment->GetSize() < 20 || segment->CopyData(hdr, sizeof(hdr)) != sizeof(hdr)) return s;
-        const uint32_t headerBytes = uint32_t(hdr[12] >> 4) * 4;
-        s.tcp = true;
-        s.flow = (uint64_t(ip->GetHeader().GetSource().Get()) << 16) | ((uint32_t(hdr[0]) << 8) | hdr[1]);
-        s.dstPort = uint16_t((uint32_t(hdr[2]) << 8) | hdr[3]);
-        s.seq = (uint32_t(hdr[4]) << 24) | (uint32_t(hdr[5]) << 16) | (uint32_t(hdr[6]) << 8) | hdr[7];
-        s.payload = segment->GetSize() > headerBytes ? segment->GetSize() - headerBytes : 0;
-        s.syn = (hdr[13] & 0x02) != 0;
-        s.ack = (hdr[13] & 0x10) != 0;
-        return s;
-    }
-
-    /// Every segment of a flow toward the sink (SYN and FIN included) takes the flow's
-    /// class, its destination port - kBasePort; anything else is class 0.
-    uint32_t Classify(const Segment& s) const {
-        if (!s.tcp || s.dstPort < kBasePort || s.dstPort >= kBasePort + m_cfg.numClasses) return 0;
-        return s.dstPort - kBasePort;
-    }
-
-    /// Whether a TCP data segment repeats bytes that already reached this buffer (a
-    /// retransmission, needed or spurious); records the highest byte seen per flow.
-    bool IsRetransmission(const Segment& s) {
-        if (!s.tcp || s.payload == 0) return false;
-        const uint32_t end = s.seq + s.payload;
-        auto [it, fresh] = m_highestEnd.emplace(s.flow, end);
-        if (fresh) return false;
-        if (int32_t(end - it->second) <= 0) return true;
-        it->second = end;
-        return false;
-    }
-
     /// Admission threshold of class c for the current occupancy, capped by the class FIFO.
     double Threshold(uint32_t c) const {
         const double b = m_cfg.bufferPkts;
-        const double free = b - double(m_total);
+        const double free = b - double(m_meter.Occupancy());
         double thr = 0;
         switch (m_cfg.policy) {
         case Policy::DropTail:
@@ -859,40 +1062,6 @@ class RlbmBufferQueueDisc : public QueueDisc {
         return std::min(std::max(thr, 0.0), double(m_cfg.capPkts[c]));
     }
 
-    /// Add the time since the last change, clipped to the measured window, to the integrals.
-    void AccountOccupancy(double now) {
-        const double from = std::max(m_lastChangeS, m_cfg.warmupS);
-        const double to = std::min(now, m_cfg.endS);
-        if (to > from) {
-            const double dt = to - from;
-            m_stats.occupancyTime[m_total] += dt;
-            for (uint32_t c = 0; c < m_cfg.numClasses; ++c) {
-                m_stats.classTime[c][m_len[c]] += dt;
-                m_stats.classPktSeconds[c] += m_len[c] * dt;
-            }
-            m_stats.measuredS += dt;
-        }
-        m_lastChangeS = std::max(m_lastChangeS, now);
-    }
-
-    /// Add each class length times the time since the last change to the interval's integral.
-    void AccountInterval(double now) {
-        const double dt = now - m_ivLastChangeS;
-        if (dt > 0) {
-            for (uint32_t c = 0; c < m_cfg.numClasses; ++c) m_interval.queuePktS[c] += m_len[c] * dt;
-        }
-        m_ivLastChangeS = std::max(m_ivLastChangeS, now);
-    }
-
-    void ResetInterval() {
-        const uint32_t p = m_cfg.numClasses;
-        m_interval.arrivals.assign(p, 0);
-        m_interval.drops.assign(p, 0);
-        m_interval.dequeues.assign(p, 0);
-        m_interval.queuePktS.assign(p, 0.0);
-        m_interval.synDrops = 0;
-    }
-
     /// ABM drain rates: dequeues of the last window over the window's capacity.
     void EndDrainWindow() {
         for (uint32_t c = 0; c < m_cfg.numClasses; ++c) {
@@ -908,20 +1077,82 @@ class RlbmBufferQueueDisc : public QueueDisc {
     }
 
     BufferConfig m_cfg;
-    std::vector<uint32_t> m_len; // packets per class FIFO
-    std::unordered_map<uint64_t, uint32_t> m_highestEnd; // per flow: highest sequence end seen
-    uint32_t m_total = 0;        // packets in the shared buffer
+    PortMeter m_meter;
     uint32_t m_lastServed = 0;
     std::vector<double> m_drainNorm;
     std::vector<uint64_t> m_windowDeq;
     EventId m_windowEvent;
-    double m_lastChangeS = 0;
-    double m_ivLastChangeS = 0;
-    BufferStats m_stats;
-    IntervalCounts m_interval;
 };
 
 NS_OBJECT_ENSURE_REGISTERED(RlbmBufferQueueDisc);
+
+/// Counts the packets of one of ns-3's own queue discs (RED, PIE, CoDel, FQ-CoDel) with
+/// the same PortMeter as RlbmBufferQueueDisc, from the disc's traces.  An arrival is
+/// either enqueued or dropped before enqueue; a packet leaves through the Dequeue trace,
+/// including one that the disc then drops after dequeue (CoDel's drops, FQ-CoDel's
+/// overflow drops from its fattest flow), whose dequeue is taken back.
+class AqmPortMonitor {
+  public:
+    AqmPortMonitor(Ptr<QueueDisc> disc, const PortMeter::Config& cfg) {
+        m_meter.Configure(cfg);
+        disc->TraceConnectWithoutContext("Enqueue", MakeCallback(&AqmPortMonitor::OnEnqueue, this));
+        disc->TraceConnectWithoutContext("DropBeforeEnqueue",
+                                         MakeCallback(&AqmPortMonitor::OnDropBeforeEnqueue, this));
+        disc->TraceConnectWithoutContext("Dequeue", MakeCallback(&AqmPortMonitor::OnDequeue, this));
+        disc->TraceConnectWithoutContext("DropAfterDequeue",
+                                         MakeCallback(&AqmPortMonitor::OnDropAfterDequeue, this));
+        disc->TraceConnectWithoutContext("Mark", MakeCallback(&AqmPortMonitor::OnMark, this));
+    }
+
+    PortMeter& Meter() { return m_meter; }
+
+  private:
+    void OnEnqueue(Ptr<const QueueDiscItem> item) {
+        const Segment seg = ParseSegment(item);
+        const uint32_t c = m_meter.Classify(seg);
+        if (m_meter.Arrive(seg, c)) m_retxQueued.insert(PeekPointer(item));
+        m_meter.Enter(c);
+    }
+
+    void OnDropBeforeEnqueue(Ptr<const QueueDiscItem> item, const char*) {
+        const Segment seg = ParseSegment(item);
+        const uint32_t c = m_meter.Classify(seg);
+        m_meter.Drop(seg, c, m_meter.Arrive(seg, c));
+    }
+
+    void OnDequeue(Ptr<const QueueDiscItem> item) {
+        const uint32_t c = m_meter.Classify(ParseSegment(item));
+        m_meter.Leave(c);
+        m_meter.Served(item, c);
+        m_lastOut = PeekPointer(item);
+        m_lastOutRetx = m_retxQueued.erase(m_lastOut) > 0;
+    }
+
+    void OnDropAfterDequeue(Ptr<const QueueDiscItem> item, const char*) {
+        const Segment seg = ParseSegment(item);
+        const uint32_t c = m_meter.Classify(seg);
+        bool retx = false;
+        if (PeekPointer(item) == m_lastOut) {
+            m_meter.Served(item, c, true);
+            retx = m_lastOutRetx;
+        } else { // left without the Dequeue trace
+            m_meter.Leave(c);
+            retx = m_retxQueued.erase(PeekPointer(item)) > 0;
+        }
+        m_lastOut = nullptr;
+        m_meter.Drop(seg, c, retx);
+    }
+
+    void OnMark(Ptr<const QueueDiscItem> item, const char*) {
+        const Segment seg = ParseSegment(item);
+        m_meter.Mark(seg, m_meter.Classify(seg));
+    }
+
+    PortMeter m_meter;
+    std::unordered_set<const QueueDiscItem*> m_retxQueued; // retransmissions in the queue
+    const QueueDiscItem* m_lastOut = nullptr;              // the packet of the last Dequeue trace
+    bool m_lastOutRetx = false;
+};
 
 // ---------------------------------------------------------------------------
 // flows
@@ -1083,7 +1314,7 @@ class Scenario {
         const auto t0 = std::chrono::steady_clock::now();
         Simulator::Run();
         const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - t0;
-        m_buffer->FinishMeasurement();
+        m_meter->Finish();
         FinishIntervals();
         return wall.count();
     }
@@ -1097,6 +1328,7 @@ class Scenario {
 
   private:
     void BuildTopology();
+    void InstallPort(Ptr<NetDevice> port);
     void BuildTraffic();
     void ScheduleNextArrival();
     void ScheduleFlowsFromFile();
@@ -1126,7 +1358,9 @@ class Scenario {
     NodeContainer m_senders;
     std::vector<Ipv4Address> m_senderAddr;
     Ipv4Address m_sinkAddr;
-    Ptr<RlbmBufferQueueDisc> m_buffer;
+    Ptr<RlbmBufferQueueDisc> m_buffer;     // the shared buffer, or
+    std::unique_ptr<AqmPortMonitor> m_aqm; // the counts of ns-3's AQM queue disc in its place
+    PortMeter* m_meter = nullptr;          // the port's counters, of either
     Ptr<ExponentialRandomVariable> m_gap;
     Ptr<UniformRandomVariable> m_sizeU, m_senderU, m_longStartU;
     double m_meanGapS = 0;
@@ -1142,7 +1376,7 @@ class Scenario {
     uint32_t m_traceCwnd = 0;
     uint32_t m_traceSsthresh = std::numeric_limits<uint32_t>::max();
 
-    // the current agent interval's record (rlbm_jax metrics.Interval), beside the buffer's part
+    // the current agent interval's record (rlbm_jax metrics.Interval), beside the port's part
     uint64_t m_ivSinkPkts = 0;    // distinct data segments that reached the sink
     uint64_t m_ivSinkBytes = 0;   // their payload bytes
     std::unordered_map<uint64_t, std::unordered_set<uint32_t>> m_sinkSeen; // per flow: sequence numbers
@@ -1186,27 +1420,7 @@ void Scenario::BuildTopology() {
     stack.InstallAll();
 
     // Queue discs go in before addresses are assigned, else Assign() installs FqCoDel.
-    TrafficControlHelper bufferTc;
-    bufferTc.SetRootQueueDisc("ns3::RlbmBufferQueueDisc");
-    m_buffer = DynamicCast<RlbmBufferQueueDisc>(bufferTc.Install(bnPort).Get(0));
-    BufferConfig bc;
-    bc.numClasses = c.numClasses;
-    bc.capPkts = c.classCapPkts;
-    bc.bufferPkts = c.bufferPkts;
-    bc.policy = c.policy == "droptail" ? Policy::DropTail
-                : c.policy == "dt"     ? Policy::DynamicThresholds
-                : c.policy == "abm"    ? Policy::Abm
-                : c.policy == "rl"     ? Policy::Rl
-                                       : Policy::StaticBuffer;
-    bc.alpha = c.alpha;
-    bc.beta = c.beta;
-    bc.countIntervals = c.agentIntervalS > 0;
-    bc.strictPriority = c.scheduler == "strict";
-    bc.windowS = c.BaseRttS();
-    bc.windowCapacityPkts = c.BaseRttS() * c.bottleneckRateBps / c.DataPktBits();
-    bc.warmupS = c.warmupS;
-    bc.endS = c.seconds;
-    m_buffer->Configure(bc);
+    InstallPort(bnPort);
 
     TrafficControlHelper fifoTc;
     fifoTc.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", StringValue(kLosslessQueue));
@@ -1235,6 +1449,93 @@ void Scenario::BuildTopology() {
             "LocalDeliver", MakeCallback(&Scenario::OnSinkDeliver, this));
     }
     bnPort->TraceConnectWithoutContext("PhyTxEnd", MakeCallback(&Scenario::OnBottleneckTx, this));
+}
+
+/// The bottleneck port's queue disc: the shared buffer, or the policy's ns-3 AQM queue disc
+/// (MaxSize = buffer_pkts packets) with ns-3's defaults for what no option sets.
+void Scenario::InstallPort(Ptr<NetDevice> port) {
+    const Params& c = m_cfg;
+    TrafficControlHelper tc;
+    if (!IsAqm(c.policy)) {
+        tc.SetRootQueueDisc("ns3::RlbmBufferQueueDisc");
+        m_buffer = DynamicCast<RlbmBufferQueueDisc>(tc.Install(port).Get(0));
+        BufferConfig bc;
+        bc.numClasses = c.numClasses;
+        bc.capPkts = c.classCapPkts;
+        bc.bufferPkts = c.bufferPkts;
+        bc.policy = c.policy == "droptail" ? Policy::DropTail
+                    : c.policy == "dt"     ? Policy::DynamicThresholds
+                    : c.policy == "abm"    ? Policy::Abm
+                    : c.policy == "rl"     ? Policy::Rl
+                                           : Policy::StaticBuffer;
+        bc.alpha = c.alpha;
+        bc.beta = c.beta;
+        bc.countIntervals = c.agentIntervalS > 0;
+        bc.strictPriority = c.scheduler == "strict";
+        bc.windowS = c.BaseRttS();
+        bc.windowCapacityPkts = c.BaseRttS() * c.bottleneckRateBps / c.DataPktBits();
+        bc.warmupS = c.warmupS;
+        bc.endS = c.seconds;
+        m_buffer->Configure(bc);
+        m_meter = &m_buffer->Meter();
+        return;
+    }
+
+    const std::string type = c.policy == "red" || c.policy == "ared" ? "ns3::RedQueueDisc"
+                             : c.policy == "pie"                     ? "ns3::PieQueueDisc"
+                             : c.policy == "codel"                   ? "ns3::CoDelQueueDisc"
+                                                                     : "ns3::FqCoDelQueueDisc";
+    tc.SetRootQueueDisc(type);
+    Ptr<QueueDisc> disc = tc.Install(port).Get(0);
+    // the attributes take effect when the disc is initialised, as the simulation starts
+    disc->SetAttribute("MaxSize", QueueSizeValue(QueueSize(QueueSizeUnit::PACKETS, c.bufferPkts)));
+    disc->SetAttribute("UseEcn", BooleanValue(c.ecn));
+    const uint32_t wirePktBytes = c.mssBytes + kDataHeaderBytes; // a full data packet on the wire
+    auto nanoseconds = [](double s) { return std::to_string(std::llround(s * 1e9)) + "ns"; };
+    if (c.policy == "red" || c.policy == "ared") {
+        // explicit thresholds and weight: ns-3's ARED attribute would replace them by its
+        // automatic ones, so ared is RED with AdaptMaxP (Interval, Top, Bottom, Alpha, Beta
+        // at ns-3's defaults)
+        disc->SetAttribute("MinTh", DoubleValue(c.redMinThPkts));
+        disc->SetAttribute("MaxTh", DoubleValue(c.redMaxThPkts));
+        disc->SetAttribute("LInterm", DoubleValue(1.0 / c.redMaxP));
+        disc->SetAttribute("QW", DoubleValue(c.redWeight));
+        disc->SetAttribute("Gentle", BooleanValue(c.redGentle));
+        disc->SetAttribute("AdaptMaxP", BooleanValue(c.policy == "ared"));
+        disc->SetAttribute("LinkBandwidth",
+                           DataRateValue(DataRate(uint64_t(std::llround(c.bottleneckRateBps)))));
+        disc->SetAttribute("LinkDelay", TimeValue(Seconds(c.bottleneckDelayS)));
+        disc->SetAttribute("MeanPktSize", UintegerValue(wirePktBytes));
+        DynamicCast<RedQueueDisc>(disc)->AssignStreams(5);
+    } else if (c.policy == "pie") {
+        disc->SetAttribute("QueueDelayReference", TimeValue(Seconds(c.pieTargetS)));
+        disc->SetAttribute("Tupdate", TimeValue(Seconds(c.pieTupdateS)));
+        disc->SetAttribute("A", DoubleValue(c.pieA));
+        disc->SetAttribute("B", DoubleValue(c.pieB));
+        disc->SetAttribute("MaxBurstAllowance", TimeValue(Seconds(c.pieMaxBurstS)));
+        disc->SetAttribute("MarkEcnThreshold", DoubleValue(c.pieMarkThreshold));
+        disc->SetAttribute("MeanPktSize", UintegerValue(wirePktBytes));
+        DynamicCast<PieQueueDisc>(disc)->AssignStreams(5);
+    } else if (c.policy == "codel") {
+        disc->SetAttribute("Target", TimeValue(Seconds(c.codelTargetS)));
+        disc->SetAttribute("Interval", TimeValue(Seconds(c.codelIntervalS)));
+    } else {
+        // FqCoDel passes Target and Interval to its CoDel queues as text
+        disc->SetAttribute("Target", StringValue(nanoseconds(c.codelTargetS)));
+        disc->SetAttribute("Interval", StringValue(nanoseconds(c.codelIntervalS)));
+        disc->SetAttribute("Flows", UintegerValue(c.fqFlows));
+        // no attribute in ns-3.37: unset (0), CheckConfig takes the device's MTU
+        if (c.fqQuantumBytes > 0) DynamicCast<FqCoDelQueueDisc>(disc)->SetQuantum(c.fqQuantumBytes);
+    }
+    PortMeter::Config mc;
+    mc.numClasses = 1;
+    mc.histPkts = {c.bufferPkts};
+    mc.bufferPkts = c.bufferPkts;
+    mc.countIntervals = c.agentIntervalS > 0;
+    mc.warmupS = c.warmupS;
+    mc.endS = c.seconds;
+    m_aqm = std::make_unique<AqmPortMonitor>(disc, mc);
+    m_meter = &m_aqm->Meter();
 }
 
 void Scenario::BuildTraffic() {
@@ -1396,8 +1697,8 @@ void Scenario::OnSinkDeliver(const Ipv4Header& ip, Ptr<const Packet> segment, ui
 /// The per-class fields that open the record (rlbm_jax metrics.INTERVAL_FIELDS, in its order,
 /// less flows_logged and flows_overflow, which the reader derives from `flows`): per-class
 /// values are written "v0,v1,...", `flows` as "size:class:slowdown;...".
-static const char* const kPerClassFields[] = {"arrivals_pkts", "drops_pkts", "dequeues_pkts", "queue_end_pkts",
-                                              "queue_pkt_s"};
+static const char* const kPerClassFields[] = {"arrivals_pkts",  "drops_pkts",     "marks_pkts",
+                                              "dequeues_pkts", "queue_end_pkts", "queue_pkt_s"};
 
 void Scenario::SetIntervalsOut(std::ostream* os) {
     m_intervalsOs = os;
@@ -1444,7 +1745,7 @@ std::string JoinValues(const std::vector<T>& v) {
 /// logged to --intervals_out, and a new interval begun.
 Scenario::Record Scenario::CloseInterval(uint32_t k) {
     const uint32_t p = m_cfg.numClasses;
-    const IntervalCounts iv = m_buffer->TakeInterval();
+    const IntervalCounts iv = m_meter->TakeInterval();
     const std::vector<double> openEnd = OpenLogSlowdown();
     std::vector<uint64_t> done(p, 0);
     std::vector<double> slowMax(p, 0.0), logSum(p, 0.0);
@@ -1457,9 +1758,10 @@ Scenario::Record Scenario::CloseInterval(uint32_t k) {
         logSum[r.cls] += std::log(std::max(r.slowdown, 1.0));
         flows << (i ? ";" : "") << r.sizeBytes << ":" << r.cls << ":" << r.slowdown;
     }
-    std::vector<uint32_t> queueEnd(m_buffer->ClassLengths());
+    std::vector<uint32_t> queueEnd(m_meter->ClassLengths());
     Record rec = {{"arrivals_pkts", JoinValues(iv.arrivals)},
                   {"drops_pkts", JoinValues(iv.drops)},
+                  {"marks_pkts", JoinValues(iv.marks)},
                   {"dequeues_pkts", JoinValues(iv.dequeues)},
                   {"queue_end_pkts", JoinValues(queueEnd)},
                   {"queue_pkt_s", JoinValues(iv.queuePktS)},
@@ -1480,7 +1782,7 @@ Scenario::Record Scenario::CloseInterval(uint32_t k) {
             std::ostream& os = *m_intervalsOs;
             os << k << "," << Simulator::Now().GetSeconds();
             for (const auto& [name, value] : rec) os << "," << value; // per-class values: one column each
-            for (double a : m_buffer->GetAlpha()) os << "," << a;
+            for (double a : m_buffer ? m_buffer->GetAlpha() : m_cfg.alpha) os << "," << a;
             os << "\n";
         }
     }
@@ -1562,6 +1864,22 @@ JsonObject Scenario::ConfigJson() const {
         .Raw("beta", JsonArr(c.beta))
         .Str("scheduler", c.scheduler)
         .Raw("class_threshold_bytes", JsonArr(c.classThresholdBytes))
+        .Raw("ecn", c.ecn ? "true" : "false")
+        .Num("red_min_th_pkts", c.redMinThPkts)
+        .Num("red_max_th_pkts", c.redMaxThPkts)
+        .Num("red_max_p", c.redMaxP)
+        .Num("red_weight", c.redWeight)
+        .Raw("red_gentle", c.redGentle ? "true" : "false")
+        .Num("pie_target_s", c.pieTargetS)
+        .Num("pie_tupdate_s", c.pieTupdateS)
+        .Num("pie_a", c.pieA)
+        .Num("pie_b", c.pieB)
+        .Num("pie_max_burst_s", c.pieMaxBurstS)
+        .Num("pie_mark_threshold", c.pieMarkThreshold)
+        .Num("codel_target_s", c.codelTargetS)
+        .Num("codel_interval_s", c.codelIntervalS)
+        .Num("fq_flows", c.fqFlows)
+        .Num("fq_quantum_bytes", c.fqQuantumBytes)
         .Str("tcp", c.tcp)
         .Num("mss_bytes", c.mssBytes)
         .Num("initial_cwnd_pkts", c.initialCwndPkts)
@@ -1571,6 +1889,7 @@ JsonObject Scenario::ConfigJson() const {
         .Num("delayed_ack", c.delayedAck)
         .Num("dupthresh", c.dupthresh)
         .Num("cubic_beta", c.cubicBeta)
+        .Num("dctcp_g", c.dctcpG)
         .Num("cubic_c", c.cubicC)
         .Raw("cubic_fast_convergence", c.cubicFastConvergence ? "true" : "false")
         .Raw("hystart", c.hystart ? "true" : "false")
@@ -1607,16 +1926,20 @@ JsonObject Scenario::ConfigJson() const {
 
 std::string Scenario::Report(double wallS) const {
     const Params& c = m_cfg;
-    const BufferStats& st = m_buffer->GetStats();
+    const BufferStats& st = m_meter->GetStats();
     const double measured = c.seconds - c.warmupS;
     const double histTotal = std::max(st.measuredS, 1e-300);
 
     uint64_t arrivals = 0;
     uint64_t drops = 0;
+    uint64_t dataArrivals = 0;
+    uint64_t marks = 0;
     double queueMean = 0;
     for (uint32_t k = 0; k < c.numClasses; ++k) {
         arrivals += st.arrivals[k];
         drops += st.drops[k];
+        dataArrivals += st.dataArrivals[k];
+        marks += st.marks[k];
         queueMean += st.classPktSeconds[k] / histTotal;
     }
     std::vector<double> fct;
@@ -1650,6 +1973,7 @@ std::string Scenario::Report(double wallS) const {
     o.Num("util_wire", double(m_wireBytes) / (c.bottleneckRateBps / 8.0 * measured))
         .Num("goodput_bps", double(m_payloadBytes) * 8.0 / measured)
         .Num("drop_rate", arrivals ? double(drops) / double(arrivals) : 0.0)
+        .Num("mark_rate", dataArrivals ? double(marks) / double(dataArrivals) : 0.0)
         .Num("queue_mean_pkts", queueMean)
         .Num("queue_p99_pkts", HistQuantile(st.occupancyTime, 0.99))
         .Num("fct_mean_s", fctMean)
@@ -1672,7 +1996,8 @@ std::string Scenario::Report(double wallS) const {
         o.Num("queue_mean_pkts_c" + s, st.classPktSeconds[k] / histTotal)
             .Num("queue_p99_pkts_c" + s, HistQuantile(st.classTime[k], 0.99))
             .Num("arrivals_c" + s, double(st.arrivals[k]))
-            .Num("drops_c" + s, double(st.drops[k]));
+            .Num("drops_c" + s, double(st.drops[k]))
+            .Num("marks_c" + s, double(st.marks[k]));
     }
     o.Raw("queue_hist", fractions(st.occupancyTime));
     for (uint32_t k = 0; k < c.numClasses; ++k) {
@@ -1703,8 +2028,10 @@ void Scenario::WriteFlows(std::ostream& os) const {
 
 /// ns-3 defaults that the scenario overrides.
 void SetDefaults(const Params& c) {
-    const TypeId cc = c.tcp == "cubic" ? RtoCountingCongestionOps<TcpCubic>::GetTypeId()
-                                       : RtoCountingCongestionOps<TcpNewReno>::GetTypeId();
+    const TypeId cc = c.tcp == "cubic"   ? RtoCountingCongestionOps<TcpCubic>::GetTypeId()
+                      : c.tcp == "dctcp" ? RtoCountingCongestionOps<TcpDctcp>::GetTypeId()
+                                         : RtoCountingCongestionOps<TcpNewReno>::GetTypeId();
+    Config::SetDefault("ns3::TcpDctcp::DctcpShiftG", DoubleValue(c.dctcpG));
     Config::SetDefault("ns3::TcpL4Protocol::SocketType", TypeIdValue(cc));
     g_ssAckCapSegs = c.ssAckCapSegs;
     Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(c.mssBytes));
@@ -1719,6 +2046,7 @@ void SetDefaults(const Params& c) {
     Config::SetDefault("ns3::TcpSocketBase::Sack", BooleanValue(true));
     Config::SetDefault("ns3::TcpSocketBase::Timestamp", BooleanValue(true));
     Config::SetDefault("ns3::TcpSocketBase::ReTxThreshold", UintegerValue(c.dupthresh));
+    if (c.ecn) Config::SetDefault("ns3::TcpSocketBase::UseEcn", EnumValue(TcpSocketState::On));
     Config::SetDefault("ns3::TcpCubic::Beta", DoubleValue(c.cubicBeta));
     Config::SetDefault("ns3::TcpCubic::C", DoubleValue(c.cubicC));
     Config::SetDefault("ns3::TcpCubic::FastConvergence", BooleanValue(c.cubicFastConvergence));

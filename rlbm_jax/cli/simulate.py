@@ -2,16 +2,19 @@
 
     python scripts/simulate.py --scenario thesis --policy sb-naive --json -
     python scripts/simulate.py --scenario long --long-flows 16 --buffer-pkts 60 --tcp cubic
+    python scripts/simulate.py --scenario long --long-flows 16 --policy codel --ecn
 
 Scenarios are `rlbm_jax.scenarios`; every simulator parameter has a flag (unset flags
-keep the scenario's value).  --policy takes a baseline or a policy directory written by
+keep the scenario's value).  --policy takes a baseline, an AQM (red, ared, pie, codel: the
+droptail limit with ns-3.37's queue-disc algorithm in front of each class FIFO; --ecn makes
+the senders ECN-capable and the AQM mark instead of drop) or a policy directory written by
 scripts/train.py (it then acts every --agent-interval-s through the formulation it was
 trained on).  The JSON holds the report fields (mean, std and per seed), `tail` (FCT
 slowdown p50/p99 per flow size, < 100 KB, 100 KB - 1 MB, > 1 MB and all, pooled over the
 seeds), timings, the configuration and the flow-size table used (name, rows, mean and
 SHA-256 of its values).  Retransmission timeouts, retransmitted packets offered to the
 buffer and spurious copies received (`rto_count`, `retx_arrivals`, `spurious_retx`) are
-report fields.
+report fields, and so are CE marks (`mark_rate`, `marks_c<c>`).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, n
 from rlbm_jax.devices import is_main_process
 from rlbm_jax.env import buffer, formulations, traffic
 from rlbm_jax.env.params import make_params
-from rlbm_jax.simulate import BASELINES, run_scenario, with_policy
+from rlbm_jax.simulate import AQMS, BASELINES, run_scenario, with_policy
 
 PROG = "simulate.py"
 # flag dest -> make_params field
@@ -40,7 +43,11 @@ FIELDS = {"tcp": "tcp", "senders": "num_senders", "classes": "num_classes", "flo
           "cubic_c": "cubic_c", "dupthresh": "dupthresh", "max_rto_s": "max_rto_s",
           "syn_timeout_s": "syn_timeout_s", "alpha": "alpha", "beta": "beta",
           "long_flow_start_spread_s": "long_flow_start_spread_s", "flow_log_size": "completion_log_size",
-          "pkts_per_tick": "pkts_per_tick", "rto_recovery": "rto_recovery", "rtt_samples": "rtt_samples"}
+          "pkts_per_tick": "pkts_per_tick", "rto_recovery": "rto_recovery", "rtt_samples": "rtt_samples",
+          "red_min_th_pkts": "red_min_th_pkts", "red_max_th_pkts": "red_max_th_pkts", "red_max_p": "red_max_p",
+          "red_weight": "red_weight", "pie_target_s": "pie_target_s", "pie_tupdate_s": "pie_tupdate_s",
+          "pie_max_burst_s": "pie_max_burst_s", "pie_mark_threshold": "pie_mark_threshold",
+          "codel_target_s": "codel_target_s", "codel_interval_s": "codel_interval_s", "dctcp_g": "dctcp_g"}
 
 
 def build_parser():
@@ -48,9 +55,9 @@ def build_parser():
     ap.add_argument("--scenario", choices=list(scenarios.SCENARIOS), default="thesis",
                     help="; ".join(f"{k}: {t}" for k, (_, t) in scenarios.SCENARIOS.items()))
     ap.add_argument("--policy", default="sb-naive",
-                    help=f"buffer policy ({'|'.join(BASELINES)}) or a policy directory")
+                    help=f"buffer policy ({'|'.join(BASELINES)}), AQM ({'|'.join(AQMS)}) or a policy directory")
     g = ap.add_argument_group("scenario parameters (unset: the scenario's value)")
-    g.add_argument("--tcp", choices=["newreno", "cubic"], help="TCP of every sender")
+    g.add_argument("--tcp", choices=["newreno", "cubic", "dctcp"], help="TCP of every sender (dctcp turns --ecn on)")
     g.add_argument("--senders", type=int, help="number of senders")
     g.add_argument("--classes", type=int, help="priority classes at the bottleneck")
     g.add_argument("--flow-slots", type=int, help="flow slots per env (a full table refuses and counts arrivals)")
@@ -84,6 +91,21 @@ def build_parser():
     g.add_argument("--long-flows", type=int, help="long-lived flows started at t = 0")
     g.add_argument("--pkts-per-tick", type=int, default=1, help="bottleneck packets per tick (fidelity/speed dial)")
     g.add_argument("--warmup-s", type=float, help="excluded from time-averaged metrics (s)")
+    g = ap.add_argument_group("ECN and AQM (unset: ns-3.37's queue-disc defaults)")
+    g.add_argument("--ecn", action="store_true", help="ECN-capable senders (RFC 3168); the AQM marks instead of drops")
+    g.add_argument("--red-min-th-pkts", type=float, help="RED/ARED: average queue where early drops start "
+                   "(default 5; ared: max(5, 5 ms of link packets / 2))")
+    g.add_argument("--red-max-th-pkts", type=float, help="RED/ARED: average queue of max_p (default 15; ared: 3 min)")
+    g.add_argument("--red-max-p", type=float, help="RED: drop probability at max_th (ARED's start; default 0.02)")
+    g.add_argument("--red-weight", type=float, help="RED: EWMA weight per packet (default 0.002; ared: 1-exp(-1/C))")
+    g.add_argument("--no-red-gentle", action="store_true", help="RED without the gentle region above max_th")
+    g.add_argument("--pie-target-s", type=float, help="PIE: queueing delay reference (default 0.015)")
+    g.add_argument("--pie-tupdate-s", type=float, help="PIE: probability update period (default 0.015)")
+    g.add_argument("--pie-max-burst-s", type=float, help="PIE: burst allowance (default 0.15)")
+    g.add_argument("--pie-mark-threshold", type=float, help="PIE: marks only below this probability (default 0.1)")
+    g.add_argument("--codel-target-s", type=float, help="CoDel: target sojourn (default 0.005)")
+    g.add_argument("--codel-interval-s", type=float, help="CoDel: interval (default 0.1)")
+    g.add_argument("--dctcp-g", type=float, help="DCTCP: weight of a window's marked fraction in alpha (default 1/16)")
     add_model_args(ap)
     add_backend_arg(ap)
     g = ap.add_argument_group("run")
@@ -104,6 +126,10 @@ def params_from_args(a):
             kw[field] = v
     if a.no_hystart:
         kw["hystart"] = False
+    if a.ecn:
+        kw["ecn"] = True
+    if a.no_red_gentle:
+        kw["red_gentle"] = False
     if a.scenario == "long":
         n = kw.pop("long_flows", 1)
         kw = scenarios.kw("long", long_flows=n, **kw)
@@ -139,7 +165,8 @@ def main(argv=None):
         policy_name = a.policy
         if a.policy not in buffer.POLICY_NAMES:
             if not Path(a.policy).exists():
-                raise ValueError(f"unknown policy {a.policy!r}: neither one of {', '.join(BASELINES)} nor a directory")
+                raise ValueError(f"unknown policy {a.policy!r}: neither one of {', '.join(BASELINES + AQMS)} nor a "
+                                 "directory")
             from rlbm_jax.policy import load_policy, read_policy
 
             meta = read_policy(a.policy)[1]

@@ -6,6 +6,10 @@ admitted.  The switch additionally enforces each class's FIFO cap and the shared
 buffer size B.  Policies live in a registry; `params.policy_id` picks one at run
 time (`lax.switch`), so a batch of simulators can mix policies.  A new policy
 plugs in with `register_policy` and nothing else changes.
+
+A policy may also name an AQM (`rlbm_jax.env.aqm`: RED, ARED, PIE, CoDel) that drops or
+marks packets below its thresholds; "red", "ared", "pie" and "codel" are the droptail
+limit (each class's FIFO cap within the shared buffer) with that AQM in front.
 """
 from __future__ import annotations
 
@@ -63,6 +67,7 @@ class Policy(NamedTuple):
     name: str
     thresholds: Callable
     default_alpha: tuple
+    aqm: str = "none"  # a name of aqm.AQM_NAMES
 
 
 _REGISTRY: list[Policy] = [
@@ -73,6 +78,10 @@ _REGISTRY: list[Policy] = [
     Policy("abm", _abm, (1.0, 1.0)),
     Policy("rl", _rl, (1.0, 1.0)),
     Policy("static-bdp", _static_bdp, (1e6, 1e6)),
+    Policy("red", _droptail, (1.0,), "red"),
+    Policy("ared", _droptail, (1.0,), "ared"),
+    Policy("pie", _droptail, (1.0,), "pie"),
+    Policy("codel", _droptail, (1.0,), "codel"),
 ]
 POLICY_NAMES: tuple = tuple(p.name for p in _REGISTRY)
 DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
@@ -84,15 +93,28 @@ def default_alpha(policy: str, num_classes: int) -> tuple:
     return tuple((d + d[-1:] * num_classes)[:num_classes])
 
 
-def register_policy(name: str, thresholds: Callable, default_alpha=(1.0, 1.0)) -> int:
-    """Add a buffer policy; returns its id.  Call before building params and jitting."""
+def register_policy(name: str, thresholds: Callable, default_alpha=(1.0, 1.0), aqm_name: str = "none") -> int:
+    """Add a buffer policy (with an AQM of `aqm.AQM_NAMES` in front, if named); returns its
+    id.  Call before building params and jitting."""
     global POLICY_NAMES, DEFAULT_ALPHA
+    from rlbm_jax.env import aqm
+
     if name in POLICY_NAMES:
         raise ValueError(f"policy {name!r} is already registered")
-    _REGISTRY.append(Policy(name, thresholds, tuple(default_alpha)))
+    if aqm_name not in aqm.AQM_NAMES:
+        raise ValueError(f"unknown aqm {aqm_name!r}; choose one of {', '.join(aqm.AQM_NAMES)}")
+    _REGISTRY.append(Policy(name, thresholds, tuple(default_alpha), aqm_name))
     POLICY_NAMES = tuple(p.name for p in _REGISTRY)
     DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
     return len(_REGISTRY) - 1
+
+
+def aqm_id(params) -> jnp.ndarray:
+    """The AQM code (aqm.AQM_NAMES index) of the selected policy."""
+    from rlbm_jax.env import aqm
+
+    codes = jnp.asarray([aqm.AQM_NAMES.index(p.aqm) for p in _REGISTRY], jnp.int32)
+    return codes[params.policy_id]
 
 
 def thresholds(view: BufferView, params) -> jnp.ndarray:

@@ -17,11 +17,13 @@ LOG_FIELDS = ("size_bytes", "cls", "fct_s", "slowdown", "start_s")
 @struct.dataclass
 class Metrics:
     tx_total: jnp.ndarray  # [] transmissions offered to the switch
-    drop_total: jnp.ndarray  # [] dropped at admission
+    drop_total: jnp.ndarray  # [] dropped at the port (admission, and an AQM at the FIFO's head)
+    mark_total: jnp.ndarray  # [] CE-marked by an AQM (ECN; a marked packet is not dropped)
     deq_total: jnp.ndarray  # [] sent on the bottleneck wire
     sink_total: jnp.ndarray  # [] received by the sink (spurious copies included)
     arrive_warm: jnp.ndarray  # [P] arrivals at the buffer after warm-up
     drop_warm: jnp.ndarray  # [P] drops after warm-up
+    mark_warm: jnp.ndarray  # [P] CE marks after warm-up
     deq_warm: jnp.ndarray  # [] packets on the wire after warm-up
     sink_warm: jnp.ndarray  # [] distinct packets delivered after warm-up (goodput)
     ticks_warm: jnp.ndarray  # []
@@ -50,8 +52,9 @@ class Metrics:
 def init_metrics(num_classes: int, capacity: int, log_size: int) -> Metrics:
     zi = jnp.zeros((), jnp.int32)
     return Metrics(
-        tx_total=zi, drop_total=zi, deq_total=zi, sink_total=zi,
+        tx_total=zi, drop_total=zi, mark_total=zi, deq_total=zi, sink_total=zi,
         arrive_warm=jnp.zeros((num_classes,), jnp.int32), drop_warm=jnp.zeros((num_classes,), jnp.int32),
+        mark_warm=jnp.zeros((num_classes,), jnp.int32),
         deq_warm=zi, sink_warm=zi, ticks_warm=zi,
         queue_sum=jnp.zeros((num_classes,), jnp.float32),
         queue_hist=jnp.zeros((num_classes, capacity + 1), jnp.int32),
@@ -75,7 +78,8 @@ class Interval:
     """
 
     arrivals_pkts: jnp.ndarray  # [P] data packets offered to the buffer (admitted + dropped)
-    drops_pkts: jnp.ndarray  # [P] dropped at admission
+    drops_pkts: jnp.ndarray  # [P] dropped (at admission, or by an AQM at the FIFO's head)
+    marks_pkts: jnp.ndarray  # [P] CE-marked by an AQM
     dequeues_pkts: jnp.ndarray  # [P] sent on the bottleneck wire
     queue_end_pkts: jnp.ndarray  # [P] each class's queue at the interval's end
     queue_pkt_s: jnp.ndarray  # [P] time integral of each class's queue (packets x seconds)
@@ -94,12 +98,12 @@ class Interval:
 
 
 # the record's fields in order, with their shape: "P" per class, "" scalar, "flows" [M, 3]
-INTERVAL_FIELDS = (("arrivals_pkts", "P"), ("drops_pkts", "P"), ("dequeues_pkts", "P"), ("queue_end_pkts", "P"),
+INTERVAL_FIELDS = (("arrivals_pkts", "P"), ("drops_pkts", "P"), ("marks_pkts", "P"), ("dequeues_pkts", "P"), ("queue_end_pkts", "P"),
                    ("queue_pkt_s", "P"), ("sink_pkts", ""), ("sink_bytes", ""), ("rto_count", ""),
                    ("syn_drops", ""), ("flows_done", "P"), ("slowdown_max", "P"), ("log_slowdown_sum", "P"),
                    ("open_log_slowdown_start", "P"), ("open_log_slowdown_end", "P"), ("flows", "flows"),
                    ("flows_logged", ""), ("flows_overflow", ""))
-INTERVAL_INT_FIELDS = ("arrivals_pkts", "drops_pkts", "dequeues_pkts", "queue_end_pkts", "sink_pkts", "rto_count",
+INTERVAL_INT_FIELDS = ("arrivals_pkts", "drops_pkts", "marks_pkts", "dequeues_pkts", "queue_end_pkts", "sink_pkts", "rto_count",
                        "syn_drops", "flows_done", "flows_logged", "flows_overflow")
 FLOW_FIELDS = ("size_bytes", "cls", "slowdown")
 
@@ -108,7 +112,7 @@ def init_interval(num_classes: int, log_size: int = 16) -> Interval:
     """An empty record."""
     zi, zf = jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)
     pi, pf = jnp.zeros((num_classes,), jnp.int32), jnp.zeros((num_classes,), jnp.float32)
-    return Interval(arrivals_pkts=pi, drops_pkts=pi, dequeues_pkts=pi, queue_end_pkts=pi, queue_pkt_s=pf,
+    return Interval(arrivals_pkts=pi, drops_pkts=pi, marks_pkts=pi, dequeues_pkts=pi, queue_end_pkts=pi, queue_pkt_s=pf,
                     sink_pkts=zi, sink_bytes=zf, rto_count=zi, syn_drops=zi, flows_done=pi, slowdown_max=pf,
                     log_slowdown_sum=pf, open_log_slowdown_start=pf, open_log_slowdown_end=pf,
                     flows=jnp.zeros((log_size, len(FLOW_FIELDS)), jnp.float32), flows_logged=zi, flows_overflow=zi)
@@ -186,6 +190,7 @@ def summarize(m: Metrics, params) -> dict:
         "util_wire": m.deq_warm / cap_pkts,
         "goodput_bps": m.sink_warm * params.mss_bytes * 8.0 / dur,
         "drop_rate": drops / jnp.maximum(arrivals, 1),
+        "mark_rate": jnp.sum(m.mark_warm) / jnp.maximum(arrivals, 1),
         "queue_mean_pkts": jnp.sum(queue_mean),
         "queue_p99_pkts": _hist_quantile(m.occ_hist, 0.99),  # of the whole shared buffer
         "fct_mean_s": jnp.where(jnp.sum(valid) > 0, jnp.sum(jnp.where(valid, fct, 0.0)) / nvalid, jnp.nan),
@@ -211,6 +216,7 @@ def summarize(m: Metrics, params) -> dict:
         out[f"queue_p99_pkts_c{c}"] = _hist_quantile(m.queue_hist[c], 0.99)
         out[f"arrivals_c{c}"] = m.arrive_warm[c]
         out[f"drops_c{c}"] = m.drop_warm[c]
+        out[f"marks_c{c}"] = m.mark_warm[c]
     return out
 
 

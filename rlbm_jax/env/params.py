@@ -22,7 +22,7 @@ from flax import struct
 from rlbm_jax.env import traffic
 
 # Integer codes of the categorical choices (dynamic, so they can be vmapped).
-TCP_NAMES = ("newreno", "cubic")
+TCP_NAMES = ("newreno", "cubic", "dctcp")
 # what a sender does after a retransmission timeout (tcp.on_timeouts): "go-back-n" resends
 # every segment not yet ACKed or SACKed, those still in flight too, as ns-3.37 does; "sack"
 # resends only the lost segments
@@ -61,7 +61,7 @@ class SimParams:
     scheduler_id: jnp.ndarray  # [] 0 round robin, 1 strict priority
     class_threshold_bytes: jnp.ndarray  # [P-1] flow size above which class rises
     # ---- TCP -------------------------------------------------------------
-    tcp_id: jnp.ndarray  # [] 0 NewReno, 1 CUBIC
+    tcp_id: jnp.ndarray  # [] 0 NewReno, 1 CUBIC, 2 DCTCP
     mss_bytes: jnp.ndarray  # [] payload per data packet
     initial_cwnd_pkts: jnp.ndarray  # []
     min_rto_s: jnp.ndarray  # []
@@ -81,6 +81,22 @@ class SimParams:
     hystart_ack_delta_s: jnp.ndarray  # []
     hystart_delay_min_s: jnp.ndarray  # []
     hystart_delay_max_s: jnp.ndarray  # []
+    ecn: jnp.ndarray  # [] bool: senders mark data ECT and react to echoed CE marks (RFC 3168; always with DCTCP)
+    dctcp_g: jnp.ndarray  # [] DCTCP: weight of a window's marked fraction in alpha (ns-3 DctcpShiftG)
+    # ---- AQM (the policy's `aqm`, rlbm_jax.env.aqm; ns-3.37 queue-disc names) --------
+    red_min_th_pkts: jnp.ndarray  # [] RED/ARED: average queue where early drops start
+    red_max_th_pkts: jnp.ndarray  # [] ... where the probability reaches max_p (gentle: rises to 1 at 2x)
+    red_max_p: jnp.ndarray  # [] ... drop probability at max_th (ARED's starting value)
+    red_weight: jnp.ndarray  # [] ... EWMA weight of the average queue (per packet)
+    red_gentle: jnp.ndarray  # [] bool
+    pie_target_s: jnp.ndarray  # [] PIE: queueing delay reference
+    pie_tupdate_s: jnp.ndarray  # [] ... probability update period
+    pie_a: jnp.ndarray  # [] ... gain on the delay error (1/s)
+    pie_b: jnp.ndarray  # [] ... gain on the delay change (1/s)
+    pie_max_burst_s: jnp.ndarray  # [] ... burst allowance
+    pie_mark_threshold: jnp.ndarray  # [] ... marks (ECN) only while its probability is at most this
+    codel_target_s: jnp.ndarray  # [] CoDel: acceptable standing sojourn time
+    codel_interval_s: jnp.ndarray  # [] ... window the sojourn must stay above target before a drop
     # ---- traffic ---------------------------------------------------------
     arrival_id: jnp.ndarray  # [] 0: lambda = load*C/(8E[size]); 1: thesis code
     load: jnp.ndarray  # [] offered load as a fraction of bottleneck capacity
@@ -198,6 +214,21 @@ def make_params(
     hystart_ack_delta_s: float = 0.002,
     hystart_delay_min_s: float = 0.004,
     hystart_delay_max_s: float = 1.0,
+    ecn: bool = False,
+    dctcp_g: float = 0.0625,
+    red_min_th_pkts: float | None = None,
+    red_max_th_pkts: float | None = None,
+    red_max_p: float = 0.02,
+    red_weight: float | None = None,
+    red_gentle: bool = True,
+    pie_target_s: float = 0.015,
+    pie_tupdate_s: float = 0.015,
+    pie_a: float = 0.125,
+    pie_b: float = 1.25,
+    pie_max_burst_s: float = 0.15,
+    pie_mark_threshold: float = 0.1,
+    codel_target_s: float = 0.005,
+    codel_interval_s: float = 0.1,
     arrival: str = "load",
     load: float = 0.7,
     arrival_stop_s: float = math.inf,
@@ -213,7 +244,9 @@ def make_params(
 
     `buffer_per_class_pkts` is each class's FIFO cap (a list gives one per class);
     the shared buffer `buffer_pkts` defaults to their sum, as in the thesis.
-    `policy` is a name from `rlbm_jax.env.buffer.POLICY_NAMES`.
+    `policy` is a name from `rlbm_jax.env.buffer.POLICY_NAMES`.  The AQM parameters
+    take ns-3.37's queue-disc defaults; RED's thresholds and weight left as None are
+    ns-3's (5, 15, 0.002), or for "ared" its automatic ones (`ared_defaults`).
     """
     from rlbm_jax.env import buffer  # local: buffer imports nothing from here
 
@@ -240,6 +273,8 @@ def make_params(
                       ("warmup_s", warmup_s), ("long_flow_start_spread_s", long_flow_start_spread_s)):
         if not (np.isfinite(val) and val >= 0):
             raise ValueError(f"{name} must be a non-negative finite number, got {val!r}")
+    if not (0 < dctcp_g <= 1):
+        raise ValueError(f"dctcp_g must be in (0, 1], got {dctcp_g!r}")
     if not (0 < cubic_beta < 1):
         raise ValueError(f"cubic_beta must be in (0, 1), got {cubic_beta!r}")
     if not (np.isfinite(load) and load >= 0):
@@ -288,6 +323,13 @@ def make_params(
     beta = np.broadcast_to(np.asarray(beta, dtype=np.float64), (num_classes,))
     if np.any(beta < 0):
         raise ValueError(f"beta must be non-negative, got {beta.tolist()}")
+    red_min_th_pkts, red_max_th_pkts, red_weight = _red_thresholds(
+        buffer.POLICY_NAMES[policy_id], red_min_th_pkts, red_max_th_pkts, red_weight, bottleneck_rate_bps,
+        mss_bytes)
+    _check_aqm(red_min_th_pkts=red_min_th_pkts, red_max_th_pkts=red_max_th_pkts, red_max_p=red_max_p,
+               red_weight=red_weight, pie_target_s=pie_target_s, pie_tupdate_s=pie_tupdate_s, pie_a=pie_a,
+               pie_b=pie_b, pie_max_burst_s=pie_max_burst_s, pie_mark_threshold=pie_mark_threshold,
+               codel_target_s=codel_target_s, codel_interval_s=codel_interval_s)
     thr = np.broadcast_to(np.asarray(class_threshold_bytes, dtype=np.float64), (max(num_classes - 1, 0),))
 
     table = traffic.load_table(cdf) if isinstance(cdf, str) else cdf
@@ -339,6 +381,21 @@ def make_params(
         hystart_ack_delta_s=_as_f32(hystart_ack_delta_s),
         hystart_delay_min_s=_as_f32(hystart_delay_min_s),
         hystart_delay_max_s=_as_f32(hystart_delay_max_s),
+        ecn=jnp.asarray(bool(ecn) or tcp == "dctcp"),  # DCTCP turns ECN on itself (ns-3.37 TcpDctcp::Init)
+        dctcp_g=_as_f32(dctcp_g),
+        red_min_th_pkts=_as_f32(red_min_th_pkts),
+        red_max_th_pkts=_as_f32(red_max_th_pkts),
+        red_max_p=_as_f32(red_max_p),
+        red_weight=_as_f32(red_weight),
+        red_gentle=jnp.asarray(bool(red_gentle)),
+        pie_target_s=_as_f32(pie_target_s),
+        pie_tupdate_s=_as_f32(pie_tupdate_s),
+        pie_a=_as_f32(pie_a),
+        pie_b=_as_f32(pie_b),
+        pie_max_burst_s=_as_f32(pie_max_burst_s),
+        pie_mark_threshold=_as_f32(pie_mark_threshold),
+        codel_target_s=_as_f32(codel_target_s),
+        codel_interval_s=_as_f32(codel_interval_s),
         arrival_id=_as_i32(arrival_id),
         load=_as_f32(load),
         arrival_stop_s=_as_f32(min(arrival_stop_s, 3.0e38)),
@@ -384,6 +441,35 @@ def validate(params: SimParams) -> None:
     need = int(np.ceil(np.max(np.asarray(params.base_rtt_s) / np.asarray(params.tick_s)))) + 3
     if params.delay_line_ticks < need:
         raise ValueError(f"delay_line_ticks ({params.delay_line_ticks}) must be >= {need}")
+
+
+ARED_TARGET_DELAY_S = 0.005  # ns-3.37 RedQueueDisc TargetDelay
+
+
+def ared_defaults(bottleneck_rate_bps: float, mss_bytes: float) -> tuple:
+    """Adaptive RED's automatic (min_th, max_th, weight) as ns-3.37 sets them from the link's
+    packet rate C (packets/s of data packets): min_th = max(5, TargetDelay * C / 2), max_th =
+    3 min_th, weight = 1 - exp(-1 / C)."""
+    ptc = bottleneck_rate_bps / ((mss_bytes + DATA_HEADER_BYTES) * 8.0)
+    lo = max(5.0, ARED_TARGET_DELAY_S * ptc / 2.0)
+    return lo, 3.0 * lo, 1.0 - math.exp(-1.0 / ptc)
+
+
+def _red_thresholds(policy, lo, hi, weight, rate_bps, mss_bytes):
+    auto = ared_defaults(rate_bps, mss_bytes) if policy == "ared" else (5.0, 15.0, 0.002)
+    return (auto[0] if lo is None else lo), (auto[1] if hi is None else hi), (auto[2] if weight is None else weight)
+
+
+def _check_aqm(**vals):
+    for name, val in vals.items():
+        if not (np.isfinite(val) and val > 0):
+            raise ValueError(f"{name} must be a positive finite number, got {val!r}")
+    if vals["red_min_th_pkts"] >= vals["red_max_th_pkts"]:
+        raise ValueError(f"red_min_th_pkts ({vals['red_min_th_pkts']}) must be below red_max_th_pkts "
+                         f"({vals['red_max_th_pkts']})")
+    for name in ("red_max_p", "red_weight", "pie_mark_threshold"):
+        if vals[name] > 1:
+            raise ValueError(f"{name} must be a probability in (0, 1], got {vals[name]!r}")
 
 
 def _check_int(name, val, lo):

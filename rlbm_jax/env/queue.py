@@ -3,7 +3,7 @@
 A run is consecutive transmissions of one flow that entered the same FIFO in
 the same tick: (flow slot, packets, retransmissions among its first packets,
 transmission id of its first packet, enqueue tick, spurious retransmissions right
-after the retransmissions).  A run's packets are, in order: retransmissions of lost
+after the retransmissions, CE-marked packets: the last NCE of the run, new data).  A run's packets are, in order: retransmissions of lost
 packets, spurious retransmissions (go-back-N resends of packets whose originals are
 still in flight, `tcp.on_timeouts`), new data.  Each class FIFO is a ring
 of runs of static capacity R (a run holds at least one packet, so R runs always
@@ -17,8 +17,8 @@ import jax.numpy as jnp
 from flax import struct
 
 # Field order of a run record (last axis of `runs`).
-FLOW, COUNT, NRETX, TX0, ENQ, NSPUR = range(6)
-RUN_FIELDS = 6
+FLOW, COUNT, NRETX, TX0, ENQ, NSPUR, NCE = range(7)
+RUN_FIELDS = 7
 
 
 @struct.dataclass
@@ -38,19 +38,21 @@ def init_queue(num_classes: int, capacity: int) -> QueueState:
     )
 
 
-def enqueue(q: QueueState, flow, cls, adm, nretx, tx0, rank, tick, nspur=None) -> QueueState:
+def enqueue(q: QueueState, flow, cls, adm, nretx, tx0, rank, tick, nspur=None, nce=None) -> QueueState:
     """Append one run per sending flow with adm > 0.
 
     flow (slot ids), cls, adm, nretx, tx0, rank, nspur: [E]; rank is the flow's position among
     this tick's admitting flows of its class (their FIFO order); nspur (default none) the
-    spurious retransmissions that follow the nretx retransmissions."""
+    spurious retransmissions that follow the nretx retransmissions; nce (default none) the
+    CE-marked packets at the run's end."""
     P, R, _ = q.runs.shape
     F = adm.shape[0]
     has = adm > 0
     pos = (q.head[cls] + q.nruns[cls] + rank) % R
     flat = jnp.where(has, cls * R + pos, P * R)  # out of range -> dropped by the scatter
     nspur = jnp.zeros_like(adm) if nspur is None else nspur
-    rec = jnp.stack([flow, adm, nretx, tx0, jnp.full((F,), tick, jnp.int32), nspur], axis=-1)
+    nce = jnp.zeros_like(adm) if nce is None else nce
+    rec = jnp.stack([flow, adm, nretx, tx0, jnp.full((F,), tick, jnp.int32), nspur, nce], axis=-1)
     runs = q.runs.reshape(P * R, RUN_FIELDS).at[flat].set(rec, mode="drop").reshape(P, R, RUN_FIELDS)
     onehot = (cls[:, None] == jnp.arange(P)[None, :]) & has[:, None]
     new_runs = jnp.sum(onehot, axis=0, dtype=jnp.int32)
@@ -62,8 +64,8 @@ def dequeue(q: QueueState, n_pkts, max_runs: int):
     """Remove n_pkts[c] packets from the head of each class FIFO.
 
     Returns the new state and the departed runs as a [P, max_runs, RUN_FIELDS] array
-    (COUNT holds the packets taken from that run, NRETX and NSPUR how many of them are
-    retransmissions and spurious ones; 0 marks an empty record)."""
+    (COUNT holds the packets taken from that run, NRETX, NSPUR and NCE how many of them are
+    retransmissions, spurious ones and CE-marked; 0 marks an empty record)."""
     P, R, _ = q.runs.shape
     j = jnp.arange(max_runs, dtype=jnp.int32)
     idx = (q.head[:, None] + j[None, :]) % R  # [P, m]
@@ -77,12 +79,14 @@ def dequeue(q: QueueState, n_pkts, max_runs: int):
     partial = valid & (take > 0) & (take < count)  # at most one per class
     taken_retx = jnp.minimum(rows[..., NRETX], take)
     taken_spur = jnp.minimum(rows[..., NSPUR], take - taken_retx)
+    taken_ce = jnp.clip(take - (count - rows[..., NCE]), 0, rows[..., NCE])
     rest = (rows.at[..., COUNT].add(-take).at[..., NRETX].add(-taken_retx).at[..., NSPUR].add(-taken_spur)
-            .at[..., TX0].add(take))
+            .at[..., TX0].add(take).at[..., NCE].add(-taken_ce))
     flat = jnp.where(partial, jnp.arange(P)[:, None] * R + idx, P * R)
     runs = (q.runs.reshape(P * R, RUN_FIELDS).at[flat.reshape(-1)]
             .set(rest.reshape(-1, RUN_FIELDS), mode="drop").reshape(P, R, RUN_FIELDS))
-    out = rows.at[..., COUNT].set(take).at[..., NRETX].set(taken_retx).at[..., NSPUR].set(taken_spur)
+    out = (rows.at[..., COUNT].set(take).at[..., NRETX].set(taken_retx).at[..., NSPUR].set(taken_spur)
+           .at[..., NCE].set(taken_ce))
     dq = jnp.sum(take, axis=1, dtype=jnp.int32)
     new = q.replace(runs=runs, head=(q.head + n_full) % R, nruns=q.nruns - n_full, pkts=q.pkts - dq)
     return new, out

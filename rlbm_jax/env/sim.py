@@ -31,10 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rlbm_jax.env import buffer, metrics as mx, queue as qm, scheduler, tcp, traffic
+from rlbm_jax.env import aqm, buffer, metrics as mx, queue as qm, scheduler, tcp, traffic
 from rlbm_jax.env.params import SimParams
 
-# Fields of a delay-line record: the queue's run record (FLOW, COUNT, NRETX, TX0, ENQ, NSPUR).
+# Fields of a delay-line record: the queue's run record (FLOW, COUNT, NRETX, TX0, ENQ, NSPUR, NCE).
 WIRE_FIELDS = qm.RUN_FIELDS
 
 
@@ -55,6 +55,7 @@ class SimState:
     drain_window: jnp.ndarray  # [P] dequeues in the current window
     drain_window_start: jnp.ndarray  # [] tick
     thresholds: jnp.ndarray  # [P] admission thresholds used in the last tick
+    aqm: aqm.AqmState  # [P] the AQM's state of each class FIFO (the policy's `aqm`)
     metrics: mx.Metrics
     interval: mx.Interval
 
@@ -108,6 +109,7 @@ def init(key, params: SimParams) -> SimState:
         drain_window=jnp.zeros((P,), jnp.int32),
         drain_window_start=jnp.zeros((), jnp.int32),
         thresholds=jnp.zeros((P,), jnp.float32),
+        aqm=aqm.init_aqm(params),
         metrics=m,
         interval=mx.init_interval(P, params.interval_log_size),
     )
@@ -269,7 +271,8 @@ def _apply_acks(fl: tcp.FlowState, ack_rows, slots, clk: Clock, params: SimParam
     sample; it only makes the receiver ACK at once."""
     t, tick_s = clk.t, clk.tick_s
     oh = _aggregate(ack_rows, slots)  # [k, E]
-    cnt, nretx, nspur = ack_rows[:, qm.COUNT], ack_rows[:, qm.NRETX], ack_rows[:, qm.NSPUR]
+    cnt, nretx, nspur, nce = (ack_rows[:, qm.COUNT], ack_rows[:, qm.NRETX], ack_rows[:, qm.NSPUR],
+                              ack_rows[:, qm.NCE])
     real = cnt - nspur
     new_e = real - nretx
     tx_last = ack_rows[:, qm.TX0] + jnp.where(new_e > 0, cnt, nretx) - 1  # the last one that is not spurious
@@ -284,7 +287,9 @@ def _apply_acks(fl: tcp.FlowState, ack_rows, slots, clk: Clock, params: SimParam
     max_tx = jnp.max(jnp.where(oh_real, tx_last[:, None], -1), axis=0)
     last_enq = jnp.max(jnp.where(oh_real, ack_rows[:, qm.ENQ][:, None], -1), axis=0)
     rtt_s = (t - last_enq).astype(jnp.float32) * tick_s
-    fl = tcp.on_acks(fl, t, acked, agg(nretx), agg(dup_e), max_tx, rtt_s, params, tick_s, spur_acked=agg(nspur))
+    ce_max_tx = jnp.max(jnp.where(oh & (nce > 0)[:, None], tx_last[:, None], -1), axis=0)
+    fl = tcp.on_acks(fl, t, acked, agg(nretx), agg(dup_e), max_tx, rtt_s, params, tick_s, spur_acked=agg(nspur),
+                     ce_acked=agg(nce), ce_max_tx=ce_max_tx)
     finished = fl.active & (fl.acked >= fl.size_pkts)
     return fl.replace(active=fl.active & ~finished)
 
@@ -408,14 +413,38 @@ class Admission(NamedTuple):
     retx_admitted_pkts: jnp.ndarray  # [E] retransmissions admitted
     spur_admitted_pkts: jnp.ndarray  # [E] go-back-N resends admitted
     syn_lost: jnp.ndarray  # [] bool: the new flow's SYN was dropped
+    marks_pkts: jnp.ndarray  # [P] admitted packets CE-marked by the AQM
+    aqm: aqm.AqmState  # after the enqueue AQM's decisions
+
+
+def _aqm_at_enqueue(state: SimState, clk: Clock, fl: tcp.FlowState, tx: Transmit, by_cls, arr_c, before,
+                    params: SimParams):
+    """The enqueue AQM's decisions (aqm.on_enqueue) on the event flows' packets, placed
+    at their positions in their class's arrival order (`before` [E]: the packets of the
+    class ahead of each flow's).  With ECN every data packet is ECT (ns-3.37's classic
+    ECN marks retransmissions ECT too) and a decision marks it where the AQM marks.
+    Returns (state, early drops [E], marks [E], the chance a SYN arriving now is dropped
+    [P])."""
+    u = traffic.hash_uniform(state.seed ^ jnp.uint32(0x3C6EF372), clk.t, params.num_classes)
+    s, hits = aqm.on_enqueue(state.aqm, buffer.aqm_id(params), arr_c, state.queue.pkts, u, clk.now_s, params)
+    h = aqm.Hits(*(x[fl.cls] for x in hits))  # [E]: each flow's class's decisions
+    end = before + tx.sent_pkts
+    decided = aqm.hits_below(end, h) - aqm.hits_below(before, h)
+    marks = jnp.where(params.ecn & h.may_mark, decided, 0)
+    drops = jnp.where(h.forced, tx.sent_pkts, decided - marks)
+    # DCTCP's SYNs are ECT too: marked, not dropped, short of RED's forced region
+    syn_ect = params.ecn & (params.tcp_id == tcp.DCTCP) & hits.may_mark & ~hits.forced
+    return s, drops, jnp.where(h.forced, 0, marks), jnp.where(syn_ect, 0.0, hits.syn_p)
 
 
 def _enqueue_arrivals(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx: Transmit, params: SimParams):
     """The event flows' packets reach the switch, this tick's senders in a random cyclic
-    order; each class admits up to its threshold within the shared buffer, the tail of
-    each class's burst is dropped, and every flow's admitted packets join its class FIFO
-    as one run.  Returns (queue, arrivals [P], admitted [P], admitted per flow [E], of
-    which retransmissions [E], of which go-back-N resends [E])."""
+    order; the AQM drops or marks some (`_aqm_at_enqueue`), each class admits the rest up
+    to its threshold within the shared buffer, the tail of each class's burst is dropped,
+    and every flow's admitted packets join its class FIFO as one run (a flow's dropped
+    packets are taken as its burst's last).  Returns (queue, arrivals [P], admitted [P],
+    admitted per flow [E], of which retransmissions [E], of which go-back-N resends [E],
+    marked packets admitted [P], AQM state, SYN drop chance [P])."""
     P, F, E = params.num_classes, params.num_flow_slots, params.event_slots
     t = clk.t
     q = state.queue
@@ -424,24 +453,33 @@ def _enqueue_arrivals(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx:
     by_cls = fl.cls[:, None] == jnp.arange(P)[None, :]  # [E, P]
     a_ec = jnp.where(by_cls, tx.sent_pkts[:, None], 0)
     arr_c = jnp.sum(a_ec, axis=0)
-    adm_c = buffer.admit(arr_c, q.pkts, arr.thresholds_pkts, params.buffer_pkts - arr.occupancy_pkts)
     offset = jnp.minimum((u_order * E).astype(jnp.int32), E - 1)  # first sender of the cyclic order
     before = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(a_ec, offset), 0), axis=1)
-    adm = jnp.clip(adm_c[fl.cls] - before, 0, tx.sent_pkts)
+    aqm_s, aqm_drops, aqm_marks, syn_p = _aqm_at_enqueue(state, clk, fl, tx, by_cls, arr_c, before, params)
+    offered = tx.sent_pkts - aqm_drops  # what the AQM let through to the buffer's limits
+    o_ec = jnp.where(by_cls, offered[:, None], 0)
+    adm_c = buffer.admit(jnp.sum(o_ec, axis=0), q.pkts, arr.thresholds_pkts, params.buffer_pkts - arr.occupancy_pkts)
+    before_o = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(o_ec, offset), 0), axis=1)
+    adm = jnp.clip(adm_c[fl.cls] - before_o, 0, offered)
     has_run = (adm > 0)[:, None] & by_cls
     rank = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(has_run.astype(jnp.int32), offset), 0), axis=1)
     adm_retx = jnp.minimum(tx.retx_pkts, adm)
     adm_spur = jnp.minimum(tx.spur_pkts, adm - adm_retx)
-    queue = qm.enqueue(q, jnp.minimum(ev.slots, F - 1), fl.cls, adm, adm_retx, fl.tx_next, rank, t, nspur=adm_spur)
-    return queue, arr_c, adm_c, adm, adm_retx, adm_spur
+    nce = jnp.minimum(aqm_marks, adm)
+    queue = qm.enqueue(q, jnp.minimum(ev.slots, F - 1), fl.cls, adm, adm_retx, fl.tx_next, rank, t, nspur=adm_spur,
+                       nce=nce)
+    marks_c = jnp.sum(jnp.where(by_cls, nce[:, None], 0), axis=0)
+    return queue, arr_c, adm_c, adm, adm_retx, adm_spur, marks_c, aqm_s, syn_p
 
 
-def _syn_lost(state: SimState, clk: Clock, arr: Arrival, arr_c, adm_c, params: SimParams):
+def _syn_lost(state: SimState, clk: Clock, arr: Arrival, arr_c, adm_c, syn_p, params: SimParams):
     """A new flow's SYN arrives among this tick's packets of its class; when it finds
-    the class at its threshold it is lost (buffer.syn_lost)."""
-    u_syn = traffic.hash_uniform(state.seed ^ jnp.uint32(0x27D4EB2F), clk.t, 1)[0]
-    return arr.started & buffer.syn_lost(u_syn, arr.cls, arr_c, adm_c, state.queue.pkts, arr.thresholds_pkts,
-                                         arr.occupancy_pkts, params.buffer_pkts)
+    the class at its threshold it is lost (buffer.syn_lost), and an enqueue AQM drops
+    it with its current drop chance syn_p [P] (a SYN is not ECT: never marked)."""
+    u_syn = traffic.hash_uniform(state.seed ^ jnp.uint32(0x27D4EB2F), clk.t, 2)
+    at_limit = buffer.syn_lost(u_syn[0], arr.cls, arr_c, adm_c, state.queue.pkts, arr.thresholds_pkts,
+                               arr.occupancy_pkts, params.buffer_pkts)
+    return arr.started & (at_limit | (u_syn[1] < syn_p[arr.cls]))
 
 
 def admit_phase(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx: Transmit, params: SimParams) -> Admission:
@@ -449,14 +487,15 @@ def admit_phase(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx: Trans
     enqueued (`_enqueue_arrivals`), the senders book what they sent and what the switch
     took (tcp.on_sent), a new flow whose SYN is lost retries after `syn_timeout_s`
     (ns-3's ConnTimeout), once, and the event flows' rows go back into the flow table."""
-    queue, arr_c, adm_c, adm, adm_retx, adm_spur = _enqueue_arrivals(state, clk, ev, arr, tx, params)
+    queue, arr_c, adm_c, adm, adm_retx, adm_spur, marks_c, aqm_s, syn_p = _enqueue_arrivals(
+        state, clk, ev, arr, tx, params)
     fl = tcp.on_sent(arr.flows, clk.t, tx.retx_pkts, tx.spur_pkts, tx.new_pkts, adm, params, clk.tick_s)
-    syn_lost = _syn_lost(state, clk, arr, arr_c, adm_c, params)
+    syn_lost = _syn_lost(state, clk, arr, arr_c, adm_c, syn_p, params)
     wait_ticks = jnp.ceil(params.syn_timeout_s / clk.tick_s).astype(jnp.int32)
     fl = fl.replace(data_tick=jnp.where(arr.is_new & syn_lost, fl.data_tick + wait_ticks, fl.data_tick))
     return Admission(flows=state.flows.set_rows(ev.slots, tcp.pack(fl)), queue=queue, arrivals_pkts=arr_c,
                      drops_pkts=arr_c - adm_c, retx_admitted_pkts=adm_retx, spur_admitted_pkts=adm_spur,
-                     syn_lost=syn_lost)
+                     syn_lost=syn_lost, marks_pkts=marks_c, aqm=aqm_s)
 
 
 class Departure(NamedTuple):
@@ -465,18 +504,59 @@ class Departure(NamedTuple):
     served_pkts: jnp.ndarray  # [P] packets served per class
     rr_next: jnp.ndarray  # [] next class for round robin
     wire: jnp.ndarray  # [L, k, WIRE_FIELDS] the delay line, this tick's departures written
+    flows: tcp.FlowTable  # [F] the flow table, senders of packets dropped at the head told
+    drops_pkts: jnp.ndarray  # [P] packets the dequeue AQM dropped at the head
+    retx_drops_pkts: jnp.ndarray  # [] of which retransmissions or go-back-N resends
+    marks_pkts: jnp.ndarray  # [P] packets the dequeue AQM CE-marked
+    aqm: aqm.AqmState
 
 
-def depart_phase(state: SimState, clk: Clock, queue: qm.QueueState, params: SimParams) -> Departure:
-    """Phase 7: the scheduler shares the bottleneck's k packet slots among the classes
-    (round robin or strict priority); the served packets leave the class FIFOs and,
-    compacted to k records, enter the delay line that carries them to the sink and their
-    ACKs back to the senders."""
+def _aqm_at_dequeue(state: SimState, clk: Clock, adm: Admission, params: SimParams):
+    """The dequeue AQM (aqm.on_dequeue, CoDel) on the head packet of each class about to
+    be served: it is dropped, or with ECN (every data packet ECT) marked.  A dropped packet
+    leaves the FIFO without using the link, and its sender books the loss
+    (tcp.on_queue_drop).  Returns (queue, flows, AQM state, dropped [P], of which
+    retransmissions [], marked [P], head sojourn [P])."""
+    P, F = params.num_classes, params.num_flow_slots
+    q = adm.queue
+    code = buffer.aqm_id(params)
+    head = q.runs[jnp.arange(P), q.head]  # [P, RUN_FIELDS]
+    sojourn_s = (clk.t - head[:, qm.ENQ]).astype(jnp.float32) * clk.tick_s
+    served0, _ = scheduler.serve(q.pkts, params.pkts_per_tick, state.rr_next, params.scheduler_id)
+    ect = jnp.broadcast_to(params.ecn, (P,))
+    s, act = aqm.on_dequeue(adm.aqm, code, sojourn_s, q.pkts, served0 > 0, ect, clk.now_s, params)
+    is_retx, is_spur = head[:, qm.NRETX] > 0, (head[:, qm.NRETX] == 0) & (head[:, qm.NSPUR] > 0)
+    drop = act & ~ect
+    q, _ = qm.dequeue(q, drop.astype(jnp.int32), 1)
+    slots = jnp.where(drop, head[:, qm.FLOW], F)
+    fl = tcp.unpack(adm.flows.rows(jnp.minimum(slots, F - 1)))
+    fl = tcp.on_queue_drop(fl, drop, is_retx, is_spur, head[:, qm.TX0])
+    flows = adm.flows.set_rows(slots, tcp.pack(fl))
+    retx_drops = jnp.sum(drop & (is_retx | is_spur), dtype=jnp.int32)
+    return q, flows, s, drop.astype(jnp.int32), retx_drops, (act & ect).astype(jnp.int32), sojourn_s
+
+
+def depart_phase(state: SimState, clk: Clock, adm: Admission, params: SimParams) -> Departure:
+    """Phase 7: a dequeue AQM acts on the head packets (`_aqm_at_dequeue`); the
+    scheduler shares the bottleneck's k packet slots among the classes (round robin or
+    strict priority); the served packets leave the class FIFOs and, compacted to k
+    records, enter the delay line that carries them to the sink and their ACKs back to
+    the senders.  The AQMs see the tick's end: PIE the last packet's sojourn, RED
+    whether the queue went idle."""
     P, k = params.num_classes, params.pkts_per_tick
+    queue, flows, aqm_s, drops, retx_drops, marks, sojourn_s = _aqm_at_dequeue(state, clk, adm, params)
     served, rr_next = scheduler.serve(queue.pkts, k, state.rr_next, params.scheduler_id)
     queue, departed = qm.dequeue(queue, served, k)
+    first = departed[:, 0]
+    departed = departed.at[:, 0, qm.NCE].set(first[:, qm.NCE] + jnp.minimum(marks, first[:, qm.COUNT]
+                                                                             - first[:, qm.NCE]))
     wire = state.wire.at[clk.t % params.delay_line_ticks].set(_compact(departed.reshape(P * k, WIRE_FIELDS), k))
-    return Departure(queue=queue, served_pkts=served, rr_next=rr_next, wire=wire)
+    code = buffer.aqm_id(params)
+    last = jnp.max(jnp.where(departed[:, :, qm.COUNT] > 0, departed[:, :, qm.ENQ], -1), axis=1)  # [P]
+    aqm_s = aqm.pie_measure(aqm_s, code, (clk.t - last).astype(jnp.float32) * clk.tick_s, served, queue.pkts)
+    aqm_s = aqm.on_idle(aqm_s, code, queue.pkts, served, clk.now_s + clk.tick_s)
+    return Departure(queue=queue, served_pkts=served, rr_next=rr_next, wire=wire, flows=flows, drops_pkts=drops,
+                     retx_drops_pkts=retx_drops, marks_pkts=marks, aqm=aqm_s)
 
 
 class Record(NamedTuple):
@@ -509,13 +589,16 @@ def _count_packets(m: mx.Metrics, warm, sink: Sink, tx: Transmit, adm: Admission
     w = warm.astype(jnp.int32)
     n_deq = jnp.sum(dep.served_pkts)
     n_sink, n_spur_sink = sink.arrived_pkts, sink.spurious_pkts
-    arr_c, drops_c = adm.arrivals_pkts, adm.drops_pkts
+    arr_c, drops_c = adm.arrivals_pkts, adm.drops_pkts + dep.drops_pkts
+    marks_c = adm.marks_pkts + dep.marks_pkts
     n_rtx_sent = tx.retx_pkts + tx.spur_pkts  # what the buffer sees as repeated data (ns-3's retx_arrivals)
     return m.replace(
         retx_tx_total=m.retx_tx_total + jnp.sum(n_rtx_sent), spur_tx_total=m.spur_tx_total + jnp.sum(tx.spur_pkts),
         spur_sink_total=m.spur_sink_total + n_spur_sink,
         retx_arrive_warm=m.retx_arrive_warm + w * jnp.sum(n_rtx_sent),
-        retx_drop_warm=m.retx_drop_warm + w * jnp.sum(n_rtx_sent - adm.retx_admitted_pkts - adm.spur_admitted_pkts),
+        retx_drop_warm=m.retx_drop_warm + w * (jnp.sum(n_rtx_sent - adm.retx_admitted_pkts - adm.spur_admitted_pkts)
+                                               + dep.retx_drops_pkts),
+        mark_total=m.mark_total + jnp.sum(marks_c), mark_warm=m.mark_warm + w * marks_c,
         tx_total=m.tx_total + jnp.sum(tx.sent_pkts), drop_total=m.drop_total + jnp.sum(drops_c),
         deq_total=m.deq_total + n_deq, sink_total=m.sink_total + n_sink,
         arrive_warm=m.arrive_warm + w * arr_c, drop_warm=m.drop_warm + w * drops_c,
@@ -532,7 +615,8 @@ def _count_interval(iv: mx.Interval, clk: Clock, sink: Sink, fired, adm: Admissi
                     dep: Departure) -> mx.Interval:
     """This tick's share of the agent interval's record."""
     return iv.replace(
-        arrivals_pkts=iv.arrivals_pkts + adm.arrivals_pkts, drops_pkts=iv.drops_pkts + adm.drops_pkts,
+        arrivals_pkts=iv.arrivals_pkts + adm.arrivals_pkts, drops_pkts=iv.drops_pkts + adm.drops_pkts + dep.drops_pkts,
+        marks_pkts=iv.marks_pkts + adm.marks_pkts + dep.marks_pkts,
         dequeues_pkts=iv.dequeues_pkts + dep.served_pkts,
         queue_pkt_s=iv.queue_pkt_s + dep.queue.pkts.astype(jnp.float32) * clk.tick_s,
         sink_pkts=iv.sink_pkts + sink.arrived_pkts - sink.spurious_pkts, sink_bytes=iv.sink_bytes + sink.payload_bytes,
@@ -576,13 +660,13 @@ def tick(state: SimState, params: SimParams) -> SimState:
     arr = arrival_phase(state, clk, sink, ev, flows, params)
     tx = transmit_phase(arr.flows, ev, clk, params)
     adm = admit_phase(state, clk, ev, arr, tx, params)
-    dep = depart_phase(state, clk, adm.queue, params)
+    dep = depart_phase(state, clk, adm, params)
     rec = record_phase(state, clk, sink, ev, fired, arr, tx, adm, dep, params)
     return SimState(
-        tick=clk.t + 1, seed=state.seed, flows=adm.flows, delivered=arr.delivered, done_sink=arr.done_sink,
+        tick=clk.t + 1, seed=state.seed, flows=dep.flows, delivered=arr.delivered, done_sink=arr.done_sink,
         queue=dep.queue, wire=dep.wire, next_arrival_s=arr.next_arrival_s, access_credit=tx.credit_pkts,
         rr_next=dep.rr_next, rl_alpha=state.rl_alpha, drain_norm=rec.drain_norm, drain_window=rec.drain_window,
-        drain_window_start=rec.drain_window_start, thresholds=arr.thresholds_pkts, metrics=rec.metrics,
+        drain_window_start=rec.drain_window_start, thresholds=arr.thresholds_pkts, aqm=dep.aqm, metrics=rec.metrics,
         interval=rec.interval,
     )
 

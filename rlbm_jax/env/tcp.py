@@ -1,4 +1,4 @@
-"""TCP senders: NewReno and CUBIC as in ns-3.37, vectorised over flow slots.
+"""TCP senders: NewReno, CUBIC and DCTCP as in ns-3.37, vectorised over flow slots.
 
 Packets are counted, not numbered.  Each transmission of a flow gets the next
 transmission id; a flow's transmissions cross the network in order (one FIFO per
@@ -25,7 +25,17 @@ Per flow the sender keeps:
                that ACK (it acknowledges nothing)
   gbn_ahead    ghosts resent whose original's ACK is still to come: that ACK takes the
                resend out of the pipe (ns-3 discards the segment, retransmitted or not)
-States: OPEN, RECOVERY (fast recovery with PRR, ns-3.37's default), LOSS (after RTO).
+  ecn_recover_tx  ECN (params.ecn): the transmission id at the last window reduction; a
+               CE mark echoed for a packet sent before it is the same congestion event
+States: OPEN, RECOVERY (fast recovery with PRR, ns-3.37's default), LOSS (after RTO),
+CWR (ECN, RFC 3168 as ns-3.37: an ACK that moves the cumulative ACK and echoes a CE mark
+cuts ssthresh as a loss would (GetSsThresh of the data in flight), PRR brings cwnd down
+to it (at least one segment goes out at once), no growth meanwhile, and the state ends,
+cwnd = ssthresh, with the ACK of the first packet sent after the cut; losses found in
+CWR are retransmitted without a second cut or fast recovery).  The receiver echoes CE
+until the sender's next new packet (CWR) reaches it, so a mark on a packet sent after
+the cut is the next congestion event.  ns-3.37 also enters CWR from RECOVERY and LOSS on
+an echo; here only OPEN does.
 NewReno grows per ACK: +1 segment in slow start; in congestion avoidance
 max(1, floor(MSS^2 / cwnd)) whole bytes, as ns-3.37 (a little under 1/cwnd).
 CUBIC follows ns-3.37 (beta 0.7, C 0.4, fast convergence, HyStart with ACK-train
@@ -35,6 +45,11 @@ its window per round trip where NewReno grows 1.5x).  Its congestion avoidance i
 ns-3.37's in whole segments: the target's distance from the origin truncated to an
 integer, an integer cnt, a counter of ACKed segments that is never reset and at most
 one segment per ACK, and the ACK that ends fast recovery counted in OPEN.
+DCTCP follows ns-3.37's TcpDctcp: Linux Reno's growth (per segment ACKed: +1 in slow
+start, +1 per window of segments in congestion avoidance), ECN on with every packet ECT
+(SYNs too), and on an echoed mark or a loss ssthresh = (1 - alpha / 2) cwnd, where alpha,
+starting at 1, moves by g = 1/16 towards the fraction of segments ACKed with an echo
+over each window of data.
 After an RTO the sender resends either like ns-3.37 (go-back-N over everything not
 yet ACKed or SACKed, in flight or not; the default) or only what was lost
 (`rto_recovery="sack"`, as Linux with F-RTO would once it sees the timeout was
@@ -49,8 +64,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-OPEN, RECOVERY, LOSS = 0, 1, 2
-NEWRENO, CUBIC = 0, 1
+OPEN, RECOVERY, LOSS, CWR = 0, 1, 2, 3
+NEWRENO, CUBIC, DCTCP = 0, 1, 2
 BIG_PKTS = 1 << 30  # size of a long-lived flow
 
 
@@ -101,10 +116,15 @@ class FlowState:
     rec_partial: jnp.ndarray  # bool: this RECOVERY episode has had its first partial ACK
     gbn_left: jnp.ndarray  # int32 go-back-N: ghosts neither resent nor ACKed yet
     gbn_ahead: jnp.ndarray  # int32 go-back-N: ghosts resent before their original's ACK
+    ecn_recover_tx: jnp.ndarray  # int32 ECN: tx_next at the last window reduction
+    dctcp_alpha: jnp.ndarray  # float32 DCTCP: estimated fraction of marked segments
+    dctcp_acked: jnp.ndarray  # int32 DCTCP: segments ACKed in the current observation window
+    dctcp_ce: jnp.ndarray  # int32 DCTCP: ... of which ACKed with an echoed mark
+    dctcp_next_tx: jnp.ndarray  # int32 DCTCP: the window ends when this id is ACKed (0: not started)
 
 
 FLOAT_FIELDS = ("size_bytes", "start_s", "cwnd", "ssthresh", "recover_fs", "srtt_s", "rttvar_s", "rto_s",
-                "w_max", "cubic_k_s", "cubic_origin", "delay_min_s", "hs_curr_rtt_s")
+                "w_max", "cubic_k_s", "cubic_origin", "delay_min_s", "hs_curr_rtt_s", "dctcp_alpha")
 BOOL_FIELDS = ("active", "hs_found", "rec_partial")
 INT_FIELDS = tuple(n for n in FlowState.__dataclass_fields__ if n not in FLOAT_FIELDS)
 _COL = {n: i for i, n in enumerate(INT_FIELDS)} | {n: i for i, n in enumerate(FLOAT_FIELDS)}
@@ -172,7 +192,8 @@ def init_flows(num_slots: int) -> FlowState:
         rttvar_s=zf, rto_s=zf, rto_deadline=zi, da_parity=zi, w_max=zf, epoch_start=zi - 1,
         cubic_k_s=zf, cubic_origin=zf, cwnd_cnt=zi, delay_min_s=zf, hs_round_end_tx=zi, hs_round_start=zi,
         hs_last_ack=zi, hs_curr_rtt_s=zf + jnp.inf, hs_samples=zi, hs_found=zb, rec_partial=zb,
-        gbn_left=zi, gbn_ahead=zi,
+        gbn_left=zi, gbn_ahead=zi, ecn_recover_tx=zi, dctcp_alpha=zf, dctcp_acked=zi, dctcp_ce=zi,
+        dctcp_next_tx=zi,
     )
 
 
@@ -189,6 +210,7 @@ def start_flow(fl: FlowState, mask, *, sender, cls, size_pkts, size_bytes, start
         cwnd=fresh.cwnd + params.initial_cwnd_pkts, ssthresh=fresh.ssthresh + 1e9,
         srtt_s=fresh.srtt_s + srtt, rttvar_s=fresh.rttvar_s + srtt / 2,
         rto_s=fresh.rto_s + _rto(srtt, srtt / 2, params),
+        dctcp_alpha=fresh.dctcp_alpha + jnp.where(params.tcp_id == DCTCP, 1.0, 0.0),  # DctcpAlphaOnInit
     )
     return jax.tree.map(lambda new, old: jnp.where(mask, new.astype(old.dtype), old), fresh, fl)
 
@@ -203,14 +225,17 @@ def _ticks(seconds, tick_s):
 
 
 def _loss_ssthresh(fl, flight, params):
-    """ssthresh and CUBIC's W_max after a loss (ns-3.37 GetSsThresh)."""
+    """ssthresh and CUBIC's W_max after a loss or an echoed mark (ns-3.37 GetSsThresh;
+    DCTCP: (1 - alpha / 2) cwnd in whole bytes)."""
     reno = jnp.maximum(2.0, flight / 2.0)
     seg = jnp.floor(fl.cwnd)  # ns-3 works on whole segments here
     cub = jnp.maximum(2.0, jnp.floor(seg * params.cubic_beta))
     fc = params.cubic_fast_convergence & (seg < fl.w_max)
     w_max = jnp.where(fc, jnp.floor(seg * (1.0 + params.cubic_beta) / 2.0), seg)  # uint32 in ns-3
     is_cubic = params.tcp_id == CUBIC
-    return jnp.where(is_cubic, cub, reno), jnp.where(is_cubic, w_max, fl.w_max)
+    dctcp = jnp.maximum(jnp.floor((1.0 - fl.dctcp_alpha / 2.0) * fl.cwnd * params.mss_bytes) / params.mss_bytes, 1.0)
+    return (jnp.where(is_cubic, cub, jnp.where(params.tcp_id == DCTCP, dctcp, reno)),
+            jnp.where(is_cubic, w_max, fl.w_max))
 
 
 def _cubic_cnt(fl, t, params, tick_s):
@@ -246,13 +271,17 @@ def _cubic_grow(cwnd, bank, segs, calls, cnt):
     return cwnd + steps, bank - (steps * cnt).astype(jnp.int32)
 
 
-def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur_acked=None) -> FlowState:
+def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur_acked=None,
+            ce_acked=None, ce_max_tx=None) -> FlowState:
     """Apply one tick's ACKs.  All arguments are [F]: transmissions ACKed, of which
     retransmissions, of which duplicate ACKs (a hole below them), the highest id
-    ACKed, an RTT sample (valid where acked > 0), and the ACKs of spurious
-    retransmissions (they acknowledge nothing; each makes the receiver ACK at once)."""
+    ACKed, an RTT sample (valid where acked > 0), the ACKs of spurious
+    retransmissions (they acknowledge nothing; each makes the receiver ACK at once), and
+    the CE-marked packets among those ACKed with the highest id of them (ECN echo)."""
     has = acked > 0
     is_cubic = params.tcp_id == CUBIC
+    is_dctcp = params.tcp_id == DCTCP
+    counts_segments = is_cubic | is_dctcp  # growth per segment ACKed, not per ACK
 
     g = jnp.minimum(acked, fl.ghost)
     # ghosts' ACKs arrive in the order go-back-N resends them: first those already resent
@@ -292,26 +321,47 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
 
     # Loss detection by duplicate ACKs (SACK scoreboard: dupthresh segments above the hole).
     # Drops of data sent during RECOVERY / LOSS are found after it ends (a new episode).
-    detect = has & (fl.undet > 0) & (max_tx >= fl.undet_tx + params.dupthresh) & (fl.state == OPEN)
+    # (in CWR the holes SACKs reveal are resent within PRR's window, with no second cut)
+    detect = (has & (fl.undet > 0) & (max_tx >= fl.undet_tx + params.dupthresh)
+              & ((fl.state == OPEN) | (fl.state == CWR)))
     lost_q = fl.lost_q + jnp.where(detect, fl.undet, 0)
     outstanding = outstanding - jnp.where(detect, fl.undet, 0)
     undet = jnp.where(detect, 0, fl.undet)
 
     enter = detect & (fl.state == OPEN)
+    # ECN: a cumulative ACK echoing a CE mark on a packet sent since the last cut, in OPEN
+    ce = jnp.zeros_like(acked) if ce_acked is None else ce_acked
+    ce_tx = jnp.full_like(acked, -1) if ce_max_tx is None else ce_max_tx
+    enter_cwr = (params.ecn & has & (n_dup < acked) & (ce > 0) & (ce_tx >= fl.ecn_recover_tx)
+                 & (fl.state == OPEN) & ~enter)
+    cut = enter | enter_cwr
     ss_new, wmax_new = _loss_ssthresh(fl, outstanding.astype(jnp.float32), params)
-    ssthresh = jnp.where(enter, ss_new, fl.ssthresh)
-    w_max = jnp.where(enter & is_cubic, wmax_new, fl.w_max)
-    epoch_start = jnp.where(enter, -1, fl.epoch_start)
-    state = jnp.where(enter, RECOVERY, fl.state)
-    prr_delivered = jnp.where(enter, 0, fl.prr_delivered)
-    prr_out = jnp.where(enter, 0, fl.prr_out)
-    recover_fs = jnp.where(enter, (outstanding + lost_q).astype(jnp.float32), fl.recover_fs)
+    ssthresh = jnp.where(cut, ss_new, fl.ssthresh)
+    w_max = jnp.where(cut & is_cubic, wmax_new, fl.w_max)
+    epoch_start = jnp.where(cut, -1, fl.epoch_start)
+    state = jnp.where(enter, RECOVERY, jnp.where(enter_cwr, CWR, fl.state))
+    prr_delivered = jnp.where(cut, 0, fl.prr_delivered)
+    prr_out = jnp.where(cut, 0, fl.prr_out)
+    recover_fs = jnp.where(cut, (outstanding + lost_q).astype(jnp.float32), fl.recover_fs)
+    ecn_recover_tx = jnp.where(cut & params.ecn, fl.tx_next, fl.ecn_recover_tx)
+    # DCTCP's alpha, after this tick's cut (ns-3 cuts on the echo before PktsAcked): the
+    # segments ACKed and those ACKed with an echo add up until the ACK of the data sent
+    # before the window began; then alpha += g (fraction - alpha) and a window starts
+    d_on = is_dctcp & has
+    d_first = fl.dctcp_next_tx == 0
+    d_acked, d_ce = fl.dctcp_acked + acked, fl.dctcp_ce + ce
+    d_end = d_on & ~d_first & (max_tx >= fl.dctcp_next_tx - 1)
+    frac = d_ce.astype(jnp.float32) / jnp.maximum(d_acked, 1).astype(jnp.float32)
+    dctcp_alpha = jnp.where(d_end, (1.0 - params.dctcp_g) * fl.dctcp_alpha + params.dctcp_g * frac, fl.dctcp_alpha)
+    dctcp_acked = jnp.where(d_on, jnp.where(d_end, 0, d_acked), fl.dctcp_acked)
+    dctcp_ce = jnp.where(d_on, jnp.where(d_end, 0, d_ce), fl.dctcp_ce)
+    dctcp_next_tx = jnp.where(d_on & (d_first | d_end), fl.tx_next, fl.dctcp_next_tx)
 
     # ---- window growth in OPEN and LOSS ---------------------------------------
     grow = has & ((state == OPEN) | (state == LOSS)) & ~enter
     # NewReno counts ACKs; ns-3.37's CUBIC counts the segments each ACK covers (byte
     # counting in slow start, m_cWndCnt in congestion avoidance)
-    growth = jnp.where(is_cubic, acked, n_acks) - jnp.where(state == OPEN, n_dup, 0)
+    growth = jnp.where(counts_segments, acked, n_acks) - jnp.where(state == OPEN, n_dup, 0)
     growth = jnp.maximum(growth, 0)
     # after an RTO, ACKs of packets above a still-missing one are SACKs: only
     # retransmissions (which fill holes) advance the cumulative ACK then
@@ -351,9 +401,15 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     cwnd_cubic, bank = _cubic_grow(cwnd_in, fl.cwnd_cnt,
                                    jnp.where(exit_c, jnp.ceil(recover_fs), ca_acks).astype(jnp.int32),
                                    jnp.where(exit_c, 1.0, calls), cnt_c)
+    # DCTCP (ns-3.37 TcpLinuxReno): +1 segment per floor(cwnd) segments ACKed, several per ACK
+    w_lr = jnp.maximum(jnp.floor(cwnd_ss), 1.0)
+    bank_lr = fl.cwnd_cnt + ca_acks.astype(jnp.int32)
+    steps_lr = jnp.floor(bank_lr.astype(jnp.float32) / w_lr)
     cwnd_grown = jnp.where(is_cubic, cwnd_cubic, cwnd_ss + ca_acks * inc_reno)
+    cwnd_grown = jnp.where(is_dctcp, cwnd_ss + steps_lr, cwnd_grown)
     cwnd = jnp.where(grow, cwnd_grown, cwnd)
     cwnd_cnt = jnp.where(ca_on & is_cubic, bank, fl.cwnd_cnt)
+    cwnd_cnt = jnp.where(ca_on & is_dctcp, bank_lr - (steps_lr * w_lr).astype(jnp.int32), cwnd_cnt)
     epoch_start = jnp.where(ca_on & is_cubic, ep_c, epoch_start)
     cubic_k = jnp.where(ca_on & is_cubic, k_c, fl.cubic_k_s)
     cubic_origin = jnp.where(ca_on & is_cubic, or_c, fl.cubic_origin)
@@ -383,20 +439,22 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
     hs_found = fl.hs_found | found
 
     # ---- PRR in RECOVERY (RFC 6937, ns-3.37 TcpPrrRecovery, SSRB) ---------------
-    in_rec = has & (state == RECOVERY)
+    in_rec = has & ((state == RECOVERY) | (state == CWR))
     prr_delivered = prr_delivered + jnp.where(in_rec, acked, 0)
     pipe = outstanding.astype(jnp.float32)
     prop = jnp.ceil(prr_delivered * ssthresh / jnp.maximum(recover_fs, 1.0)) - prr_out
     ssrb = jnp.minimum(ssthresh - pipe, jnp.maximum(prr_delivered - prr_out, acked).astype(jnp.float32) + 1.0)
     sndcnt = jnp.maximum(jnp.where(pipe > ssthresh, prop, ssrb), 0.0)
-    sndcnt = jnp.where(enter, jnp.maximum(sndcnt, 1.0), sndcnt)  # the fast retransmission goes out
+    sndcnt = jnp.where(cut, jnp.maximum(sndcnt, 1.0), sndcnt)  # the fast retransmission (CWR: a segment) goes out
     cwnd = jnp.where(in_rec, pipe + sndcnt, cwnd)
 
     # ---- leaving RECOVERY / LOSS once every hole of the episode is repaired --------
     leave_loss = has & (state == LOSS) & repaired & (ghost == 0)
-    cwnd = jnp.where(leave_rec, ssthresh, cwnd)
-    epoch_start = jnp.where(leave_rec, -1, epoch_start)
-    state = jnp.where(leave_rec | leave_loss, OPEN, state)
+    # CWR ends with the ACK of a packet sent after the cut (ns-3.37: ack > m_recover)
+    leave_cwr = has & (state == CWR) & ~enter_cwr & (max_tx >= ecn_recover_tx)
+    cwnd = jnp.where(leave_rec | leave_cwr, ssthresh, cwnd)
+    epoch_start = jnp.where(leave_rec | leave_cwr, -1, epoch_start)
+    state = jnp.where(leave_rec | leave_loss | leave_cwr, OPEN, state)
     # CUBIC's update on the recovery-ending ACK (above)
     cwnd = jnp.where(exit_c, cwnd_cubic, cwnd)
     cwnd_cnt = jnp.where(exit_c, bank, cwnd_cnt)
@@ -421,7 +479,8 @@ def on_acks(fl: FlowState, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, t
         cubic_k_s=cubic_k, cubic_origin=cubic_origin, cwnd_cnt=cwnd_cnt, hs_round_end_tx=hs_round_end,
         hs_round_start=hs_round_start, hs_last_ack=hs_last_ack, hs_curr_rtt_s=hs_curr,
         hs_samples=hs_samples, hs_found=hs_found, rto_deadline=rto_deadline, rec_partial=rec_partial,
-        gbn_left=gbn_left, gbn_ahead=gbn_ahead,
+        gbn_left=gbn_left, gbn_ahead=gbn_ahead, ecn_recover_tx=ecn_recover_tx, dctcp_alpha=dctcp_alpha,
+        dctcp_acked=dctcp_acked, dctcp_ce=dctcp_ce, dctcp_next_tx=dctcp_next_tx,
     )
 
 
@@ -491,7 +550,22 @@ def on_sent(fl: FlowState, t, n_retx, n_spur, n_new, adm, params, tick_s) -> Flo
         undet_tx=undet_tx,
         next_new=fl.next_new + n_new,
         tx_next=fl.tx_next + sent,
-        prr_out=fl.prr_out + jnp.where(fl.state == RECOVERY, sent, 0),
+        prr_out=fl.prr_out + jnp.where((fl.state == RECOVERY) | (fl.state == CWR), sent, 0),
         rto_deadline=deadline,
         gbn_left=fl.gbn_left - n_spur, gbn_ahead=fl.gbn_ahead + n_spur,
     )
+
+
+def on_queue_drop(fl: FlowState, drop, is_retx, is_spur, tx_id) -> FlowState:
+    """A packet the switch had queued is dropped as it leaves (an AQM at dequeue): where
+    `drop` [F], the packet with transmission id `tx_id` [F], a retransmission
+    (`is_retx`), a go-back-N resend (`is_spur`: costs nothing, its original is on its
+    way) or new data.  The sender learns of it as of a drop at admission: a lost new
+    packet is an undetected loss (found by the SACKs above it), a lost retransmission
+    waits for the RTO."""
+    new = drop & fl.active & ~is_retx & ~is_spur
+    retx = drop & fl.active & is_retx
+    first = jnp.where(fl.undet > 0, jnp.minimum(fl.undet_tx, tx_id), tx_id)
+    return fl.replace(
+        undet=fl.undet + new.astype(jnp.int32), undet_tx=jnp.where(new, first, fl.undet_tx),
+        retx_out=fl.retx_out - retx.astype(jnp.int32), retx_dropped=fl.retx_dropped + retx.astype(jnp.int32))

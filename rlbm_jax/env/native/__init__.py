@@ -96,6 +96,7 @@ def param_leaves(params):
         ("drain_win_ticks", jnp.maximum(jnp.round(p.base_rtt_s / tick_s).astype(jnp.int32), 1)),
         ("train_gap_ticks", jnp.maximum(1, jnp.floor(p.hystart_ack_delta_s / tick_s)).astype(jnp.int32)),
         ("mss_i", p.mss_bytes.astype(jnp.int32)),
+        ("ecn", i32(p.ecn)),  # refused by the kernel: no ECN there
         # float32
         ("tick_s", f32(tick_s)),
         ("warmup_s", f32(p.warmup_s)),
@@ -276,8 +277,8 @@ def supports(params) -> bool:
         check_params(params)
     except ValueError:
         return False
-    # traced ids might name a policy registered at run time
-    return not _missing_policies() or _concrete(params.policy_id)
+    # traced ids might name a policy registered at run time, or traced flags ECN
+    return (not _missing_policies() or _concrete(params.policy_id)) and _concrete(params.ecn)
 
 
 def _missing_policies() -> list:
@@ -313,6 +314,8 @@ def check_params(params) -> None:
     if params.num_classes > MAX_CLASSES or params.num_senders > MAX_SENDERS:
         raise ValueError(f"the native backend runs at most {MAX_CLASSES} classes and {MAX_SENDERS} senders; "
                          "use backend='jax'")
+    if _concrete(params.ecn) and np.any(np.asarray(params.ecn)):
+        raise ValueError("the native backend has no ECN (nor DCTCP); use backend='jax'")
     extra = _missing_policies()
     if not extra or not _concrete(params.policy_id):
         return  # traced: the kernel checks the id itself

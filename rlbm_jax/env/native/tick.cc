@@ -31,7 +31,8 @@ constexpr int OPEN = 0, RECOVERY = 1, LOSS = 2;
 constexpr int CUBIC = 1;
 constexpr int GO_BACK_N = 0, RTT_CUMULATIVE = 0;
 // run record fields (queue.py)
-constexpr int FLOW = 0, COUNT = 1, NRETX = 2, TX0 = 3, ENQ = 4, NSPUR = 5, RUN_FIELDS = 6;
+// NCE (CE-marked packets) stays 0: the native tick runs no AQM and no ECN (native.supports)
+constexpr int FLOW = 0, COUNT = 1, NRETX = 2, TX0 = 3, ENQ = 4, NSPUR = 5, NCE = 6, RUN_FIELDS = 7;
 constexpr int MAX_E = 64;   // event slots: k + 3
 constexpr int MAX_P = 16;   // classes
 constexpr int MAX_S = 1024; // senders
@@ -799,6 +800,7 @@ struct Tick {
         rec[TX0] = RI(fl[k], tx_next);
         rec[ENQ] = t;
         rec[NSPUR] = adm_spur[k];
+        rec[NCE] = 0;
         new_runs[c] += 1;
         new_pkts[c] += adm[k];
       }
@@ -1037,6 +1039,8 @@ ffi::Error RunImpl(ffi::Buffer<ffi::S32> si_in, ffi::Buffer<ffi::F32> sf_in, ffi
     int32_t pid = pid_all[b * npi + p_off[PL_policy_id]];
     if (pid < 0 || pid > 6)
       return ffi::Error::InvalidArgument("rlbm native: the buffer policy has no native implementation");
+    if (pid_all[b * npi + p_off[PL_ecn]] != 0)
+      return ffi::Error::InvalidArgument("rlbm native: ECN has no native implementation");
   }
   // envs are independent: contiguous shares of the batch run on their own threads
   auto work = [&](int64_t lo, int64_t hi) {

@@ -1,0 +1,205 @@
+"""The AQMs (RED, ARED, PIE, CoDel) and ECN: their rules against theory and ns-3.37's,
+the TCP response to marks, and how the backends and the command line treat them."""
+import json
+import math
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlbm_jax import scenarios
+from rlbm_jax.env import aqm, metrics as mx, sim, tcp
+from rlbm_jax.env.params import ared_defaults, make_params
+
+
+def _params(policy="red", **kw):
+    return make_params(num_classes=1, policy=policy, **kw)
+
+
+def test_red_average_is_the_per_packet_ewma():
+    p = _params(red_weight=0.01)
+    s = aqm.init_aqm(p).replace(red_avg=jnp.asarray([50.0]), red_idle_s=jnp.asarray([-1.0]))
+    q, n, ticks = 10, 3, 40
+    for _ in range(ticks):
+        s, _ = aqm.on_enqueue(s, aqm.RED, jnp.asarray([n]), jnp.asarray([q]), jnp.asarray([0.5]), 1.0, p)
+    want = q + (50.0 - q) * (1 - 0.01) ** (n * ticks)
+    assert float(s.red_avg[0]) == pytest.approx(want, rel=1e-4)
+    # an idle queue's average decays as if (idle time x link packet rate) packets of 0 arrived
+    s0 = aqm.init_aqm(p).replace(red_avg=jnp.asarray([50.0]), red_idle_s=jnp.asarray([0.0]))
+    s1, _ = aqm.on_enqueue(s0, aqm.RED, jnp.asarray([1]), jnp.asarray([0]), jnp.asarray([0.5]), 0.1, p)
+    m = 0.1 * float(p.bottleneck_rate_bps / p.data_pkt_bits)
+    assert float(s1.red_avg[0]) == pytest.approx(50.0 * 0.99 ** (m + 1), rel=1e-3)
+
+
+def _decision_rate(code, p, avg_or_none, n_per_tick, ticks, q, seed=0):
+    s = aqm.init_aqm(p)
+    if avg_or_none is not None:
+        s = s.replace(red_avg=jnp.asarray([avg_or_none]), red_idle_s=jnp.asarray([-1.0]))
+    if code == aqm.PIE:  # a fixed probability, no burst allowance, a delay above half the target
+        s = s.replace(pie_p=jnp.asarray([0.05]), pie_burst_s=jnp.asarray([0.0]),
+                      pie_burst_state=jnp.asarray([aqm.IN_BURST]), pie_next_s=jnp.asarray([1e9]),
+                      pie_qdelay_old_s=jnp.asarray([1.0]))
+    us = jax.random.uniform(jax.random.PRNGKey(seed), (ticks, 1))
+
+    def body(s, u):
+        s, h = aqm.on_enqueue(s, code, jnp.asarray([n_per_tick]), jnp.asarray([q]), u, 1.0, p)
+        return s, h.count[0]
+
+    _, counts = jax.lax.scan(body, s, us)
+    return float(jnp.sum(counts)) / (ticks * n_per_tick)
+
+
+@pytest.mark.parametrize("n_per_tick", [1, 5])
+def test_red_decisions_follow_ns3_count_rule(n_per_tick):
+    """ns-3's RED with Wait drops a packet at count c with probability p_b / (2 - c p_b)
+    (c p_b in [1, 2)): one decision per 1.5 / p_b packets on average."""
+    p = _params(red_min_th_pkts=10.0, red_max_th_pkts=30.0, red_max_p=0.1, red_weight=1e-9)
+    avg = 20.0  # p_b = 0.05, constant (the average cannot move)
+    rate = _decision_rate(aqm.RED, p, avg, n_per_tick, 20000 // n_per_tick * 4, q=20)
+    assert rate == pytest.approx(0.05 / 1.5, rel=0.06)
+
+
+def test_pie_decisions_are_independent_with_its_probability():
+    p = _params("pie")
+    rate = _decision_rate(aqm.PIE, p, None, 2, 40000, q=50)
+    assert rate == pytest.approx(0.05, rel=0.06)
+
+
+def test_red_forced_region_drops_everything_and_never_below_min_th():
+    p = _params(red_min_th_pkts=10.0, red_max_th_pkts=20.0, red_weight=1e-9)
+    s = aqm.init_aqm(p).replace(red_avg=jnp.asarray([45.0]), red_idle_s=jnp.asarray([-1.0]))
+    _, h = aqm.on_enqueue(s, aqm.RED, jnp.asarray([7]), jnp.asarray([45]), jnp.asarray([0.3]), 1.0, p)
+    assert bool(h.forced[0]) and float(h.syn_p[0]) == 1.0  # gentle: at or above 2 max_th
+    assert _decision_rate(aqm.RED, p, 5.0, 4, 2000, q=5) == 0.0
+
+
+def test_ared_defaults_follow_ns3():
+    lo, hi, w = ared_defaults(100e6, 1000)
+    ptc = 100e6 / (1054 * 8)
+    assert lo == pytest.approx(max(5.0, 0.005 * ptc / 2)) and hi == pytest.approx(3 * lo)
+    assert w == pytest.approx(1 - math.exp(-1 / ptc))
+    p = make_params(num_classes=1, policy="ared")
+    assert float(p.red_min_th_pkts) == pytest.approx(max(5.0, 0.005 * 10e6 / (1054 * 8) / 2), rel=1e-6)
+
+
+def test_codel_drop_times_follow_the_control_law():
+    """A standing sojourn above target: the first drop one interval after the sojourn went
+    above it, then the n-th next one interval / sqrt(n) later (RFC 8289)."""
+    p = _params("codel", codel_interval_s=0.1, codel_target_s=0.005)
+    s = aqm.init_aqm(p)
+    dt, times = 1e-3, []
+    for i in range(600):
+        now = i * dt
+        s, act = aqm.on_dequeue(s, aqm.CODEL, jnp.asarray([0.02]), jnp.asarray([50]), jnp.asarray([True]),
+                                jnp.asarray([False]), now, p)
+        if bool(act[0]):
+            times.append(now)
+    assert times[0] == pytest.approx(0.1, abs=1.5 * dt)
+    gaps = np.diff(times)
+    want = [0.1 / math.sqrt(c) for c in range(1, 1 + len(gaps))]  # count 1 when the state is entered
+    np.testing.assert_allclose(gaps, want, atol=1.5 * dt)
+    # a sojourn under target ends the dropping state
+    s, act = aqm.on_dequeue(s, aqm.CODEL, jnp.asarray([0.001]), jnp.asarray([50]), jnp.asarray([True]),
+                            jnp.asarray([False]), 0.601, p)
+    assert not bool(act[0]) and not bool(s.codel_dropping[0])
+
+
+def _long_run(policy, ecn, n=4, seconds=12.0, **kw):
+    p = make_params(**{**scenarios.long_flows(n, 2.0, tcp="newreno", long_flow_start_spread_s=0.5, warmup_s=4.0),
+                       "policy": policy, "ecn": ecn, "pkts_per_tick": 2, **kw})
+    n_ticks = sim.ticks_for(seconds, p)
+    fn = jax.jit(lambda k: sim.run(sim.init(k, p), p, n_ticks, backend="jax")[0])
+    return p, fn(jax.random.PRNGKey(3))
+
+
+@pytest.mark.parametrize("policy,target", [("pie", 0.015), ("codel", 0.005)])
+def test_delay_aqms_hold_the_queue_near_their_target(policy, target):
+    p, s = _long_run(policy, False)
+    rep = mx.summarize(s.metrics, p)
+    delay = float(rep["queue_mean_pkts"]) * float(p.data_pkt_bits / p.bottleneck_rate_bps)
+    assert 0.4 * target < delay < 2.5 * target, delay
+    assert float(rep["util_wire"]) > 0.95
+    assert int(s.metrics.mark_total) == 0 and int(s.metrics.drop_total) > 0
+
+
+def test_ecn_marks_replace_drops_and_cut_once_per_window():
+    """RED with ECN: the flows react to marks, nothing is dropped after the start, and a
+    flow cuts its window (enters CWR) at most once per round trip."""
+    p = make_params(**{**scenarios.long_flows(2, 2.0, tcp="newreno", long_flow_start_spread_s=0.2, warmup_s=3.0),
+                       "policy": "red", "ecn": True, "red_min_th_pkts": 20.0, "red_max_th_pkts": 60.0,
+                       "red_max_p": 0.1, "pkts_per_tick": 2})
+    n = sim.ticks_for(8.0, p)
+
+    def trace(s):
+        return (tcp.column(s.flows, "state")[:2], tcp.column(s.flows, "ssthresh")[:2],
+                tcp.column(s.flows, "cwnd")[:2], s.metrics.drop_total, s.metrics.mark_total)
+
+    run = jax.jit(lambda k: sim.run(sim.init(k, p), p, n, trace_fn=trace, backend="jax"))
+    final, (st, ss, cw, drops, marks) = jax.tree.map(np.asarray, run(jax.random.PRNGKey(1)))
+    warm = int(3.0 / float(p.tick_s))
+    assert marks[-1] > marks[warm] > 0
+    assert drops[-1] == drops[warm], "a drop after warm-up with ECN and a buffer that never fills"
+    rtt_ticks = float(p.base_rtt_s / p.tick_s)
+    for f in range(2):
+        enter = np.flatnonzero((st[1:, f] == tcp.CWR) & (st[:-1, f] != tcp.CWR)) + 1
+        assert len(enter) >= 3  # NewReno at 100 Mbit/s: a cut every ~1.5 s
+        assert np.diff(enter).min() >= rtt_ticks, "two window cuts within one round trip"
+        # the cut halves the window (NewReno: ssthresh = flight / 2) and cwnd follows it down
+        before = cw[enter - 1, f]
+        np.testing.assert_array_less(ss[enter, f], before * 0.6 + 1)
+
+
+def test_without_ecn_the_aqm_drops_early_and_never_marks():
+    p, s = _long_run("red", False, red_min_th_pkts=10.0, red_max_th_pkts=30.0, red_max_p=0.1)
+    assert int(s.metrics.mark_total) == 0 and int(s.metrics.drop_total) > 0
+    # the drops are early: the queue stays far below the buffer
+    assert float(mx.summarize(s.metrics, p)["queue_p99_pkts"]) < 0.5 * int(p.buffer_pkts)
+
+
+def test_native_backend_refuses_aqm_and_ecn_and_auto_falls_back():
+    from rlbm_jax.env import native
+
+    for kw in (dict(policy="codel"), dict(policy="droptail", ecn=True)):
+        p = make_params(**kw)
+        assert not native.supports(p)
+        assert sim.resolve_backend("auto", p) == "jax"
+        with pytest.raises(ValueError, match="native"):
+            native.check_params(p)
+
+
+def test_simulate_cli_runs_an_aqm_with_ecn(tmp_path):
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "scripts/simulate.py", "--scenario", "long", "--long-flows", "4", "--policy", "codel",
+           "--ecn", "--seconds", "3", "--seeds", "1", "--no-progress", "--json", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    r = json.loads(out.read_text())
+    assert r["policy"] == "codel" and r["config"]["ecn"] is True
+    assert r["mark_rate"] > 0
+    bad = subprocess.run([sys.executable, "scripts/simulate.py", "--policy", "red", "--red-max-p", "1.5",
+                          "--seconds", "1", "--seeds", "1", "--no-progress"], capture_output=True, text=True)
+    assert bad.returncode == 2 and ("red_max_p" in bad.stderr or "--red-max-p" in bad.stderr), bad.stderr
+
+
+def test_dctcp_alpha_tracks_the_marked_fraction_and_keeps_the_queue_near_k():
+    """DCTCP over step marking at K (RED on the instantaneous queue, every packet above K):
+    each flow's alpha estimates the fraction of its segments that come back marked, and
+    the cuts in proportion to it keep the link full with the queue near K (Alizadeh et al.)."""
+    k = 40.0
+    p = make_params(**{**scenarios.long_flows(8, 2.0, tcp="dctcp", long_flow_start_spread_s=0.5, warmup_s=4.0),
+                       "policy": "red", "red_min_th_pkts": k, "red_max_th_pkts": k + 1, "red_weight": 1.0,
+                       "red_max_p": 1.0, "pkts_per_tick": 2})
+    assert bool(p.ecn)  # DCTCP turns ECN on
+    n = sim.ticks_for(10.0, p)
+    s = jax.jit(lambda key: sim.run(sim.init(key, p), p, n, backend="jax")[0])(jax.random.PRNGKey(1))
+    rep = mx.summarize(s.metrics, p)
+    alpha = np.asarray(tcp.column(s.flows, "dctcp_alpha"))[:8]
+    assert float(rep["util_wire"]) > 0.98 and float(rep["drop_rate"]) == 0.0  # (slow start drops, before warm-up)
+    assert 0.5 * k < float(rep["queue_mean_pkts"]) < 1.5 * k
+    np.testing.assert_allclose(alpha.mean(), float(rep["mark_rate"]), rtol=0.4)
+    # NewReno halving on the same marks leaves the link idle part of the time
+    p_nr = p.replace(tcp_id=jnp.asarray(0, jnp.int32))
+    s_nr = jax.jit(lambda key: sim.run(sim.init(key, p_nr), p_nr, n, backend="jax")[0])(jax.random.PRNGKey(1))
+    assert float(mx.summarize(s_nr.metrics, p_nr)["util_wire"]) < float(rep["util_wire"]) - 0.05
