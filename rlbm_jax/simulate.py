@@ -16,7 +16,7 @@ import numpy as np
 
 from rlbm_jax.devices import batched, env_sharding
 from rlbm_jax.env import buffer, metrics as mx, sim
-from rlbm_jax.env.params import SimParams, ared_defaults
+from rlbm_jax.env.params import SimParams, ared_defaults, jax_only
 from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, RLBMEnv
 from rlbm_jax.progress import Progress
 
@@ -31,7 +31,8 @@ def with_policy(params: SimParams, policy: str) -> SimParams:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(buffer.POLICY_NAMES)}")
     alpha = np.asarray(buffer.default_alpha(policy, params.num_classes), np.float32)
     out = params.replace(policy_id=jnp.asarray(buffer.POLICY_NAMES.index(policy), jnp.int32),
-                         alpha=jnp.asarray(alpha))
+                         alpha=jnp.asarray(alpha),
+                         needs_jax_tick=jax_only(policy, bool(np.any(np.asarray(params.ecn)))))
     if policy == "ared":
         lo, hi, w = ared_defaults(float(params.bottleneck_rate_bps), float(params.mss_bytes))
         out = out.replace(red_min_th_pkts=jnp.float32(lo), red_max_th_pkts=jnp.float32(hi),

@@ -125,6 +125,8 @@ def _red_pb(avg, max_p, p):
 
 
 def _red(s: AqmState, arr_c, q_pkts, u, now_s, p, adaptive):
+    """RED at enqueue (ns-3.37 RedQueueDisc::DoEnqueue, gentle, Wait, hard drops above the
+    gentle region), with ARED's max_p adaptation when `adaptive`."""
     ptc = p.bottleneck_rate_bps / p.data_pkt_bits  # link packets per second
     idle = (s.red_idle_s >= 0) & (q_pkts == 0) & (arr_c > 0)
     decay = jnp.where(idle, jnp.maximum(now_s - s.red_idle_s, 0.0) * ptc, 0.0)
@@ -132,8 +134,7 @@ def _red(s: AqmState, arr_c, q_pkts, u, now_s, p, adaptive):
     old = s.red_avg * (1.0 - p.red_weight) ** decay
     avg = old * (1.0 - p.red_weight) ** n + (1.0 - (1.0 - p.red_weight) ** n) * q_pkts.astype(jnp.float32)
     avg = jnp.where(arr_c > 0, avg, s.red_avg)
-    # adaptive max_p, every ARED_INTERVAL_S
-    # (checked at every arrival once ARED_INTERVAL_S has passed since the last change)
+    # adaptive max_p: checked at every arrival once ARED_INTERVAL_S has passed since the last change
     adapt = adaptive & (arr_c > 0) & (now_s > s.ared_next_s)
     part = 0.4 * (p.red_max_th_pkts - p.red_min_th_pkts)
     bottom = jnp.minimum(ARED_BOTTOM, p.data_pkt_bits * ARED_RTT_S / p.bottleneck_rate_bps)

@@ -85,6 +85,7 @@ _REGISTRY: list[Policy] = [
 ]
 POLICY_NAMES: tuple = tuple(p.name for p in _REGISTRY)
 DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
+DEFAULT_AQM = {p.name: p.aqm for p in _REGISTRY}
 
 
 def default_alpha(policy: str, num_classes: int) -> tuple:
@@ -96,7 +97,7 @@ def default_alpha(policy: str, num_classes: int) -> tuple:
 def register_policy(name: str, thresholds: Callable, default_alpha=(1.0, 1.0), aqm_name: str = "none") -> int:
     """Add a buffer policy (with an AQM of `aqm.AQM_NAMES` in front, if named); returns its
     id.  Call before building params and jitting."""
-    global POLICY_NAMES, DEFAULT_ALPHA
+    global POLICY_NAMES, DEFAULT_ALPHA, DEFAULT_AQM
     from rlbm_jax.env import aqm
 
     if name in POLICY_NAMES:
@@ -106,6 +107,7 @@ def register_policy(name: str, thresholds: Callable, default_alpha=(1.0, 1.0), a
     _REGISTRY.append(Policy(name, thresholds, tuple(default_alpha), aqm_name))
     POLICY_NAMES = tuple(p.name for p in _REGISTRY)
     DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
+    DEFAULT_AQM = {p.name: p.aqm for p in _REGISTRY}
     return len(_REGISTRY) - 1
 
 

@@ -116,6 +116,9 @@ class SimParams:
     delay_line_ticks: int = struct.field(pytree_node=False, default=64)
     completion_log_size: int = struct.field(pytree_node=False, default=1024)
     interval_log_size: int = struct.field(pytree_node=False, default=16)  # finished flows an agent interval lists
+    # the run needs the JAX tick (an AQM policy, ECN or DCTCP: what the native tick lacks);
+    # static, so that `sim.run` can choose its backend when the params are traced
+    needs_jax_tick: bool = struct.field(pytree_node=False, default=False)
 
     # ---- derived quantities (pure functions of the leaves) ---------------
     @property
@@ -412,6 +415,7 @@ def make_params(
         delay_line_ticks=int(delay_line_ticks),
         completion_log_size=int(completion_log_size),
         interval_log_size=int(interval_log_size),
+        needs_jax_tick=jax_only(buffer.POLICY_NAMES[policy_id], bool(ecn) or tcp == "dctcp"),
     )
 
 
@@ -441,6 +445,13 @@ def validate(params: SimParams) -> None:
     need = int(np.ceil(np.max(np.asarray(params.base_rtt_s) / np.asarray(params.tick_s)))) + 3
     if params.delay_line_ticks < need:
         raise ValueError(f"delay_line_ticks ({params.delay_line_ticks}) must be >= {need}")
+
+
+def jax_only(policy: str, ecn: bool) -> bool:
+    """Whether a run of `policy` (with ECN or DCTCP when `ecn`) needs the JAX tick."""
+    from rlbm_jax.env import buffer
+
+    return bool(ecn) or buffer.DEFAULT_AQM.get(policy, "none") != "none"
 
 
 ARED_TARGET_DELAY_S = 0.005  # ns-3.37 RedQueueDisc TargetDelay
@@ -491,7 +502,8 @@ STATIC_FIELDS = tuple(f.name for f in dataclasses.fields(SimParams)
                       if not f.metadata.get("pytree_node", True))
 # static fields that only size buffers: a larger value changes no result (rings are
 # indexed modulo their size; logs only get more room), so a batch takes the largest
-PADDABLE_FIELDS = ("queue_capacity_pkts", "delay_line_ticks", "completion_log_size", "interval_log_size")
+PADDABLE_FIELDS = ("queue_capacity_pkts", "delay_line_ticks", "completion_log_size", "interval_log_size",
+                   "needs_jax_tick")  # (a batch with one run that needs the JAX tick runs it)
 
 
 def pad_params(items: Sequence) -> list:

@@ -277,13 +277,14 @@ def supports(params) -> bool:
         check_params(params)
     except ValueError:
         return False
-    # traced ids might name a policy registered at run time, or traced flags ECN
-    return (not _missing_policies() or _concrete(params.policy_id)) and _concrete(params.ecn)
+    # traced ids might name a policy registered at run time
+    return not _missing_policies() or _concrete(params.policy_id)
 
 
 def _missing_policies() -> list:
-    """Registered buffer policies the native tick does not implement."""
-    return [n for n in buffer.POLICY_NAMES if n not in NATIVE_POLICIES]
+    """Policies registered at run time that the native tick does not implement (the
+    built-in AQM policies are known from the params' static `needs_jax_tick`)."""
+    return [n for n in buffer.POLICY_NAMES if n not in NATIVE_POLICIES and buffer.DEFAULT_AQM[n] == "none"]
 
 
 def _concrete(x) -> bool:
@@ -314,10 +315,12 @@ def check_params(params) -> None:
     if params.num_classes > MAX_CLASSES or params.num_senders > MAX_SENDERS:
         raise ValueError(f"the native backend runs at most {MAX_CLASSES} classes and {MAX_SENDERS} senders; "
                          "use backend='jax'")
+    if params.needs_jax_tick:
+        raise ValueError("the native backend has no AQM, ECN or DCTCP; use backend='jax'")
     if _concrete(params.ecn) and np.any(np.asarray(params.ecn)):
         raise ValueError("the native backend has no ECN (nor DCTCP); use backend='jax'")
-    extra = _missing_policies()
-    if not extra or not _concrete(params.policy_id):
+    extra = [n for n in buffer.POLICY_NAMES if n not in NATIVE_POLICIES]
+    if not _concrete(params.policy_id):
         return  # traced: the kernel checks the id itself
     ids = np.asarray(params.policy_id).reshape(-1)
     bad = sorted({buffer.POLICY_NAMES[int(i)] for i in ids if buffer.POLICY_NAMES[int(i)] in extra})

@@ -1041,6 +1041,8 @@ ffi::Error RunImpl(ffi::Buffer<ffi::S32> si_in, ffi::Buffer<ffi::F32> sf_in, ffi
       return ffi::Error::InvalidArgument("rlbm native: the buffer policy has no native implementation");
     if (pid_all[b * npi + p_off[PL_ecn]] != 0)
       return ffi::Error::InvalidArgument("rlbm native: ECN has no native implementation");
+    if (pid_all[b * npi + p_off[PL_tcp_id]] > 1)
+      return ffi::Error::InvalidArgument("rlbm native: DCTCP has no native implementation");
   }
   // envs are independent: contiguous shares of the batch run on their own threads
   auto work = [&](int64_t lo, int64_t hi) {
