@@ -16,6 +16,9 @@ validated `SimParams`; `SCENARIOS` lists the names with what each models.
              (default 100 Mbit/s; access links 10x faster), Poisson flows of a size table at
              `load` during the first 75 % of `seconds`, 20 ms base RTT, the thesis's TCP
              settings (initial cwnd 10, min RTO 10 ms, no delayed ACK)
+    queuepilot  `long_flows` long-lived flows plus web-search flows at load 0.1 through one
+             FIFO of BDP / sqrt(N) at 100 Mbit/s, base RTT `rtt_s`, ECN, the "rl-mark"
+             policy (QueuePilot's scenario at 1/10 scale)
 The thesis grid (`THESIS_GRID`, `thesis_grid`) is TCP x per-class buffer N x load; a cell
 is `thesis_cell(tcp, n, load)`.  `THESIS_RANDOM` holds the ranges training draws each
 episode's scenario from (`rlbm_jax.env.randomize`).
@@ -127,10 +130,48 @@ def long_flows(long_flows: int = 1, buffer_bdp: float = 1.0, **overrides) -> dic
     return kw
 
 
+# QueuePilot's backbone scenario scaled to 1/10: its 1 Gbit/s link carrying 100-300
+# long-lived TCP flows becomes 100 Mbit/s carrying 10-30 (the same rate per flow), its
+# 10 % non-ECN UDP background becomes web-search TCP flows at load 0.1 (whose FCTs give
+# the FCT-by-size figure); every TCP flow is ECN-capable; buffer B = BDP / sqrt(N)
+QUEUEPILOT = dict(num_classes=1, policy="rl-mark", ecn=True, num_senders=10, access_rate_bps=1e9,
+                  access_delay_s=0.1e-3, bottleneck_rate_bps=100e6, mss_bytes=1448, initial_cwnd_pkts=10,
+                  min_rto_s=0.2, delayed_ack=1, long_flow_start_spread_s=1.0, cdf="websearch", num_flow_slots=64,
+                  pkts_per_tick=2)
+
+
+def queuepilot(long_flows: int = 20, rtt_s: float = 0.040, tcp: str = "cubic", load: float = 0.1,
+               seconds: float = 10.0, buffer_pkts: int | None = None, max_rtt_s: float | None = None,
+               max_buffer_pkts: int | None = None, **overrides) -> dict:
+    """`long_flows` long-lived flows (from t = 0, spread over 1 s) and Poisson web-search
+    flows at `load` (during the whole `seconds`) through one FIFO at 100 Mbit/s with base
+    RTT `rtt_s`, ECN on, the "rl-mark" policy; the buffer is BDP / sqrt(N) packets unless
+    `buffer_pkts` is given.  `max_rtt_s` / `max_buffer_pkts` size the static delay line and
+    ring for a batch of configurations (they must agree across it)."""
+    n = int(long_flows)
+    if n < 1:
+        raise ValueError(f"long_flows must be >= 1, got {long_flows!r}")
+    if not (math.isfinite(rtt_s) and rtt_s > 2 * QUEUEPILOT["access_delay_s"]):
+        raise ValueError(f"rtt_s must exceed twice the access delay ({2 * QUEUEPILOT['access_delay_s']} s), got {rtt_s!r}")
+    kw = {**QUEUEPILOT, "long_flows": n, "tcp": tcp, "load": load, "arrival_stop_s": float(seconds),
+          "bottleneck_delay_s": rtt_s / 2 - QUEUEPILOT["access_delay_s"], **overrides}
+    if buffer_pkts is None:
+        bdp = float(make_params(**{**kw, "buffer_per_class_pkts": 1, "queue_capacity_pkts": 1}).bdp_pkts)
+        buffer_pkts = max(1, int(round(bdp / math.sqrt(n))))
+    kw["buffer_per_class_pkts"] = int(buffer_pkts)
+    kw["queue_capacity_pkts"] = int(max_buffer_pkts or buffer_pkts)
+    if max_rtt_s is not None:
+        far = make_params(**{**kw, "bottleneck_delay_s": max_rtt_s / 2 - QUEUEPILOT["access_delay_s"]})
+        kw["delay_line_ticks"] = far.delay_line_ticks
+    return kw
+
+
 SCENARIOS: dict[str, tuple[Callable[..., dict], str]] = {
     "thesis": (thesis, "10 senders, Poisson web-search flows at a load, 10 Mbit/s, two classes (the thesis)"),
     "long": (long_flows, "long-lived flows through one droptail FIFO at 100 Mbit/s"),
     "dumbbell": (dumbbell, "Poisson flows through one droptail FIFO sized in BDPs, 100 Mbit/s or faster"),
+    "queuepilot": (queuepilot, "QueuePilot's scenario at 1/10 scale: N long flows and web search at 100 Mbit/s, "
+                               "ECN, buffer BDP / sqrt(N), the agent's marker"),
 }
 
 

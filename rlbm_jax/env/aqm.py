@@ -1,11 +1,13 @@
 """Active queue management at the class FIFOs: RED (gentle), Adaptive RED, PIE and CoDel,
-as ns-3.37's queue discs decide, dropping or (with ECN) marking.
+as ns-3.37's queue discs decide, dropping or (with ECN) marking; and "mark", a marker
+whose probability an agent sets (QueuePilot's action: each arriving packet is CE-marked
+with probability `mark_p`, independently).
 
 An AQM is chosen by the buffer policy (`buffer.Policy.aqm`): the policy's thresholds
 stay the hard limit, the AQM decides on packets below it.  Each class FIFO runs its
 own instance; the state is a few numbers per class (`AqmState`, [P] each).  Two hooks:
 
-  `on_enqueue` (RED, ARED, PIE): this tick's decisions on the packets arriving in each
+  `on_enqueue` (RED, ARED, PIE, mark): this tick's decisions on the packets arriving in each
      class, as positions in the class's arrival order: `Hits` (the first position, the
      spacing of the next ones and their number; `forced` drops every arrival).
   `on_dequeue` (CoDel): whether the packet at the head of each class FIFO is dropped or
@@ -32,8 +34,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-AQM_NAMES = ("none", "red", "ared", "pie", "codel")
-NONE, RED, ARED, PIE, CODEL = range(len(AQM_NAMES))
+AQM_NAMES = ("none", "red", "ared", "pie", "codel", "mark")
+NONE, RED, ARED, PIE, CODEL, MARK = range(len(AQM_NAMES))
 
 # ns-3.37 RedQueueDisc's adaptive max_p (AdaptMaxP): at an arrival at least `interval`
 # after its last change, max_p shrinks by beta when the average sits in the lower 40 % of
@@ -66,6 +68,7 @@ class AqmState:
     codel_dropping: jnp.ndarray  # bool
     codel_count: jnp.ndarray  # int32
     codel_last_count: jnp.ndarray  # int32
+    mark_p: jnp.ndarray  # float the marker's probability (set by an agent: knob `mark_prob`)
 
 
 def init_aqm(params) -> AqmState:
@@ -77,7 +80,7 @@ def init_aqm(params) -> AqmState:
         ared_next_s=zf + ARED_INTERVAL_S, pie_p=zf, pie_qdelay_s=zf, pie_qdelay_old_s=zf,
         pie_burst_s=zf, pie_burst_state=zi, pie_burst_reset=zi, pie_next_s=zf,
         codel_first_above_s=zf, codel_drop_next_s=zf, codel_dropping=jnp.zeros((P,), bool), codel_count=zi,
-        codel_last_count=zi)
+        codel_last_count=zi, mark_p=zf)
 
 
 class Hits(NamedTuple):
@@ -209,6 +212,18 @@ def _pie(s: AqmState, arr_c, q_pkts, u, now_s, p):
     return s.replace(hit_x=x, hit_gap=gap), hits
 
 
+def _mark(s: AqmState, arr_c, u):
+    """The agent's marker (QueuePilot): every arriving packet is marked with probability
+    mark_p, independently (an exponential threshold on the running sum, as PIE's drops).
+    It only marks: the policies that use it require ECN (every data packet ECT) and it
+    never drops a SYN; packets are dropped only when the buffer is full."""
+    prob = jnp.clip(s.mark_p, 0.0, 1.0)
+    first, spacing, count, x, gap = _hits_from_progress(s.hit_x, s.hit_gap, prob, arr_c, -jnp.log1p(-u))
+    hits = Hits(first=first, spacing=spacing, count=count, forced=jnp.zeros(arr_c.shape, bool),
+                may_mark=jnp.ones(arr_c.shape, bool), syn_p=jnp.zeros_like(prob))
+    return s.replace(hit_x=x, hit_gap=gap), hits
+
+
 def on_enqueue(s: AqmState, aqm_id, arr_c, q_pkts, u, now_s, params):
     """The enqueue AQM's decisions on this tick's arrivals arr_c [P] at queues q_pkts [P]
     (u [P] uniforms).  Returns (state, Hits); no hits for the other AQMs."""
@@ -221,6 +236,7 @@ def on_enqueue(s: AqmState, aqm_id, arr_c, q_pkts, u, now_s, params):
         lambda s: _red(s, arr_c, q_pkts, u, now_s, params, True),
         lambda s: _pie(s, arr_c, q_pkts, u, now_s, params),
         lambda s: (s, none),
+        lambda s: _mark(s, arr_c, u),
     ]
     return jax.lax.switch(aqm_id, branches, s)
 

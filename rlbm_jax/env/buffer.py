@@ -9,7 +9,8 @@ plugs in with `register_policy` and nothing else changes.
 
 A policy may also name an AQM (`rlbm_jax.env.aqm`: RED, ARED, PIE, CoDel) that drops or
 marks packets below its thresholds; "red", "ared", "pie" and "codel" are the droptail
-limit (each class's FIFO cap within the shared buffer) with that AQM in front.
+limit (each class's FIFO cap within the shared buffer) with that AQM in front, and
+"rl-mark" the droptail limit with a marker whose probability an agent sets (ECN only).
 """
 from __future__ import annotations
 
@@ -82,6 +83,8 @@ _REGISTRY: list[Policy] = [
     Policy("ared", _droptail, (1.0,), "ared"),
     Policy("pie", _droptail, (1.0,), "pie"),
     Policy("codel", _droptail, (1.0,), "codel"),
+    # the droptail limit with a marker whose probability the agent sets (knob `mark_prob`)
+    Policy("rl-mark", _droptail, (1.0,), "mark"),
 ]
 POLICY_NAMES: tuple = tuple(p.name for p in _REGISTRY)
 DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}

@@ -314,6 +314,9 @@ def make_params(
     sched_id = _lookup("scheduler", scheduler, SCHEDULER_NAMES)
     arrival_id = _lookup("arrival", arrival, ARRIVAL_NAMES)
     policy_id = _lookup("policy", policy, buffer.POLICY_NAMES)
+    if buffer.DEFAULT_AQM[buffer.POLICY_NAMES[policy_id]] == "mark" and not (bool(ecn) or tcp == "dctcp"):
+        raise ValueError(f"ecn: policy {buffer.POLICY_NAMES[policy_id]!r} only marks (CE), so it needs ECN "
+                         "senders (ecn=True or tcp='dctcp')")
     if alpha is None:  # the policy's defaults, cut or extended (last value) to num_classes
         alpha = buffer.default_alpha(buffer.POLICY_NAMES[policy_id], num_classes)
     elif np.ndim(alpha) and np.size(alpha) not in (1, num_classes):

@@ -7,7 +7,8 @@ episodes; shared buffer B = P * N as in the thesis), the load
 (uniform in [load_lo, load_hi]) and the TCP variant (uniform over `tcp_allowed`), and
 keeps the drawn `SimParams` in its state, so `step` stays a pure function of
 (key, state, action, params) and auto-reset draws a new scenario.  Observations,
-actions and rewards are the wrapped env's.
+actions and rewards are the wrapped env's.  `MixtureEnv(env, sims)` instead draws each
+episode's configuration from a given list (QueuePilot's training mix).
 """
 from __future__ import annotations
 
@@ -148,3 +149,49 @@ def thesis_randomized_env(*, buffer_pkts=None, load=None, tcp=None, buffer_dist:
               if v is not None}
     return make(formulation, randomize=ranges or True, episode_s=episode_s, agent_interval_s=agent_interval_s,
                 pkts_per_tick=pkts_per_tick, **{"completion_log_size": 16, **sim_overrides})
+
+
+@struct.dataclass
+class MixtureParams(environment.EnvParams):
+    env: EnvParams = None
+    table: SimParams = None  # K configurations stacked on a leading axis
+
+
+class MixtureEnv(RandomizedEnv):
+    """An `RLBMEnv` whose every episode runs one of K given simulator configurations,
+    drawn uniformly at reset (a scenario mix: link, RTT, flow counts, buffer, TCP).  The
+    configurations must agree on the static fields (shapes, ticks per step); the drawn
+    one travels in the state, as with `RandomizedEnv`."""
+
+    def __init__(self, env: RLBMEnv, sims):
+        environment.Environment.__init__(self)
+        sims = list(sims)
+        if not sims:
+            raise ValueError("MixtureEnv needs at least one configuration")
+        ref = jax.tree.structure(sims[0])
+        for i, s in enumerate(sims[1:], 1):
+            if jax.tree.structure(s) != ref:
+                raise ValueError(f"configuration {i} differs from configuration 0 in a static field (shapes, "
+                                 "packets per tick, delay line, ring): build them with the same static sizes")
+        tick = {round(float(s.tick_s), 12) for s in sims}
+        if len(tick) > 1:
+            raise ValueError(f"configurations have different tick lengths {sorted(tick)}; an agent step is a fixed "
+                             "number of ticks, so they must share the bottleneck rate and packet size")
+        self.env = env
+        self.formulation = env.formulation
+        self.obs_layout = env.obs_layout
+        self.obs_shape = env.obs_shape
+        self.num_classes = env.num_classes
+        self.num_configs = len(sims)
+        table = jax.tree.map(lambda *x: jnp.stack([jnp.asarray(v) for v in x]), *sims)
+        base = env.default_params
+        self._default = MixtureParams(env=base.replace(sim=sims[0]), table=table,
+                                      max_steps_in_episode=base.max_steps_in_episode)
+
+    def reset_env(self, key, params: MixtureParams):
+        ks, kr = jax.random.split(key)
+        k = jax.tree.leaves(params.table)[0].shape[0]
+        i = jax.random.randint(ks, (), 0, k)
+        sp = jax.tree.map(lambda x: x[i], params.table)
+        obs, inner = self.env.reset_env(kr, self._inner_params(params, sp))
+        return obs, RandomizedState(time=jnp.zeros((), jnp.int32), inner=inner, sim=sp)

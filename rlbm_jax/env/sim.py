@@ -63,17 +63,25 @@ class SimState:
 # The switch's knobs that an agent sets (a formulation's action maps onto them), and the
 # SimState field each one is held in.  class_alpha [P]: the "rl" buffer policy admits a
 # class-c packet while its queue is below class_alpha_c * beta_c * (B - Q).
-KNOBS = {"class_alpha": "rl_alpha"}
+# knob -> the state field it sets (a dotted path names a field of a sub-state)
+KNOBS = {"class_alpha": "rl_alpha", "mark_prob": "aqm.mark_p"}
 
 
 def apply_knobs(state: SimState, knobs: dict) -> SimState:
     """The state with the agent's knobs set (from the next tick on)."""
-    upd = {}
     for name, value in knobs.items():
-        field = KNOBS[name]
-        old = getattr(state, field)
-        upd[field] = jnp.asarray(value, old.dtype).reshape(old.shape)
-    return state.replace(**upd)
+        *outer, field = KNOBS[name].split(".")
+        subs = [state]
+        for f in outer:
+            subs.append(getattr(subs[-1], f))
+        old = getattr(subs[-1], field)
+        v = jnp.asarray(value, old.dtype)
+        v = v.reshape(old.shape) if v.size == old.size else jnp.broadcast_to(v, old.shape)  # one value: every class
+        new = subs[-1].replace(**{field: v})
+        for sub, f in zip(reversed(subs[:-1]), reversed(outer)):
+            new = sub.replace(**{f: new})
+        state = new
+    return state
 
 
 def init(key, params: SimParams) -> SimState:

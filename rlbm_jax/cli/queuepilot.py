@@ -1,0 +1,386 @@
+"""QueuePilot (an RL ECN-marking AQM, `QueuePilot-v0`) at 1/10 scale: train it with PPO
+on the training mix, then judge it against droptail, ARED, PIE and CoDel on held-out
+seeds and configurations (`rlbm_jax.queuepilot` states the scaling and the seeds).
+
+    python scripts/queuepilot.py train --run-dir runs/queuepilot --num-envs 2048 --num-seeds 3 --time-budget-s 600
+    python scripts/queuepilot.py evaluate --run-dir runs/queuepilot
+
+train writes config.json, metrics.csv (one row per seed and update), curves.png and
+trained.msgpack (every seed's network and observation statistics); it stops at --updates
+or when --time-budget-s is spent (measured after compilation), whichever comes first.
+evaluate picks each classic AQM's best parameter variant on the selection seeds (mean
+reward over the training mix), then runs every variant and every training seed's agent
+on the test grid with the test seeds, and writes results.json, RESULTS.md (tables: per
+configuration and overall, reward, utilisation, drop rate, queueing delay, p99 FCT by
+flow size, mean and standard error over seeds) and plots.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlbm_jax import queuepilot as qp
+from rlbm_jax.cli import fail, parser
+from rlbm_jax.env.params import make_params
+from rlbm_jax.progress import Progress, fmt_s
+
+PROG = "queuepilot.py"
+
+
+def build_parser():
+    ap = parser(__doc__, PROG)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train", help="train the agent with PPO on the training mix")
+    t.add_argument("--run-dir", default="runs/queuepilot")
+    t.add_argument("--seed", type=int, default=0, help="first training seed")
+    t.add_argument("--num-seeds", type=int, default=3, help="independent training seeds, vmapped")
+    t.add_argument("--num-envs", type=int, default=64, help="envs per seed")
+    t.add_argument("--num-steps", type=int, default=qp.PPO_RECIPE["num_steps"], help="rollout length (5 ms steps)")
+    t.add_argument("--updates", type=int, default=200, help="PPO updates at most")
+    t.add_argument("--time-budget-s", type=float, default=None, help="stop after this much training wall time")
+    t.add_argument("--chunk", type=int, default=5, help="updates per compiled call (checkpoint and budget check)")
+    t.add_argument("--lr", type=float, default=qp.PPO_RECIPE["lr"])
+    t.add_argument("--episode-s", type=float, default=qp.EPISODE_S)
+    t.add_argument("--init-from", default=None,
+                   help="trained.msgpack of an earlier run with the same seeds: continue from its networks and "
+                        "observation statistics (fresh envs and optimiser moments; updates count on)")
+    e = sub.add_parser("evaluate", help="judge the trained agent against the classic AQMs")
+    e.add_argument("--run-dir", default="runs/queuepilot")
+    e.add_argument("--out-dir", default=None, help="where results go (default: the run dir)")
+    e.add_argument("--seconds", type=float, default=qp.EVAL_S, help="simulated seconds per run")
+    e.add_argument("--warmup-s", type=float, default=qp.EVAL_WARMUP_S, help="left out of every score")
+    e.add_argument("--test-seeds", type=int, default=len(qp.TEST_SEEDS), help="how many of the test seeds")
+    e.add_argument("--selection-seeds", type=int, default=len(qp.SELECTION_SEEDS),
+                   help="how many of the selection seeds")
+    e.add_argument("--flows", type=int, nargs="+", default=list(qp.TEST_FLOWS))
+    e.add_argument("--rtts-ms", type=float, nargs="+", default=[1000 * r for r in qp.TEST_RTTS_S])
+    e.add_argument("--tcp", nargs="+", default=["cubic", "newreno"])
+    e.add_argument("--chunk", type=int, default=50, help="runs per compiled batch")
+    return ap
+
+
+# ---- training --------------------------------------------------------------------------
+def _ppo(cfg_dict: dict, episode_s: float, on_update=None):
+    from rlbm_jax.ppo import PPO, PPOConfig
+
+    env, env_params = qp.train_env(episode_s)
+    cfg = PPOConfig.from_dict(cfg_dict)
+    return PPO(env, env_params, cfg, on_update=on_update), cfg
+
+
+def train(a) -> int:
+    from flax import serialization
+
+    from rlbm_jax.cli.train import plot_curves, write_rows
+
+    run = Path(a.run_dir)
+    cfg_dict = {**qp.PPO_RECIPE, "num_envs": a.num_envs, "num_steps": a.num_steps, "total_updates": a.updates,
+                "lr": a.lr}
+    cfg_dict["hidden"] = list(cfg_dict["hidden"])
+    try:
+        if a.num_seeds < 1 or a.chunk < 1:
+            raise ValueError("--num-seeds and --chunk must be >= 1")
+        if a.time_budget_s is not None and not a.time_budget_s > 0:
+            raise ValueError(f"--time-budget-s must be positive, got {a.time_budget_s}")
+        ppo, cfg = _ppo(cfg_dict, a.episode_s)
+    except ValueError as e:
+        return fail(PROG, str(e))
+    run.mkdir(parents=True, exist_ok=True)
+    seeds = list(range(a.seed, a.seed + a.num_seeds))
+    (run / "config.json").write_text(json.dumps({"ppo": cfg.to_dict(), "episode_s": a.episode_s, "seeds": seeds,
+                                                 "configs": qp.train_configs(), "device": jax.devices()[0].device_kind,
+                                                 "backend": jax.default_backend()}, indent=2, default=str) + "\n")
+    steps_per_update = cfg.batch_size * a.num_seeds
+    bar = Progress(a.updates, unit=" updates", label="train ")
+    seen = {"u": 0}
+
+    def on_update(update, reward):
+        u = int(update)
+        if u <= seen["u"]:
+            return
+        seen["u"] = u
+        rate = bar.rate() * steps_per_update
+        bar.update(u, extra=(f"{rate:,.0f} env-steps/s " if rate == rate else "") + f"reward {float(reward):+.4f}")
+
+    ppo, cfg = _ppo(cfg_dict, a.episode_s, on_update)
+    print(f"QueuePilot-v0: {a.num_seeds} seed(s) x {cfg.num_envs} envs x {cfg.num_steps} steps per update, at most "
+          f"{a.updates} updates on {jax.default_backend()} ({jax.devices()[0].device_kind}); run dir {run}",
+          file=sys.stderr)
+    ts = ppo.init_seeds(jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
+    u0 = 0
+    if a.init_from:
+        try:
+            state = serialization.from_bytes({"params": ts.params, "obs_stats": ts.obs_stats, "updates": 0},
+                                             Path(a.init_from).read_bytes())
+        except (OSError, ValueError, KeyError) as e:
+            return fail(PROG, f"--init-from {a.init_from}: {e} (it must be a trained.msgpack of {a.num_seeds} seeds)")
+        u0 = int(state["updates"])
+        ts = ts.replace(params=state["params"], obs_stats=state["obs_stats"],
+                        opt_state=jax.vmap(ppo.tx.init)(state["params"]))
+        print(f"continuing from {a.init_from} (after {u0} updates)", file=sys.stderr)
+    bar.update(0, extra="compiling", measure=False)
+    rows, u, t_train, t_first = [], u0, 0.0, None
+    t0 = time.perf_counter()
+    while u < u0 + a.updates:
+        n = min(a.chunk, u0 + a.updates - u)
+        tc = time.perf_counter()
+        ts, m = ppo.run_seeds(ts, n)
+        m = jax.device_get(m)
+        dt = time.perf_counter() - tc
+        if t_first is None:
+            t_first = dt  # compilation and the first chunk
+        else:
+            t_train += dt
+        for s in range(a.num_seeds):
+            for i in range(n):
+                row = {"seed": seeds[s], "update": u + i + 1, "env_steps": (u + i + 1) * cfg.batch_size,
+                       "wall_s": f"{time.perf_counter() - t0:.2f}"}
+                row.update({k: f"{float(v[s, i]):.6g}" for k, v in sorted(m.items())})
+                rows.append(row)
+        u += n
+        write_rows(run / "metrics.csv", rows)
+        (run / "trained.msgpack").write_bytes(serialization.to_bytes({"params": ts.params, "obs_stats": ts.obs_stats,
+                                                                      "updates": u}))
+        if a.time_budget_s is not None and time.perf_counter() - t0 > a.time_budget_s:
+            bar.note(f"time budget {a.time_budget_s:g} s spent after {u} updates")
+            break
+    bar.close()
+    plot_curves(rows, run / "curves.png")
+    per_s = (u - u0 - a.chunk) * steps_per_update / t_train if t_train > 0 else float("nan")
+    summary = {"run_dir": str(run), "updates": u, "init_from_updates": u0, "env_steps_per_seed": u * cfg.batch_size,
+               "first_chunk_s": round(t_first or 0.0, 1), "wall_s": round(time.perf_counter() - t0, 1),
+               "env_steps_per_s_after_first_chunk": round(per_s, 1), "device": jax.devices()[0].device_kind}
+    (run / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary))
+    return 0
+
+
+def load_trained(run: Path):
+    """(ppo, params [seeds], obs_stats [seeds], seeds) of a training run."""
+    from flax import serialization
+
+    cfg = json.loads((run / "config.json").read_text())
+    ppo, _ = _ppo(cfg["ppo"], cfg["episode_s"])
+    seeds = cfg["seeds"]
+    tmpl = jax.eval_shape(ppo.init_seeds, jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
+    zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), {"params": tmpl.params, "obs_stats": tmpl.obs_stats})
+    zeros["updates"] = 0
+    state = serialization.from_bytes(zeros, (run / "trained.msgpack").read_bytes())
+    return ppo, state["params"], state["obs_stats"], seeds, int(state["updates"])
+
+
+# ---- evaluation ------------------------------------------------------------------------
+def _score(results) -> dict:
+    out = {}
+    for k in qp.SCORE_FIELDS:
+        out[k] = qp.mean_se([r[k] for r in results])
+    out["delay_ms"] = qp.mean_se([1e3 * r["queue_mean_pkts"] * r["_pkt_s"] for r in results])
+    out["action_hist"] = np.mean([r["action_hist"] for r in results], axis=0).round(4).tolist()
+    return out
+
+
+def evaluate(a) -> int:
+    run = Path(a.run_dir)
+    out = Path(a.out_dir or run)
+    try:
+        if not (run / "trained.msgpack").is_file():
+            raise ValueError(f"{run} holds no trained.msgpack (run `{PROG} train --run-dir {run}` first)")
+        if not 1 <= a.test_seeds <= len(qp.TEST_SEEDS):
+            raise ValueError(f"--test-seeds must be in 1..{len(qp.TEST_SEEDS)}, got {a.test_seeds}")
+        if not 1 <= a.selection_seeds <= len(qp.SELECTION_SEEDS):
+            raise ValueError(f"--selection-seeds must be in 1..{len(qp.SELECTION_SEEDS)}, got {a.selection_seeds}")
+        if not (a.seconds > a.warmup_s >= 0):
+            raise ValueError(f"--seconds ({a.seconds}) must exceed --warmup-s ({a.warmup_s}) >= 0")
+        ppo, params, stats, train_seeds, updates = load_trained(run)
+    except ValueError as e:
+        return fail(PROG, str(e))
+    out.mkdir(parents=True, exist_ok=True)
+    steps = int(round(a.seconds / qp.STEP_S))
+    warm = int(round(a.warmup_s / qp.STEP_S))
+    test_seeds = qp.TEST_SEEDS[: a.test_seeds]
+    actor = qp.lstm_actor(ppo)
+    t0 = time.perf_counter()
+
+    def runs_of(configs, seeds, overrides=None):
+        return [(qp.config_kw(n, r, t, warmup_s=a.warmup_s, **(overrides(n, r, t) if overrides else {})), s)
+                for (n, r, t) in configs for s in seeds]
+
+    def buffer_of(n, r, t):
+        return int(make_params(**qp.config_kw(n, r, t)).buffer_pkts)
+
+    def variants(n, r, t):
+        return qp.baseline_variants(buffer_of(n, r, t))
+
+    names = list(variants(20, 0.04, "cubic"))
+    # 1. selection: each classic AQM's variant with the best mean reward over the training mix
+    sel_cfgs = [(n, r, t) for t in qp.TRAIN_TCPS for n in qp.TRAIN_FLOWS for r in qp.TRAIN_RTTS_S]
+    bar = Progress(len(names), unit=" variants", label="select ")
+    sel = {}
+    for i, v in enumerate(names):
+        res = qp.run_batch(runs_of(sel_cfgs, qp.SELECTION_SEEDS[: a.selection_seeds], lambda n, r, t: variants(n, r, t)[v]), steps, warm,
+                           chunk=a.chunk)
+        sel[v] = float(np.mean([x["reward"] for x in res]))
+        bar.update(i + 1, extra=f"{v} {sel[v]:+.4f}")
+    bar.close()
+    chosen = {alg: max((v for v in names if qp.algorithm_of(v) == alg), key=lambda v: sel[v]) for alg in qp.ALGORITHMS}
+
+    # 2. test grid, test seeds: every variant, and the agent of every training seed
+    test_cfgs = [(n, r / 1e3, t) for t in a.tcp for n in a.flows for r in a.rtts_ms]
+    table = {}
+    bar = Progress(len(names) + len(train_seeds), unit=" policies", label="test ")
+    for i, v in enumerate(names):
+        res = qp.run_batch(runs_of(test_cfgs, test_seeds, lambda n, r, t: variants(n, r, t)[v]), steps, warm,
+                           chunk=a.chunk)
+        table[v] = res
+        bar.update(i + 1, extra=v)
+    for j, s in enumerate(train_seeds):
+        args = qp.actor_args(ppo, jax.tree.map(lambda x: x[j], params), jax.tree.map(lambda x: x[j], stats))
+        table[f"queuepilot-seed{s}"] = qp.run_batch(runs_of(test_cfgs, test_seeds), steps, warm, actor=actor,
+                                                    args=args, chunk=a.chunk)
+        bar.update(len(names) + j + 1, extra=f"agent seed {s}")
+    bar.close()
+    pkt_s = {}
+    for name, res in table.items():
+        for k, x in enumerate(res):
+            cfg = test_cfgs[k // len(test_seeds)]
+            if cfg not in pkt_s:
+                pk = make_params(**qp.config_kw(*cfg))
+                pkt_s[cfg] = float(pk.data_pkt_bits / pk.bottleneck_rate_bps)
+            x["_pkt_s"] = pkt_s[cfg]
+            x["_cfg"] = cfg
+    report = _report(table, test_cfgs, test_seeds, train_seeds, chosen, sel, names, updates, a)
+    report["wall_s"] = round(time.perf_counter() - t0, 1)
+    (out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "RESULTS.md").write_text(_markdown(report))
+    _plots(report, out)
+    print(f"wrote {out / 'results.json'}, {out / 'RESULTS.md'} ({fmt_s(report['wall_s'])})", file=sys.stderr)
+    return 0
+
+
+def _agent_over_seeds(table, train_seeds, cfg=None):
+    """The agent's score as a recipe: each training seed's mean over test runs, then mean
+    and standard error over training seeds."""
+    per = []
+    for s in train_seeds:
+        res = [x for x in table[f"queuepilot-seed{s}"] if cfg is None or x["_cfg"] == cfg]
+        per.append(_score(res))
+    out = {}
+    for k in (*qp.SCORE_FIELDS, "delay_ms"):
+        out[k] = qp.mean_se([p[k][0] for p in per])
+    out["action_hist"] = np.mean([p["action_hist"] for p in per], axis=0).round(4).tolist()
+    out["per_training_seed"] = {str(s): {k: p[k][0] for k in ("reward", "util_wire", "drop_rate", "delay_ms")}
+                                for s, p in zip(train_seeds, per)}
+    return out
+
+
+def _report(table, test_cfgs, test_seeds, train_seeds, chosen, sel, names, updates, a) -> dict:
+    overall = {v: _score(table[v]) for v in names}
+    overall["queuepilot"] = _agent_over_seeds(table, train_seeds)
+    per_cfg = {}
+    for cfg in test_cfgs:
+        key = f"N={cfg[0]} rtt={cfg[1] * 1e3:g}ms {cfg[2]}"
+        per_cfg[key] = {v: _score([x for x in table[v] if x["_cfg"] == cfg]) for v in names}
+        per_cfg[key]["queuepilot"] = _agent_over_seeds(table, train_seeds, cfg)
+    fct = {v: qp.fct_by_size(table[v], a.warmup_s) for v in names}
+    fct["queuepilot"] = qp.fct_by_size([x for s in train_seeds for x in table[f"queuepilot-seed{s}"]], a.warmup_s)
+    return {"test_configs": [list(c) for c in test_cfgs], "test_seeds": list(test_seeds),
+            "selection_seeds": list(qp.SELECTION_SEEDS[: a.selection_seeds]), "training_seeds": list(train_seeds),
+            "agent_updates": updates, "seconds": a.seconds, "warmup_s": a.warmup_s,
+            "selection_reward": sel, "chosen": chosen, "variants": names, "overall": overall,
+            "per_config": per_cfg, "fct_by_size": fct, "device": jax.devices()[0].device_kind}
+
+
+def _fmt(ms, scale=1.0, digits=3):
+    m, s = ms
+    if m != m:
+        return "n/a"
+    return f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}" if s == s else f"{m * scale:.{digits}f}"
+
+
+def _markdown(rep) -> str:
+    L = ["# QueuePilot at 1/10 scale against the classic AQMs", "",
+         f"Agent: {len(rep['training_seeds'])} training seeds ({rep['agent_updates']} PPO updates each); mean ± "
+         f"standard error over training seeds of each seed's mean over the test runs. Classic AQMs: mean ± s.e. "
+         f"over the test runs. Test seeds {rep['test_seeds']}, selection seeds {rep['selection_seeds']}; "
+         f"{rep['seconds']:g} s per run, the first {rep['warmup_s']:g} s left out.", "",
+         "Each classic AQM's variant chosen on the selection seeds (mean reward over the training mix): "
+         + ", ".join(f"{k}: {v}" for k, v in rep["chosen"].items()) + ".", "",
+         "## Overall (every test configuration)", "",
+         "| policy | reward | steps with a drop | utilisation | drop rate | mark rate | queueing delay (ms) |",
+         "| --- | --- | --- | --- | --- | --- | --- |"]
+    order = ["queuepilot"] + [v for v in rep["variants"]]
+    for v in order:
+        o = rep["overall"][v]
+        star = " (chosen)" if v in rep["chosen"].values() else ""
+        L.append(f"| {v}{star} | {_fmt(o['reward'])} | {_fmt(o['drop_steps'])} | {_fmt(o['util_wire'])} | "
+                 f"{_fmt(o['drop_rate'], 100, 3)} % | {_fmt(o['mark_rate'], 100, 2)} % | {_fmt(o['delay_ms'], 1, 2)} |")
+    L += ["", "## p99 flow completion time by flow size (web-search flows, pooled over test runs)", "",
+          "| policy | " + " | ".join(f"{b} (flows)" for b in rep["fct_by_size"]["queuepilot"]) + " |",
+          "| --- |" + " --- |" * len(rep["fct_by_size"]["queuepilot"])]
+    for v in ["queuepilot"] + list(rep["chosen"].values()):
+        f = rep["fct_by_size"][v]
+        L.append(f"| {v} | " + " | ".join(f"{x['fct_p99_s'] * 1e3:.1f} ms ({x['flows']})" for x in f.values()) + " |")
+    L += ["", "## Reward per test configuration (the chosen variant of each classic AQM)", "",
+          "| configuration | queuepilot | " + " | ".join(rep["chosen"].values()) + " | agent best? |",
+          "| --- | --- |" + " --- |" * len(rep["chosen"]) + " --- |"]
+    wins = 0
+    for key, row in rep["per_config"].items():
+        q = row["queuepilot"]["reward"]
+        best = max(row[v]["reward"][0] for v in rep["chosen"].values())
+        beat = q[0] > best
+        wins += beat
+        L.append(f"| {key} | {_fmt(q)} | " + " | ".join(_fmt(row[v]["reward"]) for v in rep["chosen"].values())
+                 + f" | {'yes' if beat else 'no'} |")
+    L += ["", f"The agent's mean reward is above every chosen classic AQM's in {wins} of {len(rep['per_config'])} "
+              "test configurations.", ""]
+    return "\n".join(L) + "\n"
+
+
+def _plots(rep, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pols = ["queuepilot"] + list(rep["chosen"].values())
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
+    for ax, (k, lab, sc) in zip(axes, (("reward", "reward per step", 1), ("util_wire", "utilisation", 1),
+                                       ("drop_rate", "drop rate (%)", 100), ("delay_ms", "queueing delay (ms)", 1))):
+        m = [rep["overall"][p][k][0] * sc for p in pols]
+        e = [np.nan_to_num(rep["overall"][p][k][1]) * sc for p in pols]
+        ax.bar(range(len(pols)), m, yerr=e, color=["C3"] + ["C0"] * (len(pols) - 1), capsize=3)
+        ax.set_xticks(range(len(pols)), pols, rotation=30, ha="right", fontsize=8)
+        ax.set_title(lab)
+    fig.tight_layout()
+    fig.savefig(out / "overall.png", dpi=120)
+    plt.close(fig)
+    buckets = list(rep["fct_by_size"]["queuepilot"])
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    w = 0.8 / len(pols)
+    for i, p in enumerate(pols):
+        ax.bar(np.arange(len(buckets)) + i * w, [rep["fct_by_size"][p][b]["fct_p99_s"] * 1e3 for b in buckets],
+               w, label=p)
+    ax.set_xticks(np.arange(len(buckets)) + 0.4 - w / 2, buckets)
+    ax.set_ylabel("p99 FCT (ms)")
+    vals = [rep["fct_by_size"][p][b]["fct_p99_s"] for p in pols for b in buckets]
+    if any(v == v and v > 0 for v in vals):
+        ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "fct_by_size.png", dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    a = build_parser().parse_args(argv)
+    return train(a) if a.cmd == "train" else evaluate(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
