@@ -1,5 +1,7 @@
-"""ONNX export: the exported graph computes the JAX policy's action, and a file that does
-not match what it will be fed is refused before anything runs."""
+"""ONNX export: the exported graph computes the JAX policy's action (an MLP's, and a
+recurrent discrete policy's over a sequence with its state carried), and a file that
+does not match what it will be fed is refused before anything runs."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -10,12 +12,15 @@ import jax.numpy as jnp
 import numpy as np
 import onnx
 import pytest
+from gymnax.environments import spaces
 
+import rlbm_jax
 from rlbm_jax.env import thesis_params
 from rlbm_jax.env import formulations
 from rlbm_jax.env.rlbm_env import RLBMEnv
 from rlbm_jax.onnx_policy import jax_policy, load_checked, to_onnx
-from rlbm_jax.policy import ACTION_MAPS, load_policy, save_policy
+from rlbm_jax.env.formulations import Field
+from rlbm_jax.policy import ACTION_MAPS, load_policy, load_recurrent_policy, save_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 P = 2
@@ -129,3 +134,190 @@ def test_mismatched_or_malformed_onnx_files_are_refused(tmp_path):
     with pytest.raises(ValueError, match=r"must be \[n, 10\]"):
         fn(np.zeros((4, 9), np.float32))
     assert set(ACTION_MAPS) == {"tanh01", "clip01", "exp2", "pow2", "bdp"}  # every map has an ONNX form (parametrised above)
+
+
+# ---- recurrent (LSTM) policies on a discrete action ------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class SharedLevel:
+    """A discrete action: one of three alphas, set for every class."""
+
+    text: str = "index into the alpha levels (0.125, 0.5, 1.0), one alpha for every class"
+    action_values: tuple = (0.125, 0.5, 1.0)
+
+    def fields(self, P):
+        return (Field("alpha_level", "index", "which alpha level every class gets"),)
+
+    def space(self, P):
+        return spaces.Discrete(len(self.action_values))
+
+    def knobs(self, action, rec, params):
+        a = jnp.asarray(self.action_values, jnp.float32)[jnp.asarray(action, jnp.int32).reshape(())]
+        return {"class_alpha": jnp.full((params.sim.num_classes,), a)}
+
+
+LEVELS = formulations.Formulation("RLBM-toy-levels-v0", "the thesis observation, one of three alphas for all classes",
+                                  formulations.ThesisObservation(), SharedLevel(), formulations.rewards.get("thesis"))
+LSTM_SIZE = 16
+
+
+@pytest.fixture(scope="module")
+def lstm_run(tmp_path_factory):
+    """A tiny LSTM PPO trained for two updates on a discrete formulation, and its export."""
+    from rlbm_jax.ppo import PPO, PPOConfig
+    from rlbm_jax.ppo.export import export_policy
+
+    if LEVELS.id not in formulations.ids():
+        formulations.register(LEVELS)
+    env, ep = rlbm_jax.make(LEVELS.id, episode_s=0.5, load=0.9, long_flows=2, buffer_per_class_pkts=40,
+                            completion_log_size=4)
+    ppo = PPO(env, ep, PPOConfig(num_envs=4, num_steps=3, total_updates=2, num_minibatches=2, network="lstm",
+                                 lstm_size=LSTM_SIZE))
+    assert ppo.adapter.kind == "discrete-env" and ppo.adapter.bins == 3
+    ts, m = ppo.run(ppo.init(jax.random.PRNGKey(0)), 2)
+    assert np.all(np.isfinite(np.asarray(m["reward_mean"])))
+    tmp = tmp_path_factory.mktemp("lstm")
+    path = export_policy(ppo, ts.params, ts.obs_stats, tmp / "pol", {"scenario": {"agent_interval_s": 0.1}})
+    return ppo, ts, path, to_onnx(path, tmp / "lstm.onnx")
+
+
+def _sequence(T=50, B=3, seed=3):
+    """Raw observations [T, B, D] over several scales, and `first` [T, B]: every row starts
+    at 0 and restarts at 25, row 1 also at 17."""
+    rng = np.random.default_rng(seed)
+    obs = (rng.normal(size=(T, B, obs_dim(P))) * rng.choice([0.1, 1, 5], size=(T, B, 1))).astype(np.float32)
+    first = np.zeros((T, B), bool)
+    first[0] = first[25] = True
+    first[17, 1] = True
+    return obs, first
+
+
+def test_lstm_policy_and_onnx_reproduce_the_trained_network(lstm_run):
+    ppo, ts, path, onnx_path = lstm_run
+    obs, first = _sequence()
+    T, B = first.shape
+    carry, logits, _ = ppo.net.apply(ts.params, ppo._carry(B), ppo.normalize(ts.obs_stats, jnp.asarray(obs)),
+                                     jnp.asarray(first))
+    want = np.asarray(logits)[:, :, 0, :]  # [T, B, n]: the trainer's network over the sequence, resets at `first`
+    c_end, h_end = (np.asarray(x) for x in carry)  # flax's carry is (c, h)
+    assert np.abs(np.diff(want, axis=0)).max() > 1e-4  # the logits move with the observation and the state
+
+    policy, _ = load_recurrent_policy(path, obs_layout=obs_layout(P), num_actions=3)
+    fn_onnx, _ = load_checked(onnx_path, num_classes=P, agent_interval_s=0.1, formulation=LEVELS.id)
+    fn_graph = jax.jit(jax_policy(onnx_path)[0])  # the file's graph, run by JAX
+    step, logits_of = jax.jit(policy.step), jax.jit(policy.logits)
+    runs = {"policy": policy.initial_state(B), "onnx": fn_onnx.initial_state(B), "graph": policy.initial_state(B)}
+    for t in range(T):
+        keep = (~first[t])[:, None]
+        runs = {k: (h * keep, c * keep) for k, (h, c) in runs.items()}  # the caller resets at an episode's start
+        h, c = runs["policy"]
+        got, h2, c2 = logits_of(obs[t], h, c)
+        action, _, _ = step(obs[t], h, c)
+        a_onnx, ho, co, l_onnx = fn_onnx(obs[t], *runs["onnx"])
+        a_graph, hg, cg, l_graph = fn_graph(obs[t], *runs["graph"])
+        for lg in (got, l_onnx, l_graph):
+            np.testing.assert_allclose(np.asarray(lg), want[t], rtol=1e-5, atol=1e-5)
+        assert a_onnx.dtype == np.int64 and a_onnx.shape == (B,)
+        for a in (action, a_onnx, a_graph):
+            np.testing.assert_array_equal(np.asarray(a), want[t].argmax(-1))
+        runs = {"policy": (h2, c2), "onnx": (ho, co), "graph": (hg, cg)}
+    for h, c in runs.values():  # the state after the sequence is the trainer's final carry
+        np.testing.assert_allclose(np.asarray(h), h_end, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(c), c_end, rtol=1e-5, atol=1e-5)
+    # a batch of one, and the trainer's deterministic action on the first step
+    a1, _, _, _ = fn_onnx(obs[0, :1], *fn_onnx.initial_state(1))
+    _, a_env = ppo.act_deterministic(ts.params, ts.obs_stats, jnp.asarray(obs[0]), ppo._carry(B), jnp.ones(B, bool))
+    assert a1[0] == np.asarray(a_env)[0] and np.asarray(a_env).shape == (B,)
+
+
+def test_lstm_metadata_round_trips(lstm_run, tmp_path):
+    from rlbm_jax.ppo.export import export_policy
+
+    ppo, ts, path, onnx_path = lstm_run
+    meta = json.loads((path / "policy.json").read_text())
+    assert {k: meta[k] for k in ("network", "lstm_size", "action", "action_map", "num_actions", "act_dim",
+                                 "action_values", "formulation", "num_classes", "obs_layout", "layers")} == {
+        "network": "lstm", "lstm_size": LSTM_SIZE, "action": "discrete", "action_map": "argmax", "num_actions": 3,
+        "act_dim": 1, "action_values": [0.125, 0.5, 1.0], "formulation": LEVELS.id, "num_classes": P,
+        "obs_layout": obs_layout(P), "layers": 3}  # actor_0, actor_1, actor_out
+    props = {p.key: p.value for p in onnx.load(str(onnx_path)).metadata_props}
+    assert props["rlbm.network"] == "lstm" and props["rlbm.lstm_size"] == str(LSTM_SIZE)
+    assert props["rlbm.num_actions"] == "3" and json.loads(props["rlbm.action_values"]) == [0.125, 0.5, 1.0]
+    _, m = load_checked(onnx_path)
+    assert m["network"] == "lstm" and m["lstm_size"] == LSTM_SIZE and m["num_actions"] == 3
+    assert m["action_values"] == [0.125, 0.5, 1.0] and m["obs_layout"] == obs_layout(P)
+    assert m["action"] == LEVELS.action.text and m["formulation"] == LEVELS.id and m["act_dim"] == 1
+    assert m["env"] == meta["env"] and m["agent_interval_s"] == 0.1
+    policy, _ = load_recurrent_policy(path)
+    np.testing.assert_allclose(np.asarray(policy.values(jnp.array([2, 0]))), [1.0, 0.125])
+    # action_values given to the export win over the formulation's; a wrong count is refused
+    other = export_policy(ppo, ts.params, ts.obs_stats, tmp_path / "other", action_values=[1, 2, 3])
+    assert load_recurrent_policy(other)[1]["action_values"] == [1.0, 2.0, 3.0]
+    with pytest.raises(ValueError, match="2 action_values for 3 actions"):
+        export_policy(ppo, ts.params, ts.obs_stats, tmp_path / "bad", action_values=[1, 2])
+    # MLP files are as before recurrent policies (no `network`), and read as "mlp"
+    mlp = _random_policy(tmp_path / "mlp", "tanh01")
+    assert "network" not in json.loads((mlp / "policy.json").read_text())
+    assert load_policy(mlp)[1]["network"] == "mlp"
+    mlp_onnx = to_onnx(mlp, tmp_path / "mlp.onnx")
+    assert not any(p.key == "rlbm.network" for p in onnx.load(str(mlp_onnx)).metadata_props)
+    assert load_checked(mlp_onnx)[1]["network"] == "mlp"
+
+
+def test_lstm_policy_refuses_bad_inputs_and_mismatched_files(lstm_run, tmp_path):
+    from rlbm_jax.ppo import PPO, PPOConfig
+    from rlbm_jax.ppo.export import export_policy
+
+    ppo, ts, path, good = lstm_run
+    policy, _ = load_recurrent_policy(path)
+    fn, _ = load_checked(good)
+    h, c = policy.initial_state(4)
+    with pytest.raises(ValueError, match=r"observations must be \[batch, 10\], got \(4, 9\)"):
+        policy.step(np.zeros((4, 9), np.float32), h, c)
+    with pytest.raises(ValueError, match=r"state h and c must be \[batch, 16\]"):
+        policy.step(np.zeros((4, 10), np.float32), h[:, :8], c)
+    with pytest.raises(ValueError, match=r"observations must be \[n, 10\], got \(4, 9\)"):
+        fn(np.zeros((4, 9), np.float32), h, c)
+    with pytest.raises(ValueError, match=r"state h_in and c_in must be \[n, 16\]"):
+        fn(np.zeros((4, 10), np.float32), h, np.zeros((3, 16), np.float32))
+    with pytest.raises(ValueError, match="is recurrent.*load_recurrent_policy"):
+        load_policy(path)
+    with pytest.raises(ValueError, match="chooses among 3 actions, the env has 2"):
+        load_recurrent_policy(path, num_actions=2)
+    with pytest.raises(ValueError, match="first differ at entry 0"):
+        load_recurrent_policy(path, obs_layout=list(reversed(obs_layout(P))))
+    cases = [
+        (good, {"num_classes": 3}, "trained for 2 classes, the scenario has 3"),
+        (good, {"formulation": THESIS.id}, f"trained on formulation {LEVELS.id}"),
+        (_tamper(good, tmp_path / "n4.onnx", num_actions="4"), {}, "discrete policy of 4 actions"),
+        (_tamper(good, tmp_path / "h8.onnx", lstm_size="8"), {}, "graph widths"),
+        (_tamper(good, tmp_path / "nosize.onnx", lstm_size=None), {}, "lacks rlbm.lstm_size"),
+        (_tamper(good, tmp_path / "gru.onnx", network="gru"), {}, "rlbm.network is 'gru'"),
+        (_tamper(good, tmp_path / "mlp.onnx", network="mlp"), {}, "continuous .mlp. policy; formulation"),
+        (_tamper(good, tmp_path / "thesis.onnx", formulation=THESIS.id), {}, "not formulation RLBM-thesis-v0's"),
+        (_tamper(good, tmp_path / "vals.onnx", action_values="[1, 2]"), {}, "action_values has 2 entries"),
+    ]
+    for p, kw, message in cases:
+        with pytest.raises(ValueError, match=message):
+            load_checked(p, **kw)
+    # what the format still cannot hold is refused by name
+    thesis_env, thesis_p = rlbm_jax.make(THESIS.id, episode_s=0.5)
+    lstm_box = PPO(thesis_env, thesis_p, PPOConfig(num_envs=4, num_steps=3, num_minibatches=2, network="lstm"))
+    mlp_discrete = PPO(ppo.env, ppo.env_params, PPOConfig(num_envs=4, num_steps=3, num_minibatches=2))
+    for run, what in ((lstm_box, "network='lstm', a Box action space"), (mlp_discrete, "network='mlp', a Discrete")):
+        with pytest.raises(ValueError, match=f"LSTM policies on a Discrete action space; this run has {what}"):
+            export_policy(run, None, None, tmp_path / "x")
+
+
+def test_export_script_writes_an_lstm_policy(lstm_run, tmp_path):
+    _, _, path, _ = lstm_run
+    out = tmp_path / "lstm.onnx"
+    # the script itself, in a process that first registers this module's discrete formulation
+    run_script = ("import runpy, sys; sys.path.insert(0, 'tests'); import test_onnx; "
+                  "from rlbm_jax.env import formulations; formulations.register(test_onnx.LEVELS); "
+                  f"sys.argv = ['export_onnx.py', '--checkpoint', {str(path)!r}, '--out', {str(out)!r}]; "
+                  "runpy.run_path('scripts/export_onnx.py', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", run_script], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "h_out, c_out, logits" in r.stdout and "argmax agreement 1.000" in r.stdout, r.stdout
+    assert load_checked(out)[1]["num_actions"] == 3

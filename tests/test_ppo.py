@@ -89,6 +89,12 @@ def test_randomized_env_draws_within_ranges():
         RandomizedEnv(RLBMEnv(thesis_params(policy="rl")), buffer_pkts=(100, 1000))
     with pytest.raises(ValueError, match="tcp"):
         thesis_randomized_env(tcp=("vegas",))
+    # the thesis's TCPs by default; a range with DCTCP (which the native tick lacks) runs the JAX tick
+    _, ep = thesis_randomized_env(episode_s=1.0)
+    assert np.asarray(ep.tcp_allowed).tolist() == [n in ("newreno", "cubic") for n in TCP_NAMES]
+    assert not ep.env.sim.needs_jax_tick
+    _, ep = thesis_randomized_env(tcp=TCP_NAMES, episode_s=1.0)
+    assert ep.env.sim.needs_jax_tick and sample_scenario(jax.random.PRNGKey(0), ep).needs_jax_tick
 
 
 def test_log_uniform_buffer_draw_follows_its_pmf():

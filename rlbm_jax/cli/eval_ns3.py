@@ -79,6 +79,9 @@ def main(argv=None):
             raise ValueError(f"--seconds must be at least one agent interval ({AGENT_INTERVAL_S} s)")
         num_classes = scenarios.THESIS["num_classes"]
         ort_fn, meta = load_checked(a.onnx, num_classes=num_classes, agent_interval_s=AGENT_INTERVAL_S)
+        if meta["network"] != "mlp":
+            raise ValueError(f"{a.onnx} is a recurrent ({meta['network']}) policy; this evaluation drives stateless "
+                             "MLP policies (one observation in, one action out)")
         jax_fn, _ = jax_policy(a.onnx)
         form = scoring_formulation(meta["formulation"], a.reward)
         kws = [scenarios.thesis_cell(t, n, ld, policy=POLICY, queue_capacity_pkts=max(a.buffer_pkts), **model_kw(a))

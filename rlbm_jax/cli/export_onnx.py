@@ -1,11 +1,14 @@
 """Export a trained policy to ONNX (deterministic action, observation normalisation in
 the graph, dynamic batch; observation layout, action mapping and env in the metadata).
+A recurrent (lstm) policy becomes a one-step graph (obs, h_in, c_in) -> (action index,
+h_out, c_out, logits) whose state the caller carries.
 
     python scripts/export_onnx.py --checkpoint runs/default --out policy.onnx
 
 --checkpoint takes a training run directory (its `policy/`, the best seed, is exported;
 `--seed I` picks `policy_seed<I>/`) or a policy directory itself.  The exported model is
-checked against the JAX policy on random observations before the command returns.
+checked against the JAX policy on random observations before the command returns (a
+recurrent one over a sequence of steps with its state carried and reset halfway).
 Needs the `export` extra: pip install -e '.[export]'.
 """
 from __future__ import annotations
@@ -45,16 +48,54 @@ def main(argv=None) -> int:
     except ValueError as e:
         return fail(PROG, str(e))
     fn_onnx, meta = load_checked(out)
-    fn_jax, _ = load_policy(src, obs_layout=meta["obs_layout"])
-    obs = np.random.default_rng(0).normal(size=(256, meta["obs_dim"])).astype(np.float32)
-    err = float(np.max(np.abs(np.asarray(fn_jax(obs)) - fn_onnx(obs))))
-    print(f"wrote {out}: obs [batch, {meta['obs_dim']}] -> action [batch, {meta['act_dim']}] "
-          f"({meta['action_map']}); max |onnx - jax| on 256 random observations {err:.2e}")
-    if err > 1e-5:
+    rng = np.random.default_rng(0)
+    if meta["network"] == "lstm":
+        err, agree = check_recurrent(src, fn_onnx, meta, rng)
+        print(f"wrote {out}: (obs [batch, {meta['obs_dim']}], h_in, c_in [batch, {meta['lstm_size']}]) -> "
+              f"(action index of {meta['num_actions']}, h_out, c_out, logits); over {SEQ_STEPS} steps of "
+              f"{SEQ_BATCH} random sequences max |onnx - jax| of logits and state {err:.2e}, "
+              f"argmax agreement {agree:.3f}")
+        bad = err > 1e-5 or agree < 1.0
+    else:
+        fn_jax, _ = load_policy(src, obs_layout=meta["obs_layout"])
+        obs = rng.normal(size=(256, meta["obs_dim"])).astype(np.float32)
+        err = float(np.max(np.abs(np.asarray(fn_jax(obs)) - fn_onnx(obs))))
+        print(f"wrote {out}: obs [batch, {meta['obs_dim']}] -> action [batch, {meta['act_dim']}] "
+              f"({meta['action_map']}); max |onnx - jax| on 256 random observations {err:.2e}")
+        bad = err > 1e-5
+    if bad:
         print("error: the exported model disagrees with the JAX policy", file=sys.stderr)
         return 1
     return 0
 
+
+SEQ_STEPS, SEQ_BATCH = 32, 8
+
+
+def check_recurrent(src, fn_onnx, meta, rng):
+    """(max |onnx - jax| over logits, h and c; fraction of equal actions) of the exported
+    recurrent policy against the policy directory's, stepping both through random
+    sequences with the state carried, reset to zero halfway."""
+    import jax
+
+    from rlbm_jax.policy import load_recurrent_policy
+
+    policy, _ = load_recurrent_policy(src, obs_layout=meta["obs_layout"])
+    step = jax.jit(policy.logits)
+    h, c = policy.initial_state(SEQ_BATCH)
+    ho, co = fn_onnx.initial_state(SEQ_BATCH)
+    err, agree = 0.0, []
+    for t in range(SEQ_STEPS):
+        if t == SEQ_STEPS // 2:
+            h, c = policy.initial_state(SEQ_BATCH)
+            ho, co = fn_onnx.initial_state(SEQ_BATCH)
+        obs = rng.normal(size=(SEQ_BATCH, meta["obs_dim"])).astype(np.float32)
+        logits, h, c = step(obs, h, c)
+        action, ho, co, logits_o = fn_onnx(obs, ho, co)
+        err = max(err, *(float(np.max(np.abs(np.asarray(a) - b))) for a, b in ((logits, logits_o), (h, ho), (c, co))))
+        logits = np.asarray(logits)  # the ONNX choice is the JAX one, up to a tie within rounding
+        agree.append(np.take_along_axis(logits, action[:, None], -1)[:, 0] >= logits.max(-1) - 1e-5)
+    return err, float(np.mean(agree))
 
 if __name__ == "__main__":
     sys.exit(main())

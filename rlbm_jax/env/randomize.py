@@ -43,8 +43,10 @@ BUFFER_DISTS = ("uniform", "log-uniform")
 
 
 def make_randomized_params(env_params: EnvParams, *, buffer_pkts=(100, 1000), load=(0.1, 0.9),
-                           tcp=TCP_NAMES, buffer_dist: str = "uniform") -> RandomizedParams:
-    """Ranges checked against the wrapped env (the ring must hold the largest buffer)."""
+                           tcp=("newreno", "cubic"), buffer_dist: str = "uniform") -> RandomizedParams:
+    """Ranges checked against the wrapped env (the ring must hold the largest buffer).
+    A range that allows DCTCP marks the wrapped sim as needing the JAX tick (the native
+    tick lacks DCTCP, and the draw is traced)."""
     lo, hi = (int(b) for b in buffer_pkts)
     if not 1 <= lo <= hi:
         raise ValueError(f"buffer_pkts range must satisfy 1 <= lo <= hi, got {buffer_pkts!r}")
@@ -61,6 +63,8 @@ def make_randomized_params(env_params: EnvParams, *, buffer_pkts=(100, 1000), lo
     if buffer_dist not in BUFFER_DISTS:
         raise ValueError(f"buffer_dist must be one of {BUFFER_DISTS}, got {buffer_dist!r}")
     mask = jnp.asarray([n in tcp for n in TCP_NAMES])
+    if "dctcp" in tcp and not env_params.sim.needs_jax_tick:
+        env_params = env_params.replace(sim=env_params.sim.replace(needs_jax_tick=True))
     return RandomizedParams(env=env_params, buffer_lo_pkts=lo, buffer_hi_pkts=hi, load_lo=llo, load_hi=lhi,
                             tcp_allowed=mask, buffer_log_uniform=jnp.asarray(buffer_dist == "log-uniform"),
                             max_steps_in_episode=env_params.max_steps_in_episode)
