@@ -40,7 +40,7 @@ TEST_FLOWS, TEST_RTTS_S = (10, 20, 30), (0.02, 0.04, 0.06, 0.08, 0.10)
 MAX_RTT_S = 0.10
 SELECTION_SEEDS = tuple(range(1000, 1004))
 TEST_SEEDS = tuple(range(2000, 2005))
-EVAL_S, EVAL_WARMUP_S = 20.0, 5.0
+EVAL_S, EVAL_WARMUP_S = 15.0, 5.0
 
 # the paper's network and PPO constants; lr, rollout and batch are this project's (the
 # paper's lr 1e-4 moves too little in the updates an accelerator session affords)

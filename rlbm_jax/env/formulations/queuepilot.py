@@ -71,6 +71,11 @@ class MarkProbability:
     text: str = ("index into the marking probabilities " + ", ".join(f"{v:g}" for v in MARK_LEVELS)
                  + "; every arriving packet is CE-marked with it (buffer policy 'rl-mark')")
 
+    @property
+    def action_values(self) -> tuple:
+        """What each action index sets (recorded in exported policies)."""
+        return self.levels
+
     def fields(self, P: int) -> tuple:
         return (Field("mark_level", "index", "index into " + ", ".join(f"{v:g}" for v in self.levels)),)
 
