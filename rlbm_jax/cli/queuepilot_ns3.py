@@ -238,12 +238,15 @@ def ns3(a, argv) -> int:
     t0 = time.perf_counter()
 
     def overrides(v, n, r, t):
-        if v == "fq-codel":  # ns-3's FqCoDelQueueDisc at its defaults (5 ms, 100 ms), ECN, the same buffer
-            return dict(policy="fq-codel")
         return qp.baseline_variants(int(make_params(**qp.config_kw(n, r, t)).buffer_pkts))[v]
 
     def kw_of(v, cfg_):
+        if v in harness.NS3_ONLY_POLICIES:  # fq-codel: ns-3's FqCoDelQueueDisc at its defaults, ECN, the same buffer
+            return {**qp.config_kw(*cfg_, warmup_s=a.warmup_s), "policy": v}
         return qp.config_kw(*cfg_, warmup_s=a.warmup_s, **(overrides(v, *cfg_) if v else {}))
+
+    def sim_of(kw):  # the simulator params the formulation scores with (the policy plays no part)
+        return make_params(**({**kw, "policy": "droptail"} if kw.get("policy") in harness.NS3_ONLY_POLICIES else kw))
 
     def pkt_s_of(cfg_):
         p = make_params(**qp.config_kw(*cfg_))
@@ -263,7 +266,7 @@ def ns3(a, argv) -> int:
         wall[label] = round(time.perf_counter() - tc, 1)
         by_cfg = {}
         for c, cell in zip(configs, cells):
-            ep = ep0.replace(sim=make_params(**cell.kw))
+            ep = ep0.replace(sim=sim_of(cell.kw))
             r = res[cell.name]
             by_cfg[c] = [score_ns3_run(rep, fl, rows, ep, warm, pkt_s_of(c))
                          for rep, fl, rows in zip(r["seeds"], r["flows"], r["intervals"])]
