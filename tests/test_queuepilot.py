@@ -19,10 +19,11 @@ from rlbm_jax.env.params import make_params
 
 def _marker_run(mark_prob, seconds=3.0, buffer_pkts=400, seed=0):
     kw = scenarios.queuepilot(8, 0.02, "newreno", load=0.0, buffer_pkts=buffer_pkts, warmup_s=1.0,
-                              num_flow_slots=8, completion_log_size=8)
+                              num_flow_slots=8, num_senders=8, completion_log_size=8)
     p = make_params(**kw)
     s = sim.apply_knobs(sim.init(jax.random.PRNGKey(seed), p), {"mark_prob": mark_prob})
-    s, _ = jax.jit(lambda s: sim.run(s, p, int(seconds / float(p.tick_s))))(s)
+    n = int(seconds / float(p.tick_s))
+    s, _ = jax.jit(lambda s: sim.run(s, p, n))(s)
     return s.metrics, p
 
 
@@ -42,7 +43,7 @@ def test_marker_marks_at_its_probability_and_never_drops_below_the_limit(mark_pr
 
 
 def test_marker_without_ecn_is_refused_and_zero_probability_never_marks():
-    kw = scenarios.queuepilot(4, 0.02, "cubic", load=0.0, num_flow_slots=4)
+    kw = scenarios.queuepilot(4, 0.02, "cubic", load=0.0, num_flow_slots=4, num_senders=4)
     with pytest.raises(ValueError, match="ecn"):
         make_params(**{**kw, "ecn": False})
     m, _ = _marker_run(0.0, seconds=1.5, buffer_pkts=40)
@@ -51,7 +52,7 @@ def test_marker_without_ecn_is_refused_and_zero_probability_never_marks():
 
 
 def test_the_action_sets_the_marking_probability():
-    p = make_params(**scenarios.queuepilot(4, 0.02, load=0.0, num_flow_slots=4))
+    p = make_params(**scenarios.queuepilot(4, 0.02, load=0.0, num_flow_slots=4, num_senders=4))
     s = sim.init(jax.random.PRNGKey(0), p)
     rec = s.interval
     for i, level in enumerate(MARK_LEVELS):

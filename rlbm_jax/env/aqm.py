@@ -19,10 +19,12 @@ per-tick ones:
     avg + (1 - (1-w)^n) q, after an idle period's decay (1-w)^(idle * link packet rate).
   - RED's count-based drop probability (ns-3's "wait" form p_b / (2 - count p_b)) makes
     the sum of p_b over the packets since the last drop, reaching a threshold uniform in
-    [1, 2), the moment of the next drop; PIE's independent drops with probability p make
-    it an exponential threshold.  `hit_x` carries that sum, `hit_gap` the threshold, so a
-    decision spacing longer than a tick is exact and the probability may change between
-    ticks.  Within a tick, drops after the first are spaced by the next threshold.
+    [1, 2), the moment of the next drop.  `hit_x` carries that sum, `hit_gap` the
+    threshold, so a decision spacing longer than a tick is exact and the probability may
+    change between ticks.  Within a tick, drops after the first are spaced by the next
+    threshold.
+  - PIE's drops and the marker's marks hit each packet independently with probability
+    p: a tick's count is Binomial(n, p), spread evenly over its arrivals.
 Which packets a decision hits follows from the positions (sim._enqueue_arrivals): a hit on
 an ECT packet (new data of an ECN flow) is a mark where the AQM marks, else a drop.
 """
@@ -117,6 +119,34 @@ def _hits_from_progress(x, gap, add, n, next_gap):
     return first, jnp.maximum(next_gap / safe, 1.0), count, x_new, jnp.where(hit, next_gap, gap)
 
 
+BINOMIAL_EXACT_MAX = 64  # arrivals per tick up to which the count is drawn exactly
+
+
+def _independent_hits(n, prob, u):
+    """Every one of a tick's n arrivals hit with probability prob, independently (PIE's
+    drops, the marker's marks): the count is Binomial(n, prob), drawn by inverse CDF from u
+    (exact up to BINOMIAL_EXACT_MAX arrivals, a normal approximation above), and the hits
+    are spread evenly over the arrival order from an offset drawn from u's low bits.
+    Memoryless, so nothing carries to the next tick.  Returns (first, spacing, count)."""
+    n = n.astype(jnp.int32)
+    p = jnp.clip(prob, 0.0, 1.0)
+    k = jnp.arange(BINOMIAL_EXACT_MAX + 1, dtype=jnp.float32)
+    nf = n.astype(jnp.float32)[..., None]
+    pp = p[..., None]
+    logpmf = (jax.lax.lgamma(nf + 1.0) - jax.lax.lgamma(k + 1.0) - jax.lax.lgamma(jnp.maximum(nf - k, 0.0) + 1.0)
+              + k * jnp.log(jnp.maximum(pp, 1e-30)) + (nf - k) * jnp.log(jnp.maximum(1.0 - pp, 1e-30)))
+    pmf = jnp.where(k <= nf, jnp.exp(logpmf), 0.0)
+    exact = jnp.sum(jnp.cumsum(pmf, axis=-1) < u[..., None], axis=-1).astype(jnp.int32)
+    z = jnp.sqrt(2.0) * jax.scipy.special.erfinv(2.0 * jnp.clip(u, 1e-6, 1 - 1e-6) - 1.0)
+    approx = jnp.round(n * p + z * jnp.sqrt(n * p * (1.0 - p))).astype(jnp.int32)
+    count = jnp.where(n <= BINOMIAL_EXACT_MAX, exact, approx)
+    count = jnp.where(p >= 1.0, n, jnp.where(p <= 0.0, 0, jnp.clip(count, 0, n)))
+    spacing = n.astype(jnp.float32) / jnp.maximum(count, 1).astype(jnp.float32)
+    offset = jnp.mod(u * 4096.0, 1.0)  # the uniform's low bits
+    first = jnp.clip(jnp.floor(offset * spacing).astype(jnp.int32), 0, jnp.maximum(n - 1, 0))
+    return first, jnp.maximum(spacing, 1.0), count
+
+
 def _red_pb(avg, max_p, p):
     """RED's base probability from the average (ns-3 CalculatePNew): linear from min_th
     to max_th up to the current max_p; above max_th (gentle) the line from the initial
@@ -206,22 +236,21 @@ def _pie(s: AqmState, arr_c, q_pkts, u, now_s, p):
     quiet = ((s.pie_burst_s > 0) | ((s.pie_qdelay_old_s < 0.5 * p.pie_target_s) & (s.pie_p < 0.2))
              | (q_pkts <= 2))
     prob = jnp.where(quiet, 0.0, s.pie_p)
-    first, spacing, count, x, gap = _hits_from_progress(s.hit_x, s.hit_gap, prob, arr_c, -jnp.log1p(-u))
+    first, spacing, count = _independent_hits(arr_c, prob, u)
     hits = Hits(first=first, spacing=spacing, count=count, forced=jnp.zeros_like(quiet),
                 may_mark=s.pie_p < p.pie_mark_threshold, syn_p=prob)
-    return s.replace(hit_x=x, hit_gap=gap), hits
+    return s, hits
 
 
 def _mark(s: AqmState, arr_c, u):
     """The agent's marker (QueuePilot): every arriving packet is marked with probability
-    mark_p, independently (an exponential threshold on the running sum, as PIE's drops).
+    mark_p, independently (as PIE's drops: `_independent_hits`).
     It only marks: the policies that use it require ECN (every data packet ECT) and it
     never drops a SYN; packets are dropped only when the buffer is full."""
-    prob = jnp.clip(s.mark_p, 0.0, 1.0)
-    first, spacing, count, x, gap = _hits_from_progress(s.hit_x, s.hit_gap, prob, arr_c, -jnp.log1p(-u))
+    first, spacing, count = _independent_hits(arr_c, s.mark_p, u)
     hits = Hits(first=first, spacing=spacing, count=count, forced=jnp.zeros(arr_c.shape, bool),
-                may_mark=jnp.ones(arr_c.shape, bool), syn_p=jnp.zeros_like(prob))
-    return s.replace(hit_x=x, hit_gap=gap), hits
+                may_mark=jnp.ones(arr_c.shape, bool), syn_p=jnp.zeros_like(s.mark_p))
+    return s, hits
 
 
 def on_enqueue(s: AqmState, aqm_id, arr_c, q_pkts, u, now_s, params):
