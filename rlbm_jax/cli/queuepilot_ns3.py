@@ -256,7 +256,7 @@ def ns3(a, argv) -> int:
     workdir = run / "ns3_runs"  # ignored by git (results/*/ns3_runs/)
     slug = lambda cfg_: f"{cfg_[2]}_N{cfg_[0]}_rtt{cfg_[1] * 1e3:g}ms"
     ns3_runs = {}  # policy -> cfg -> [scored runs over test seeds]
-    wall = {}
+    wall, cached = {}, {"runs": 0, "reused": 0}
 
     def run_cells(label, v, agent=None):
         cells = [harness.Cell(f"qp/{label}/{slug(c)}", "thesis", kw_of(v, c), seconds_ns3) for c in configs]
@@ -264,6 +264,8 @@ def ns3(a, argv) -> int:
         res = harness.run_ns3(binary, cells, seeds, a.jobs, workdir, fresh=a.fresh_ns3, agent=agent,
                               interval_s=interval_s, label=f"ns-3 {label} ")
         wall[label] = round(time.perf_counter() - tc, 1)
+        cached["runs"] += len(cells) * len(seeds)
+        cached["reused"] += sum(res[cell.name]["cached_runs"] for cell in cells)
         by_cfg = {}
         for c, cell in zip(configs, cells):
             ep = ep0.replace(sim=sim_of(cell.kw))
@@ -307,6 +309,7 @@ def ns3(a, argv) -> int:
     report = build_report(ns3_runs, jax_runs, configs, seeds, train_seeds, baseline_names, chosen, source, a,
                           steps, warm, interval_s, seconds_ns3)
     report["command"] = command
+    report["ns3_runs"] = {**cached, "cache": str(workdir.relative_to(run)) if workdir.is_relative_to(run) else None}
     report["wall_s"] = {"ns3": round(t_ns3, 1), **wall, "total": round(time.perf_counter() - t0, 1)}
     (out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "RESULTS.md").write_text(markdown(report))
@@ -405,7 +408,10 @@ def markdown(rep) -> str:
          "defaults with ECN and the same buffer (no JAX counterpart on this branch). Reward, steps with a drop: "
          "from the interval records with the formulation's reward; utilisation, drop and mark rates, queueing "
          "delay: each simulator's run summary from the warm-up on.", "",
-         f"Command: `{rep.get('command', '')}`", ""]
+         f"Command: `{rep.get('command', '')}`"
+         + (f" (ns-3 runs: {rep['ns3_runs']['runs']}, of which {rep['ns3_runs']['reused']} reused from the run cache; "
+            f"wall time {rep['wall_s']['ns3']:.0f} s in ns-3, {rep['wall_s'].get('jax', 0):.0f} s in JAX)"
+            if "ns3_runs" in rep and "wall_s" in rep else ""), ""]
     L += ["## Overall (every configuration)", ""] + _table(rep["overall"], pol)
     for key, rows in rep["per_config"].items():
         L += ["", f"## {key}", ""] + _table(rows, pol)
@@ -435,6 +441,15 @@ def markdown(rep) -> str:
                                 else f"{x['fct_p99_s'] * 1e3:.0f} ({x['flows']})")
                 cells.append(" / ".join(part))
             L.append(f"| {p} | " + " | ".join(cells) + " |")
+    same = [p for p in pol if p not in ("queuepilot", "droptail") and p in rep["reward_per_run"]["ns3"]
+            and "droptail" in rep["reward_per_run"]["ns3"]
+            and all(rep["reward_per_run"][sim].get(p) == rep["reward_per_run"][sim].get("droptail")
+                    for sim in ("ns3", "jax") if rep["reward_per_run"][sim])]
+    if same:
+        L += ["", f"{', '.join(same)} ran exactly as droptail in every run of both simulators: it never acted on "
+                  "these configurations."]
+    L += ["", "The FCT tails rest on few flows (the counts in brackets): web-search flows at load 0.1 start "
+              "under one a second."]
     hist = [(p, rep["overall"][p][sim].get("action_hist")) for p in ("queuepilot",) for sim in ("ns3", "jax")
             if rep["overall"][p][sim]]
     if any(h for _, h in hist):
