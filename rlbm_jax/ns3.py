@@ -12,7 +12,11 @@ observation or reward.  Python computes both from the record with the formulatio
 own JAX functions (`records_to_interval`, `score_records`), so ns-3 and the JAX env
 share one definition of every formulation.  `drive` runs the lock-step protocol:
     scenario -> "rec K name=value ..."  (per-class values "v0,v1"; flows "size:class:slowdown;...")
-    driver   -> "class_alpha=a0,a1,..." (the knobs the formulation derives from the action)
+    driver   -> "class_alpha=a0,a1,..." (policy rl) or "mark_prob=p" (policy rl-mark): the
+                knobs the formulation derives from the action
+An `Agent` is a stateless policy (an MLP: obs -> action) or a recurrent one (an exported
+LSTM: (obs, h, c) -> (action index, h, c, logits)) whose state is carried from one
+decision to the next within a run and starts at zero in every run.
 """
 from __future__ import annotations
 
@@ -43,7 +47,10 @@ BUILD = NS3_DIR / "build.sh"
 SOURCE = NS3_DIR / "rlbm_scenario.cc"
 # record fields the scenario writes (the rest of metrics.INTERVAL_FIELDS follow from `flows`)
 NS3_RECORD_FIELDS = tuple(n for n, _ in mx.INTERVAL_FIELDS if n not in ("flows_logged", "flows_overflow"))
-KNOB_ORDER = ("class_alpha",)  # knobs the scenario reads back, in the reply's order
+# knobs the scenario reads back (rl: class_alpha, rl-mark: mark_prob), in the reply's order
+KNOB_ORDER = ("class_alpha", "mark_prob")
+# buffer policies only the ns-3 scenario has: their flow schedule is drawn as for droptail
+NS3_ONLY_POLICIES = ("fq-codel",)
 
 
 def repo_root() -> Path:
@@ -154,8 +161,12 @@ _schedule = jax.jit(sim.flow_schedule, static_argnums=2)
 
 def write_schedule(c: Cell, seed: int, path: Path) -> int:
     """Writes the flows our simulator starts for (cell, seed) as ns-3's `--flows_in` CSV,
-    so both simulators carry the same workload; returns the number of flows."""
-    params = make_params(**seed_kw(c, seed))
+    so both simulators carry the same workload; returns the number of flows.  (The
+    schedule does not depend on the buffer policy; an ns-3-only policy draws it as droptail.)"""
+    kw = seed_kw(c, seed)
+    if kw.get("policy") in NS3_ONLY_POLICIES:
+        kw = {**kw, "policy": "droptail"}
+    params = make_params(**kw)
     stop = min(float(params.arrival_stop_s), c.seconds)
     rate = float(traffic.arrival_rate_per_s(params))
     n = int(rate * stop * 1.5 + 10 * math.sqrt(rate * stop + 1) + 16)
@@ -346,14 +357,19 @@ def _knobs(formulation, action, rec, env_params):
 
 @dataclasses.dataclass(frozen=True)
 class Agent:
-    """A policy that sets the rl buffer policy's knobs inside ns-3 (`drive`): fn(obs [1, D])
-    -> action [1, A], seen through `formulation`; `env_params` gives the agent interval and
-    the observation's own scales (flows_scale), each run the cell's simulator params;
-    `digest` identifies the policy in the run cache."""
+    """A policy that sets the rl (or rl-mark) buffer policy's knobs inside ns-3 (`drive`),
+    seen through `formulation`: stateless, fn(obs [1, D]) -> action [1, A]; or, with
+    `recurrent`, fn(obs [1, D], h [1, H], c [1, H]) -> (action [1], h, c, ...) with
+    fn.initial_state(1) -> (h, c) (`onnx_policy.OnnxRecurrentPolicy`), its state carried
+    across the run's decisions from zeros.  A Discrete formulation's action is an index
+    (an integer in [0, n)).  `env_params` gives the agent interval and the observation's
+    own scales (flows_scale), each run the cell's simulator params; `digest` identifies
+    the policy in the run cache."""
     fn: Callable
     digest: str
     formulation: object
     env_params: object
+    recurrent: bool = False
 
     @property
     def interval_s(self) -> float:
@@ -363,22 +379,43 @@ class Agent:
         return ["--agent=stdio", f"--agent_interval_s={self.interval_s!r}"]
 
     def responder(self, sim_params) -> Callable[[dict], str]:
-        """fn(record fields) -> the reply line, for a run of `sim_params`."""
+        """fn(record fields) -> the reply line, for a run of `sim_params` (a recurrent
+        policy's state starts here, at zeros, and lives as long as the function)."""
         f, ep = self.formulation, self.env_params.replace(sim=sim_params)
         P, M = ep.sim.num_classes, ep.sim.interval_log_size
-        width, act_dim = len(f.obs_layout(P)), int(np.prod(f.action_space(P).shape))
+        space = f.action_space(P)
+        width, act_dim = len(f.obs_layout(P)), int(np.prod(space.shape))
+        choices = getattr(space, "n", None) if not space.shape else None  # a Discrete space: n indices
+        state = {"hc": self.fn.initial_state(1) if self.recurrent else None}
+
+        def act_of(obs):
+            if not self.recurrent:
+                return np.asarray(self.fn(obs))
+            out = self.fn(obs, *state["hc"])
+            state["hc"] = (np.asarray(out[1], np.float32), np.asarray(out[2], np.float32))
+            return np.asarray(out[0])
 
         def answer(fields: dict) -> str:
             rec = jax.tree.map(lambda x: x[0], records_to_interval([fields], P, M))
             obs = np.asarray(_observe(f, rec, ep), np.float32)[None]
-            act = np.asarray(self.fn(obs), np.float32)
-            if act.shape != (1, act_dim) or not np.all(np.isfinite(act)):
-                raise ValueError(f"policy gave {act!r} for an observation of width {width}; expected {act_dim} "
-                                 "finite numbers")
-            kn = _knobs(f, act[0], rec, ep)
+            act = act_of(obs)
+            if choices is not None:
+                ok = (act.shape in ((1,), (1, 1)) and np.issubdtype(act.dtype, np.integer)
+                      and 0 <= int(act.ravel()[0]) < int(choices))
+                if not ok:
+                    raise ValueError(f"policy gave {act!r} for an observation of width {width}; expected one "
+                                     f"action index in [0, {int(choices)})")
+                a = np.asarray(int(act.ravel()[0]), np.int32)
+            else:
+                act = act.astype(np.float32)
+                if act.shape != (1, act_dim) or not np.all(np.isfinite(act)):
+                    raise ValueError(f"policy gave {act!r} for an observation of width {width}; expected "
+                                     f"{act_dim} finite numbers")
+                a = act[0]
+            kn = _knobs(f, a, rec, ep)
             # repr of a float32 widened to float: the exact value, read back by strtod
-            return " ".join(f"{name}=" + ",".join(repr(float(a)) for a in np.asarray(kn[name], np.float32).ravel())
-                            for name in KNOB_ORDER)
+            return " ".join(f"{name}=" + ",".join(repr(float(v)) for v in np.asarray(kn[name], np.float32).ravel())
+                            for name in KNOB_ORDER if name in kn)
 
         return answer
 

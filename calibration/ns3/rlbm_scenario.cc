@@ -5,7 +5,9 @@
 // go sender -> switch -> sink, ACKs return sink -> switch -> sender.  The switch's
 // bottleneck port holds the shared buffer (RlbmBufferQueueDisc: one FIFO per
 // class, per-class admission thresholds of the chosen policy, a round-robin or
-// strict-priority scheduler) or, with --policy=red, ared, pie, codel or fq-codel,
+// strict-priority scheduler; with --policy=rl-mark one droptail FIFO whose marker
+// CE-marks each admitted ECT packet with an agent's probability) or, with
+// --policy=red, ared, pie, codel or fq-codel,
 // ns-3's own queue disc of that AQM, optionally marking with ECN (one class); both
 // are counted alike (PortMeter).  Every other port is lossless FIFO.
 //
@@ -24,7 +26,10 @@
 // --policy=rl --agent=stdio it writes the record as one line on stdout and blocks
 // until one line of knobs arrives on stdin (a policy process driven in lock-step):
 // class c then admits while its queue is below class_alpha_c * beta_c * (B - Q),
-// capped by its FIFO.
+// capped by its FIFO.  With --policy=rl-mark the knob line is "mark_prob=p": from then
+// on every admitted ECT packet is CE-marked with probability p (its own random stream),
+// non-ECT packets are untouched; --mark_prob sets p before the first answer (or for the
+// whole run without an agent).
 //
 // Output: one JSON object with the same report fields as rlbm_jax's
 // `metrics.summarize`, optionally a per-flow CSV and a cwnd trace.  Rates, drop
@@ -161,6 +166,7 @@ const std::map<std::string, std::vector<double>> kPolicyAlpha = {
     {"dt", {1.0, 1.0}},
     {"abm", {1.0, 1.0}},
     {"rl", {1.0}}, // the agent's action before its first decision (RLBMEnv's reset state)
+    {"rl-mark", {1.0}}, // droptail limits; the agent sets the marking probability
     {"red", {1.0}}, // ns-3's AQM queue discs: one class, no alphas
     {"ared", {1.0}},
     {"pie", {1.0}},
@@ -186,6 +192,7 @@ struct Params {
     std::vector<double> beta; // rl: threshold = alpha * beta * free buffer
     std::string scheduler;
     std::vector<double> classThresholdBytes;
+    double markProb; // rl-mark: probability of CE-marking an admitted ECT packet (until the agent's answer)
     // ns-3's AQM queue discs (policy red, ared, pie, codel, fq-codel) and ECN
     bool ecn;
     double redMinThPkts, redMaxThPkts, redMaxP, redWeight;
@@ -288,8 +295,11 @@ Options DeclareOptions() {
     o.Add("class_cap_pkts", "100", "FIFO cap per class (packets): one value or one per class");
     o.Add("buffer_pkts", "0", "shared buffer size B in packets (0 = sum of the class caps)");
     o.Add("policy", "sb-naive",
-          "buffer policy: droptail, sb-naive, sb-sophisticated, dt, abm, rl; or one of ns-3's own queue discs "
+          "buffer policy: droptail, sb-naive, sb-sophisticated, dt, abm, rl, rl-mark (droptail limits, every "
+          "admitted ECT packet CE-marked with probability mark_prob; needs ecn); or one of ns-3's own queue discs "
           "(one class, MaxSize = buffer_pkts): red, ared (RED with adaptive max_p), pie, codel, fq-codel");
+    o.Add("mark_prob", "0", "rl-mark: marking probability in [0, 1] before the agent's first answer (without an "
+                            "agent: for the whole run)");
     o.Add("alpha", "", "policy weights, comma list (empty = the policy's defaults)");
     o.Add("beta", "1", "rl: per-class weights beta_c of the threshold alpha_c * beta_c * (B - Q)");
     o.Add("scheduler", "rr", "rr (per-packet round robin) or strict (class 0 first)");
@@ -340,7 +350,7 @@ Options DeclareOptions() {
     o.Add("cdf", "", "flow-size CSV (size_bytes,cdf rows); needed when load > 0");
     o.Add("flows_in", "", "CSV start_s,sender,size_bytes: start exactly these flows instead of "
                           "drawing Poisson arrivals (the same workload as another simulator)");
-    o.Add("long_flows", "0", "number of long-lived flows, one per sender");
+    o.Add("long_flows", "0", "number of long-lived flows; flow k starts on sender k mod num_senders");
     o.Add("long_flow_start_spread_s", "0", "long flows start uniformly in [0, spread) (s)");
     o.Add("seconds", "60", "simulated time (s)");
     o.Add("warmup_s", "0", "start of the measured window (s)");
@@ -354,9 +364,10 @@ Options DeclareOptions() {
     o.Add("agent_interval_s", "0",
           "agent interval (s): the interval record (rlbm_jax metrics.Interval) at every k * agent_interval_s "
           "(0 = off)");
-    o.Add("agent", "", "rl: 'stdio' = record lines out on stdout, knob lines (class_alpha=...) in on stdin, "
-                       "in lock-step");
-    o.Add("intervals_out", "", "per-interval CSV: the interval record and the alphas in effect");
+    o.Add("agent", "", "rl, rl-mark: 'stdio' = record lines out on stdout, knob lines in on stdin (rl: "
+                       "class_alpha=a0,a1,...; rl-mark: mark_prob=p), in lock-step");
+    o.Add("intervals_out", "", "per-interval CSV: the interval record and the alphas in effect (rl-mark: and the "
+                               "marking probability)");
     return o;
 }
 
@@ -416,8 +427,10 @@ Params ParseCommandLine(int argc, char* argv[]) {
             c.bufferPkts += cap;
         }
     }
-    c.policy = OneOf("policy", o["policy"], {"droptail", "sb-naive", "sb-sophisticated", "dt", "abm", "rl", "red",
-                                             "ared", "pie", "codel", "fq-codel"});
+    c.policy = OneOf("policy", o["policy"], {"droptail", "sb-naive", "sb-sophisticated", "dt", "abm", "rl", "rl-mark",
+                                             "red", "ared", "pie", "codel", "fq-codel"});
+    c.markProb = ToFinite("mark_prob", o["mark_prob"], 0, false);
+    if (c.markProb > 1) BadParameter("mark_prob", "must be a probability in [0, 1], got " + o["mark_prob"]);
     if (IsAqm(c.policy) && c.numClasses != 1) {
         BadParameter("num_classes", "must be 1 with --policy=" + c.policy + " (one queue disc, no classes), got " +
                                         std::to_string(c.numClasses));
@@ -480,6 +493,9 @@ Params ParseCommandLine(int argc, char* argv[]) {
 
     c.tcp = OneOf("tcp", o["tcp"], {"cubic", "newreno", "dctcp"});
     if (c.tcp == "dctcp") c.ecn = true; // TcpDctcp turns ECN on itself; the disc must mark
+    if (c.policy == "rl-mark" && !c.ecn) {
+        BadParameter("ecn", "--policy=rl-mark only marks (it never drops below the limit): it needs --ecn=1");
+    }
     c.mssBytes = ToInt("mss_bytes", o["mss_bytes"], 1, 65000);
     c.initialCwndPkts = ToInt("initial_cwnd_pkts", o["initial_cwnd_pkts"], 1, 1000000);
     c.minRtoS = ToFinite("min_rto_s", o["min_rto_s"], 0, true);
@@ -514,9 +530,6 @@ Params ParseCommandLine(int argc, char* argv[]) {
         BadParameter("cdf", "a flow-size CSV is required when load > 0");
     }
     c.longFlows = ToInt("long_flows", o["long_flows"], 0, 16000);
-    if (c.longFlows > c.numSenders) {
-        BadParameter("long_flows", "must not exceed num_senders (" + std::to_string(c.numSenders) + ")");
-    }
     c.longFlowStartSpreadS = ToFinite("long_flow_start_spread_s", o["long_flow_start_spread_s"], 0, false);
 
     c.seconds = ToFinite("seconds", o["seconds"], 0, true);
@@ -537,7 +550,9 @@ Params ParseCommandLine(int argc, char* argv[]) {
         BadParameter("policy", "rl takes its alphas from an agent: add --agent=stdio and --agent_interval_s");
     }
     if (!c.agent.empty()) {
-        if (c.policy != "rl") BadParameter("agent", "an agent sets the thresholds of --policy=rl only");
+        if (c.policy != "rl" && c.policy != "rl-mark") {
+            BadParameter("agent", "an agent sets the knobs of --policy=rl (thresholds) or rl-mark (marking) only");
+        }
         if (c.agentIntervalS == 0) BadParameter("agent_interval_s", "the agent needs a positive interval");
         if (c.out == "-") BadParameter("out", "stdout carries the agent's observations: give a report path");
     }
@@ -931,6 +946,8 @@ struct BufferConfig {
     std::vector<double> beta;
     bool strictPriority = false;
     bool countIntervals = false;   // keep the per-interval counters of the agent's observation
+    bool marker = false;           // rl-mark: CE-mark admitted ECT packets with probability markProb
+    double markProb = 0;
     double windowS = 0;            // drain-rate window (one base RTT)
     double windowCapacityPkts = 0; // data packets the link sends in one window
     double warmupS = 0;            // measured window [warmupS, endS]
@@ -968,6 +985,10 @@ class RlbmBufferQueueDisc : public QueueDisc {
         mc.endS = cfg.endS;
         m_meter.Configure(mc);
         if (cfg.policy == Policy::Abm) ScheduleDrainWindow(); // only ABM reads drain rates
+        if (cfg.marker) {
+            m_markU = CreateObject<UniformRandomVariable>();
+            m_markU->SetStream(6); // after the traffic's 1-4 and the AQM discs' 5: depends only on the seed
+        }
     }
 
     PortMeter& Meter() { return m_meter; }
@@ -975,6 +996,10 @@ class RlbmBufferQueueDisc : public QueueDisc {
     /// The agent's per-class alphas (rl), applied from the next arriving packet on.
     void SetAlpha(const std::vector<double>& alpha) { m_cfg.alpha = alpha; }
     const std::vector<double>& GetAlpha() const { return m_cfg.alpha; }
+
+    /// The marker's probability (rl-mark), applied from the next arriving packet on.
+    void SetMarkProb(double p) { m_cfg.markProb = p; }
+    double GetMarkProb() const { return m_cfg.markProb; }
 
   protected:
     void DoDispose() override {
@@ -989,6 +1014,7 @@ class RlbmBufferQueueDisc : public QueueDisc {
         const bool retx = m_meter.Arrive(seg, c);
         const bool admit = double(m_meter.ClassLengths()[c]) < std::floor(Threshold(c)) &&
                            m_meter.Occupancy() < m_cfg.bufferPkts;
+        if (admit && m_cfg.marker) MaybeMark(item, seg, c);
         if (!admit || !GetInternalQueue(c)->Enqueue(item)) {
             m_meter.Drop(seg, c, retx);
             if (!admit) DropBeforeEnqueue(item, "class threshold or shared buffer exceeded");
@@ -996,6 +1022,16 @@ class RlbmBufferQueueDisc : public QueueDisc {
         }
         m_meter.Enter(c);
         return true;
+    }
+
+    /// rl-mark: CE-mark an admitted ECT packet with probability markProb (one uniform per
+    /// ECT packet while 0 < p < 1); a non-ECT packet is left as it is.
+    void MaybeMark(Ptr<QueueDiscItem> item, const Segment& seg, uint32_t c) {
+        Ptr<Ipv4QueueDiscItem> ip = DynamicCast<Ipv4QueueDiscItem>(item);
+        if (!ip || ip->GetHeader().GetEcn() == Ipv4Header::ECN_NotECT) return;
+        const double p = m_cfg.markProb;
+        const bool hit = p >= 1.0 || (p > 0.0 && m_markU->GetValue(0.0, 1.0) < p);
+        if (hit && Mark(item, "rl-mark")) m_meter.Mark(seg, c);
     }
 
     Ptr<QueueDiscItem> DoDequeue() override {
@@ -1082,6 +1118,7 @@ class RlbmBufferQueueDisc : public QueueDisc {
     std::vector<double> m_drainNorm;
     std::vector<uint64_t> m_windowDeq;
     EventId m_windowEvent;
+    Ptr<UniformRandomVariable> m_markU; // rl-mark's draws
 };
 
 NS_OBJECT_ENSURE_REGISTERED(RlbmBufferQueueDisc);
@@ -1463,13 +1500,15 @@ void Scenario::InstallPort(Ptr<NetDevice> port) {
         bc.numClasses = c.numClasses;
         bc.capPkts = c.classCapPkts;
         bc.bufferPkts = c.bufferPkts;
-        bc.policy = c.policy == "droptail" ? Policy::DropTail
+        bc.policy = c.policy == "droptail" || c.policy == "rl-mark" ? Policy::DropTail
                     : c.policy == "dt"     ? Policy::DynamicThresholds
                     : c.policy == "abm"    ? Policy::Abm
                     : c.policy == "rl"     ? Policy::Rl
                                            : Policy::StaticBuffer;
         bc.alpha = c.alpha;
         bc.beta = c.beta;
+        bc.marker = c.policy == "rl-mark";
+        bc.markProb = c.markProb;
         bc.countIntervals = c.agentIntervalS > 0;
         bc.strictPriority = c.scheduler == "strict";
         bc.windowS = c.BaseRttS();
@@ -1552,7 +1591,7 @@ void Scenario::BuildTraffic() {
 
     for (uint32_t k = 0; k < c.longFlows; ++k) {
         const double t = c.longFlowStartSpreadS > 0 ? m_longStartU->GetValue(0, c.longFlowStartSpreadS) : 0.0;
-        Simulator::Schedule(Seconds(t), &Scenario::StartFlow, this, k, uint64_t(0), true);
+        Simulator::Schedule(Seconds(t), &Scenario::StartFlow, this, k % c.numSenders, uint64_t(0), true);
     }
 
     if (!c.flowsIn.empty()) {
@@ -1715,6 +1754,7 @@ void Scenario::SetIntervalsOut(std::ostream* os) {
     }
     *os << ",flows";
     perClass("class_alpha");
+    if (m_cfg.policy == "rl-mark") *os << ",mark_prob";
     *os << "\n";
 }
 
@@ -1783,6 +1823,7 @@ Scenario::Record Scenario::CloseInterval(uint32_t k) {
             os << k << "," << Simulator::Now().GetSeconds();
             for (const auto& [name, value] : rec) os << "," << value; // per-class values: one column each
             for (double a : m_buffer ? m_buffer->GetAlpha() : m_cfg.alpha) os << "," << a;
+            if (m_cfg.policy == "rl-mark") os << "," << m_buffer->GetMarkProb();
             os << "\n";
         }
     }
@@ -1799,7 +1840,14 @@ Scenario::Record Scenario::CloseInterval(uint32_t k) {
 /// schedule boundary k + 1 if it falls inside the run.
 void Scenario::OnAgentBoundary(uint32_t k) {
     const Record rec = CloseInterval(k == 0 ? 0 : k - 1);
-    if (m_cfg.agent == "stdio") m_buffer->SetAlpha(AskAgent(k, rec));
+    if (m_cfg.agent == "stdio") {
+        const std::vector<double> knob = AskAgent(k, rec);
+        if (m_cfg.policy == "rl-mark") {
+            m_buffer->SetMarkProb(knob[0]);
+        } else {
+            m_buffer->SetAlpha(knob);
+        }
+    }
     const double next = (k + 1) * m_cfg.agentIntervalS;
     if (next < m_cfg.seconds - 1e-9) {
         Simulator::Schedule(Seconds(next) - Simulator::Now(), &Scenario::OnAgentBoundary, this, k + 1);
@@ -1807,8 +1855,8 @@ void Scenario::OnAgentBoundary(uint32_t k) {
 }
 
 /// One lock-step exchange: "rec K name=value ..." out, one line "class_alpha=a0,a1,..."
-/// in (alphas clipped to [0, 1]).  A closed pipe or a malformed line ends the run
-/// with status 3.
+/// (rl) or "mark_prob=p" (rl-mark) in, the values clipped to [0, 1].  A closed pipe or
+/// a malformed line ends the run with status 3.
 std::vector<double> Scenario::AskAgent(uint32_t k, const Record& rec) const {
     std::ostringstream line;
     line << "rec " << k;
@@ -1819,7 +1867,9 @@ std::vector<double> Scenario::AskAgent(uint32_t k, const Record& rec) const {
         std::cerr << "rlbm_scenario: the agent closed its pipe before answering interval " << k << std::endl;
         std::exit(3);
     }
-    const std::string key = "class_alpha=";
+    const bool marker = m_cfg.policy == "rl-mark";
+    const std::string key = marker ? "mark_prob=" : "class_alpha=";
+    const size_t want = marker ? 1 : m_cfg.numClasses;
     std::vector<double> alpha;
     bool ok = reply.rfind(key, 0) == 0 && reply.find(' ') == std::string::npos;
     if (ok) {
@@ -1832,9 +1882,11 @@ std::vector<double> Scenario::AskAgent(uint32_t k, const Record& rec) const {
             alpha.push_back(a);
         }
     }
-    if (!ok || alpha.size() != m_cfg.numClasses) {
+    if (!ok || alpha.size() != want) {
         std::cerr << "rlbm_scenario: interval " << k << ": the agent answered '" << reply << "'; expected "
-                  << "class_alpha= and " << m_cfg.numClasses << " finite alphas" << std::endl;
+                  << (marker ? std::string("mark_prob= and one finite probability")
+                             : "class_alpha= and " + std::to_string(m_cfg.numClasses) + " finite alphas")
+                  << std::endl;
         std::exit(3);
     }
     for (double& x : alpha) x = std::clamp(x, 0.0, 1.0);
@@ -1863,6 +1915,7 @@ JsonObject Scenario::ConfigJson() const {
         .Raw("alpha", JsonArr(c.alpha))
         .Raw("beta", JsonArr(c.beta))
         .Str("scheduler", c.scheduler)
+        .Num("mark_prob", c.markProb)
         .Raw("class_threshold_bytes", JsonArr(c.classThresholdBytes))
         .Raw("ecn", c.ecn ? "true" : "false")
         .Num("red_min_th_pkts", c.redMinThPkts)

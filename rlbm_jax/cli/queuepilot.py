@@ -4,6 +4,8 @@ seeds and configurations (`rlbm_jax.queuepilot` states the scaling and the seeds
 
     python scripts/queuepilot.py train --run-dir runs/queuepilot --num-envs 2048 --num-seeds 3 --time-budget-s 600
     python scripts/queuepilot.py evaluate --run-dir runs/queuepilot
+    python scripts/queuepilot.py export --run-dir runs/queuepilot
+    python scripts/queuepilot.py ns3 --run-dir runs/queuepilot --seeds 3 --jobs 2
 
 train writes config.json, metrics.csv (one row per seed and update), curves.png and
 trained.msgpack (every seed's network and observation statistics); it stops at --updates
@@ -13,6 +15,16 @@ reward over the training mix), then runs every variant and every training seed's
 on the test grid with the test seeds, and writes results.json, RESULTS.md (tables: per
 configuration and overall, reward, utilisation, drop rate, queueing delay, p99 FCT by
 flow size, mean and standard error over seeds) and plots.
+export writes one deployable policy per training seed, policy_seed<s>/ (the policy
+format of `rlbm_jax.policy`) and policy_seed<s>.onnx (a one-step recurrent graph), and
+checks each against the trained JAX network over carried-state sequences.
+ns3 judges the exported agent inside ns-3.37 (`rlbm_jax.ns3`; the scenario's rl-mark
+policy driven in lock-step, its LSTM state carried from step to step) against droptail,
+the chosen variant of each classic AQM (ns-3's own RED, PIE and CoDel queue discs) and
+FQ-CoDel, on test configurations and seeds, scores every run from ns-3's interval
+records with the formulation's own reward, runs the JAX simulator on the same
+configurations and seeds, and writes <run>/ns3/results.json and RESULTS.md (ns-3 beside
+JAX per policy).
 """
 from __future__ import annotations
 
@@ -32,6 +44,10 @@ from rlbm_jax.env.params import make_params
 from rlbm_jax.progress import Progress, fmt_s
 
 PROG = "queuepilot.py"
+# ns3: the default test configurations (long flows, RTT ms, TCP) and the classic AQMs'
+# variants when the run's results.json has chosen none
+NS3_CONFIGS = ("20:40:cubic", "20:40:newreno")
+DEFAULT_VARIANTS = ("ared-r0.1", "pie-15ms", "codel-5ms")
 
 
 def build_parser():
@@ -63,6 +79,23 @@ def build_parser():
     e.add_argument("--rtts-ms", type=float, nargs="+", default=[1000 * r for r in qp.TEST_RTTS_S])
     e.add_argument("--tcp", nargs="+", default=["cubic", "newreno"])
     e.add_argument("--chunk", type=int, default=50, help="runs per compiled batch")
+    x = sub.add_parser("export", help="write each training seed's policy (policy dir and ONNX), checked")
+    x.add_argument("--run-dir", default="runs/queuepilot")
+    n = sub.add_parser("ns3", help="judge the exported agent inside ns-3 against the classic AQMs, beside JAX")
+    n.add_argument("--run-dir", default="runs/queuepilot")
+    n.add_argument("--out-dir", default=None, help="where results go (default: <run-dir>/ns3)")
+    n.add_argument("--configs", nargs="+", default=list(NS3_CONFIGS), metavar="N:RTT_MS:TCP",
+                   help="test configurations: long flows, base RTT in ms, TCP (cubic or newreno)")
+    n.add_argument("--seeds", type=int, default=3, help="the first K test seeds")
+    n.add_argument("--jobs", type=int, default=2, help="ns-3 processes at a time")
+    n.add_argument("--seconds", type=float, default=qp.EVAL_S, help="simulated seconds per run (in 5 ms steps)")
+    n.add_argument("--warmup-s", type=float, default=qp.EVAL_WARMUP_S, help="left out of every score")
+    n.add_argument("--variants", nargs="+", default=None,
+                   help="the classic AQMs' variants (default: the 'chosen' of <run-dir>/results.json, else "
+                        + ", ".join(DEFAULT_VARIANTS) + ")")
+    n.add_argument("--no-fq-codel", action="store_true", help="leave out FQ-CoDel (ns-3 only)")
+    n.add_argument("--no-jax", action="store_true", help="leave out the JAX side")
+    n.add_argument("--fresh-ns3", action="store_true", help="rerun ns-3 even where a cached run matches")
     return ap
 
 
@@ -379,6 +412,11 @@ def _plots(rep, out: Path) -> None:
 
 def main(argv=None):
     a = build_parser().parse_args(argv)
+    if a.cmd in ("export", "ns3"):
+        from rlbm_jax.cli import queuepilot_ns3
+
+        return queuepilot_ns3.export(a) if a.cmd == "export" else queuepilot_ns3.ns3(a, sys.argv[1:] if argv is None
+                                                                                      else list(argv))
     return train(a) if a.cmd == "train" else evaluate(a)
 
 
