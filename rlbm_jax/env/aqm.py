@@ -9,7 +9,8 @@ own instance; the state is a few numbers per class (`AqmState`, [P] each).  Two 
      class, as positions in the class's arrival order: `Hits` (the first position, the
      spacing of the next ones and their number; `forced` drops every arrival).
   `on_dequeue` (CoDel): whether the packet at the head of each class FIFO is dropped or
-     marked as it leaves (at most one per class per tick).
+     marked as it leaves (at most one per class per tick); its state machine,
+     `codel_step`, also runs in each of FQ-CoDel's per-flow queues (`fqcodel.py`).
 
 A tick holds many packet arrivals with one queue length; the per-packet rules become
 per-tick ones:
