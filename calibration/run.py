@@ -6,7 +6,7 @@
     python calibration/run.py --grid smoke --seeds 3          # two cells (the CI check)
     python calibration/run.py --grid dial --seeds 10          # tick-size dial: k = 1, 4, 16
     python calibration/run.py --grid fast --seeds 10          # 100 Mbit/s and 1 Gbit/s, web search and data mining
-    python calibration/run.py --grid aqm --seeds 4            # RED, ARED, PIE, CoDel, ECN off and on, 100 Mbit/s
+    python calibration/run.py --grid aqm --seeds 4            # RED, ARED, PIE, CoDel, FQ-CoDel, ECN off and on, 100 Mbit/s
 
 Each cell runs our simulator (all seeds of all cells in one vmapped batch per
 static shape) and the ns-3 scenario `calibration/ns3/rlbm_scenario.cc` (built by
@@ -108,7 +108,7 @@ def aqm_kw(policy: str, ecn: bool, buffer_pkts: int, rate_bps: float, mss_bytes:
     """An AQM cell's make_params arguments beyond the traffic: RED's thresholds at 1/8 and
     3/8 of the buffer with max_p 0.1 (its gentle region then ends at 3/4 of the buffer),
     ARED's automatic ones written out (the ns-3 scenario takes them as given), the other
-    AQMs at ns-3's defaults."""
+    AQMs at ns-3's defaults (FQ-CoDel's quantum: the device MTU, 1500 bytes, on both sides)."""
     kw = {"policy": policy, "ecn": bool(ecn)}
     if policy == "red-step":  # DCTCP's marking: on the instantaneous queue, every packet above K = BDP / 6
         k = max(1.0, round(buffer_pkts / 6))  # (these cells' buffer is one BDP)
@@ -160,7 +160,7 @@ def grid(name: str) -> list[Cell]:
     if name == "dial":
         return [thesis_cell(t, 0.6, 100, pkts_per_tick=k) for t in tcps for k in (1, 4, 16)]
     if name == "aqm":
-        return ([aqm_cell(q, e, tr, b) for q in ("red", "ared", "pie", "codel") for e in (False, True)
+        return ([aqm_cell(q, e, tr, b) for q in ("red", "ared", "pie", "codel", "fq-codel") for e in (False, True)
                  for tr, b in AQM_TRAFFIC]
                 + [aqm_cell("red-step", True, tr, 1.0, tcp="dctcp") for tr in ("long16", "websearch")])
     if name == "fast":

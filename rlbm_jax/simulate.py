@@ -16,23 +16,27 @@ import numpy as np
 
 from rlbm_jax.devices import batched, env_sharding
 from rlbm_jax.env import buffer, metrics as mx, sim
-from rlbm_jax.env.params import SimParams, ared_defaults, jax_only
+from rlbm_jax.env.params import SimParams, ared_defaults, flow_queue_capacity, jax_only
 from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, RLBMEnv
 from rlbm_jax.progress import Progress
 
 BASELINES = ("sb-naive", "sb-sophisticated", "dt", "abm", "droptail")
-AQMS = ("red", "ared", "pie", "codel")  # the droptail limit with an AQM in front (rlbm_jax.env.aqm)
+# the droptail limit with an AQM in front (rlbm_jax.env.aqm), and FQ-CoDel's per-flow queues (rlbm_jax.env.fqcodel)
+AQMS = ("red", "ared", "pie", "codel", "fq-codel")
 
 
 def with_policy(params: SimParams, policy: str) -> SimParams:
     """Params switched to a named buffer policy with that policy's default alphas (and,
-    for "ared", its automatic RED thresholds and weight; other AQM settings are kept)."""
+    for "ared", its automatic RED thresholds and weight; for "fq-codel", per-flow queues of
+    the shared buffer's size; other AQM settings are kept)."""
     if policy not in buffer.POLICY_NAMES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(buffer.POLICY_NAMES)}")
     alpha = np.asarray(buffer.default_alpha(policy, params.num_classes), np.float32)
     out = params.replace(policy_id=jnp.asarray(buffer.POLICY_NAMES.index(policy), jnp.int32),
                          alpha=jnp.asarray(alpha),
-                         needs_jax_tick=jax_only(policy, bool(np.any(np.asarray(params.ecn)))))
+                         needs_jax_tick=jax_only(policy, bool(np.any(np.asarray(params.ecn)))),
+                         flow_queue_capacity_pkts=max(params.flow_queue_capacity_pkts, flow_queue_capacity(
+                             policy, int(np.max(np.asarray(params.buffer_pkts))))))
     if policy == "ared":
         lo, hi, w = ared_defaults(float(params.bottleneck_rate_bps), float(params.mss_bytes))
         out = out.replace(red_min_th_pkts=jnp.float32(lo), red_max_th_pkts=jnp.float32(hi),

@@ -1,15 +1,15 @@
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from rlbm_jax.env import make_params
+from rlbm_jax.env.params import stack_params
 
 
 def random_configs(n: int, seed: int, aqm: bool = False, **static):
     """n parameter sets with random dynamic values and identical static shapes, stacked
-    along a leading axis (for vmap), plus the list of unbatched sets.  With `aqm`, every
-    set runs an AQM (RED, ARED, PIE or CoDel with random settings), half of them with ECN."""
+    along a leading axis (for vmap; static sizes padded to the largest, `stack_params`), plus
+    the list of unbatched sets.  With `aqm`, every set runs an AQM (RED, ARED, PIE, CoDel or
+    FQ-CoDel with random settings, in turn), every other one with ECN."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
@@ -17,7 +17,7 @@ def random_configs(n: int, seed: int, aqm: bool = False, **static):
         extra = {}
         if aqm:
             lo = float(rng.uniform(2, 20))
-            extra = dict(policy=["red", "ared", "pie", "codel"][i % 4], ecn=bool(i % 2),
+            extra = dict(policy=["red", "ared", "pie", "codel", "fq-codel"][i % 5], ecn=bool(i % 2),
                          red_min_th_pkts=lo, red_max_th_pkts=lo * float(rng.uniform(1.5, 4)),
                          red_max_p=float(rng.uniform(0.02, 0.5)), pie_target_s=float(rng.uniform(0.002, 0.02)),
                          codel_target_s=float(rng.uniform(0.001, 0.01)),
@@ -41,7 +41,7 @@ def random_configs(n: int, seed: int, aqm: bool = False, **static):
             rtt_samples=str(rng.choice(["cumulative", "every-ack"])),
             **extra,
         ))
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *out), out
+    return stack_params(out), out
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The AQMs (RED, ARED, PIE, CoDel) and ECN: their rules against theory and ns-3.37's,
+"""The AQMs (RED, ARED, PIE, CoDel; FQ-CoDel in test_fq_codel.py) and ECN: their rules against theory and ns-3.37's,
 the TCP response to marks, and how the backends and the command line treat them."""
 import json
 import math
@@ -162,7 +162,7 @@ def test_without_ecn_the_aqm_drops_early_and_never_marks():
 def test_native_backend_refuses_aqm_and_ecn_and_auto_falls_back():
     from rlbm_jax.env import native
 
-    for kw in (dict(policy="codel"), dict(policy="droptail", ecn=True)):
+    for kw in (dict(policy="codel"), dict(policy="fq-codel"), dict(policy="droptail", ecn=True)):
         p = make_params(**kw)
         assert not native.supports(p)
         assert sim.resolve_backend("auto", p) == "jax"

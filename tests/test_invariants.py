@@ -1,20 +1,42 @@
 """Packet conservation, queue limits, determinism and vmap over params, on randomised configs
-(the buffer policies, and the AQMs with and without ECN)."""
+(the buffer policies, and the AQMs with and without ECN, FQ-CoDel's per-flow queues among them)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlbm_jax.env import queue as qm, sim, tcp
+from rlbm_jax.env import buffer, fqcodel, queue as qm, sim, tcp
 from tests.conftest import random_configs
 
 SECONDS = 3.0
+
+
+def _flow_queues(s, num_classes):
+    """Per class, the packets the per-flow queues' runs hold; per flow, whether its queue's
+    counter agrees with its runs and a queue that holds packets is on a list of FQ-CoDel;
+    and whether each list's positions are 0..n-1 (zeros and True without flow queues)."""
+    fq, st = s.flowq, s.fq
+    n, cap = fq.runs.shape[0], fq.runs.shape[1]
+    if n == 0:
+        return jnp.zeros((num_classes,), jnp.int32), jnp.asarray(True)
+    j = jnp.arange(cap)
+    cnt = jnp.take_along_axis(fq.runs[..., qm.COUNT], (fq.head[:, None] + j[None, :]) % cap, axis=1)
+    held = jnp.sum(jnp.where(j[None, :] < fq.nruns[:, None], cnt, 0), axis=1)  # [F]
+    cls = tcp.column(s.flows, "cls")
+    by_cls = jnp.zeros((num_classes,), jnp.int32).at[cls].add(held)
+    ok = jnp.all(held == fq.pkts) & jnp.all((fq.pkts == 0) | (st.lst != fqcodel.INACTIVE))
+    for lst in (fqcodel.NEW, fqcodel.OLD):
+        on = st.lst == lst
+        seen = jnp.zeros((n + 1,), jnp.int32).at[jnp.where(on, jnp.clip(st.pos, 0, n), n)].add(1)[:n]
+        ok = ok & jnp.all(seen == (jnp.arange(n) < jnp.sum(on)).astype(jnp.int32))
+    return by_cls, ok
 
 
 def _trace(s):
     m = s.metrics
     fl = tcp.unpack(s.flows)
     q = s.queue
+    fq_pkts, fq_ok = _flow_queues(s, q.pkts.shape[0])
     return dict(
         tx=m.tx_total, drop=m.drop_total, deq=m.deq_total, sink=m.sink_total, marks=m.mark_total,
         queued=jnp.sum(q.pkts),
@@ -22,7 +44,8 @@ def _trace(s):
         ring_pkts=jnp.sum(jnp.where(jnp.arange(q.runs.shape[1])[None, :] < q.nruns[:, None],
                                     jnp.take_along_axis(q.runs[..., qm.COUNT],
                                                         (q.head[:, None] + jnp.arange(q.runs.shape[1])[None, :])
-                                                        % q.runs.shape[1], axis=1), 0), axis=1),
+                                                        % q.runs.shape[1], axis=1), 0), axis=1) + fq_pkts,
+        fq_ok=fq_ok,
         neg=jnp.minimum(jnp.min(jnp.stack([fl.outstanding, fl.lost_q, fl.retx_out, fl.retx_dropped,
                                            fl.undet, fl.ghost, fl.gbn_left, fl.gbn_ahead])), 0),
         # go-back-N bookkeeping: the ghosts not yet ACKed are either still to resend or resent
@@ -35,7 +58,8 @@ def _trace(s):
 @pytest.fixture(scope="module", params=[(1, False), (4, False), (2, True)], ids=["k1", "k4", "aqm-k2"])
 def batch(request):
     k, aqm = request.param
-    stacked, configs = random_configs(8 if aqm else 6, seed=10 + k, aqm=aqm, pkts_per_tick=k)
+    # aqm: each of the five AQMs with ECN off and on
+    stacked, configs = random_configs(10 if aqm else 6, seed=10 + k, aqm=aqm, pkts_per_tick=k)
     n = sim.ticks_for(SECONDS, configs[0])
 
     def one(p, key):
@@ -60,8 +84,10 @@ def test_packet_conservation_every_tick(batch):
     np.testing.assert_array_equal(tr["tx"], tr["drop"] + tr["queued"] + tr["deq"])
     # every packet on the wire is delivered or still propagating
     np.testing.assert_array_equal(tr["deq"], tr["sink"] + tr["on_wire"])
-    # the class FIFOs' packet counters agree with the runs they hold
+    # the class FIFOs' packet counters agree with the runs they hold (with FQ-CoDel: the
+    # flows' queues of the class), FQ-CoDel's lists are well formed and hold every busy queue
     np.testing.assert_array_equal(tr["ring_pkts"], tr["qlen"])
+    assert tr["fq_ok"].all(), "a flow queue's counter, or FQ-CoDel's lists, went wrong"
     assert tr["neg"].min() == 0, "a per-flow packet counter went negative"
     assert tr["cwnd_min"].min() >= 1.0
     assert tr["tx"][:, -1].min() > 0, "some configuration sent nothing"
@@ -87,6 +113,9 @@ def test_queues_respect_caps_thresholds_and_buffer(batch):
     configs, _, _, _, tr, _ = batch
     q = tr["qlen"]  # [cfg, T, P] after each tick
     for i, p in enumerate(configs):
+        assert (q[i].sum(-1) <= int(p.buffer_pkts)).all(), "the shared buffer overflowed"
+        if buffer.needs_flow_queues(buffer.POLICY_NAMES[int(p.policy_id)]):
+            continue  # FQ-CoDel's limit is the shared buffer alone (it drops from the fattest flow)
         caps = np.asarray(p.class_cap_pkts)
         assert (q[i] <= caps[None, :]).all(), "a class FIFO exceeded its cap"
         assert (q[i].sum(-1) <= int(p.buffer_pkts)).all(), "the shared buffer overflowed"

@@ -3,11 +3,14 @@
     python scripts/simulate.py --scenario thesis --policy sb-naive --json -
     python scripts/simulate.py --scenario long --long-flows 16 --buffer-pkts 60 --tcp cubic
     python scripts/simulate.py --scenario long --long-flows 16 --policy codel --ecn
+    python scripts/simulate.py --scenario dumbbell --policy fq-codel --seconds 10
 
 Scenarios are `rlbm_jax.scenarios`; every simulator parameter has a flag (unset flags
 keep the scenario's value).  --policy takes a baseline, an AQM (red, ared, pie, codel: the
-droptail limit with ns-3.37's queue-disc algorithm in front of each class FIFO; --ecn makes
-the senders ECN-capable and the AQM mark instead of drop) or a policy directory written by
+droptail limit with ns-3.37's queue-disc algorithm in front of each class FIFO; fq-codel:
+ns-3.37's FQ-CoDel, a queue per flow served by deficit round robin, CoDel in each, overflow
+drops from the fattest flow; --ecn makes the senders ECN-capable and the AQM mark instead of
+drop) or a policy directory written by
 scripts/train.py (it then acts every --agent-interval-s through the formulation it was
 trained on).  The JSON holds the report fields (mean, std and per seed), `tail` (FCT
 slowdown p50/p99 per flow size, < 100 KB, 100 KB - 1 MB, > 1 MB and all, pooled over the
@@ -47,7 +50,8 @@ FIELDS = {"tcp": "tcp", "senders": "num_senders", "classes": "num_classes", "flo
           "red_min_th_pkts": "red_min_th_pkts", "red_max_th_pkts": "red_max_th_pkts", "red_max_p": "red_max_p",
           "red_weight": "red_weight", "pie_target_s": "pie_target_s", "pie_tupdate_s": "pie_tupdate_s",
           "pie_max_burst_s": "pie_max_burst_s", "pie_mark_threshold": "pie_mark_threshold",
-          "codel_target_s": "codel_target_s", "codel_interval_s": "codel_interval_s", "dctcp_g": "dctcp_g"}
+          "codel_target_s": "codel_target_s", "codel_interval_s": "codel_interval_s", "dctcp_g": "dctcp_g",
+          "fq_quantum_bytes": "fq_quantum_bytes"}
 
 
 def build_parser():
@@ -103,8 +107,10 @@ def build_parser():
     g.add_argument("--pie-tupdate-s", type=float, help="PIE: probability update period (default 0.015)")
     g.add_argument("--pie-max-burst-s", type=float, help="PIE: burst allowance (default 0.15)")
     g.add_argument("--pie-mark-threshold", type=float, help="PIE: marks only below this probability (default 0.1)")
-    g.add_argument("--codel-target-s", type=float, help="CoDel: target sojourn (default 0.005)")
-    g.add_argument("--codel-interval-s", type=float, help="CoDel: interval (default 0.1)")
+    g.add_argument("--codel-target-s", type=float, help="CoDel, FQ-CoDel: target sojourn (default 0.005)")
+    g.add_argument("--codel-interval-s", type=float, help="CoDel, FQ-CoDel: interval (default 0.1)")
+    g.add_argument("--fq-quantum-bytes", type=int, help="FQ-CoDel: deficit round robin quantum in bytes, at least one "
+                   "data packet (MSS + 52; default 1500, ns-3's device MTU)")
     g.add_argument("--dctcp-g", type=float, help="DCTCP: weight of a window's marked fraction in alpha (default 1/16)")
     add_model_args(ap)
     add_backend_arg(ap)

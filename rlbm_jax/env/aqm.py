@@ -11,7 +11,8 @@ own instance; the state is a few numbers per class (`AqmState`, [P] each).  Two 
      class, as positions in the class's arrival order: `Hits` (the first position, the
      spacing of the next ones and their number; `forced` drops every arrival).
   `on_dequeue` (CoDel): whether the packet at the head of each class FIFO is dropped or
-     marked as it leaves (at most one per class per tick).
+     marked as it leaves (at most one per class per tick); its state machine,
+     `codel_step`, also runs in each of FQ-CoDel's per-flow queues (`fqcodel.py`).
 
 A tick holds many packet arrivals with one queue length; the per-packet rules become
 per-tick ones:
@@ -36,8 +37,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-AQM_NAMES = ("none", "red", "ared", "pie", "codel", "mark")
-NONE, RED, ARED, PIE, CODEL, MARK = range(len(AQM_NAMES))
+AQM_NAMES = ("none", "red", "ared", "pie", "codel", "mark", "fq-codel")
+NONE, RED, ARED, PIE, CODEL, MARK, FQ_CODEL = range(len(AQM_NAMES))
 
 # ns-3.37 RedQueueDisc's adaptive max_p (AdaptMaxP): at an arrival at least `interval`
 # after its last change, max_p shrinks by beta when the average sits in the lower 40 % of
@@ -264,8 +265,9 @@ def on_enqueue(s: AqmState, aqm_id, arr_c, q_pkts, u, now_s, params):
         lambda s: _red(s, arr_c, q_pkts, u, now_s, params, False),
         lambda s: _red(s, arr_c, q_pkts, u, now_s, params, True),
         lambda s: _pie(s, arr_c, q_pkts, u, now_s, params),
-        lambda s: (s, none),
+        lambda s: (s, none),  # CoDel acts at dequeue
         lambda s: _mark(s, arr_c, u),
+        lambda s: (s, none),  # FQ-CoDel: per-flow queues (fqcodel.py), nothing at the class FIFOs
     ]
     return jax.lax.switch(aqm_id, branches, s)
 
@@ -284,44 +286,64 @@ def _control_law(t, count, p):
     return t + p.codel_interval_s / jnp.sqrt(jnp.maximum(count, 1).astype(jnp.float32))
 
 
+class CodelVars(NamedTuple):
+    """CoDel's state machine (ns-3.37 CoDelQueueDisc), one entry per queue it runs on."""
+    first_above_s: jnp.ndarray  # float 0: sojourn below target
+    drop_next_s: jnp.ndarray  # float
+    dropping: jnp.ndarray  # bool
+    count: jnp.ndarray  # int32
+    last_count: jnp.ndarray  # int32
+
+
+def codel_step(s: CodelVars, head_sojourn_s, q_pkts, serving, marking, now_s, p):
+    """One CoDel decision on the head packet of each queue that is served (`serving`), whose
+    sojourn is head_sojourn_s and behind which q_pkts - 1 packets wait; `marking`: a
+    decision marks it (ECT, ECN on) rather than drops it.  Returns (state, act).  Shapes
+    broadcast: [P] class FIFOs (`on_dequeue`) or one flow queue (`fqcodel`).  The control
+    law is interval / sqrt(count) in floating point (ns-3: Linux's integer Newton step).  A
+    queue left empty leaves the dropping state."""
+    wire_bytes = p.mss_bytes + 52.0
+    left_bytes = (q_pkts - 1).astype(jnp.float32) * wire_bytes
+    below = (head_sojourn_s < p.codel_target_s) | (left_bytes < CODEL_MIN_BYTES)
+    first_above = jnp.where(below, 0.0, jnp.where(s.first_above_s == 0, now_s + p.codel_interval_s,
+                                                  s.first_above_s))
+    ok = ~below & (s.first_above_s != 0) & (now_s > s.first_above_s)
+    dropping = s.dropping
+    # in the dropping state: leave it when the sojourn is fine, else act at drop_next
+    act_in = dropping & ok & (now_s >= s.drop_next_s)
+    count_in = s.count + act_in.astype(jnp.int32)
+    # the next one: from drop_next after a drop, from now after a mark
+    next_in = jnp.where(act_in, _control_law(jnp.where(marking, now_s, s.drop_next_s), count_in, p),
+                        s.drop_next_s)
+    # entering the dropping state
+    enter = ~dropping & ok
+    delta = s.count - s.last_count
+    recent = (now_s - s.drop_next_s) < 16.0 * p.codel_interval_s
+    count_en = jnp.where((delta > 1) & recent, delta, 1)
+    act = serving & (act_in | enter)
+    upd = lambda new, old: jnp.where(serving, new, old)
+    new = CodelVars(
+        first_above_s=upd(first_above, s.first_above_s),
+        dropping=upd(jnp.where(dropping, ok, enter), dropping) & (q_pkts > 0),
+        count=upd(jnp.where(enter, count_en, count_in), s.count),
+        last_count=upd(jnp.where(enter, count_en, s.last_count), s.last_count),
+        drop_next_s=upd(jnp.where(enter, _control_law(now_s, count_en, p), next_in), s.drop_next_s),
+    )
+    return new, act
+
+
 def on_dequeue(s: AqmState, aqm_id, head_sojourn_s, q_pkts, serving, marking, now_s, params):
     """CoDel (ns-3.37 CoDelQueueDisc::DoDequeue) on the head packet of each class that is
     served this tick (`serving` [P]), whose sojourn is head_sojourn_s [P] and behind which
     q_pkts - 1 packets wait; `marking` [P]: a decision marks it (ECT, ECN on) rather than
     drops it.  Returns (state, act [P] bool).  At most one decision per class per tick
-    (ns-3 may drop several in one dequeue once count is in the thousands); the control
-    law is interval / sqrt(count) in floating point (ns-3: Linux's integer Newton step).
-    A class whose queue is empty leaves the dropping state."""
-    p = params
-    wire_bytes = p.mss_bytes + 52.0
-    left_bytes = (q_pkts - 1).astype(jnp.float32) * wire_bytes
-    below = (head_sojourn_s < p.codel_target_s) | (left_bytes < CODEL_MIN_BYTES)
-    first_above = jnp.where(below, 0.0, jnp.where(s.codel_first_above_s == 0, now_s + p.codel_interval_s,
-                                                  s.codel_first_above_s))
-    ok = ~below & (s.codel_first_above_s != 0) & (now_s > s.codel_first_above_s)
-    dropping = s.codel_dropping
-    # in the dropping state: leave it when the sojourn is fine, else act at drop_next
-    act_in = dropping & ok & (now_s >= s.codel_drop_next_s)
-    count_in = s.codel_count + act_in.astype(jnp.int32)
-    # the next one: from drop_next after a drop, from now after a mark
-    next_in = jnp.where(act_in, _control_law(jnp.where(marking, now_s, s.codel_drop_next_s), count_in, p),
-                        s.codel_drop_next_s)
-    # entering the dropping state
-    enter = ~dropping & ok
-    delta = s.codel_count - s.codel_last_count
-    recent = (now_s - s.codel_drop_next_s) < 16.0 * p.codel_interval_s
-    count_en = jnp.where((delta > 1) & recent, delta, 1)
-    act = serving & (act_in | enter)
-    upd = lambda new, old: jnp.where(serving, new, old)
+    (ns-3 may drop several in one dequeue once count is in the thousands); `codel_step`."""
+    cv = CodelVars(s.codel_first_above_s, s.codel_drop_next_s, s.codel_dropping, s.codel_count,
+                   s.codel_last_count)
+    cv, act = codel_step(cv, head_sojourn_s, q_pkts, serving, marking, now_s, params)
+    new = s.replace(codel_first_above_s=cv.first_above_s, codel_drop_next_s=cv.drop_next_s,
+                    codel_dropping=cv.dropping, codel_count=cv.count, codel_last_count=cv.last_count)
     is_codel = aqm_id == CODEL
-    new = s.replace(
-        codel_first_above_s=upd(first_above, s.codel_first_above_s),
-        codel_dropping=upd(jnp.where(dropping, ok, enter), dropping),
-        codel_count=upd(jnp.where(enter, count_en, count_in), s.codel_count),
-        codel_last_count=upd(jnp.where(enter, count_en, s.codel_last_count), s.codel_last_count),
-        codel_drop_next_s=upd(jnp.where(enter, _control_law(now_s, count_en, p), next_in), s.codel_drop_next_s),
-    )
-    new = new.replace(codel_dropping=new.codel_dropping & (q_pkts > 0))
     new = jax.tree.map(lambda a, b: jnp.where(is_codel, a, b), new, s)
     return new, act & is_codel
 

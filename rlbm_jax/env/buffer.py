@@ -9,8 +9,11 @@ plugs in with `register_policy` and nothing else changes.
 
 A policy may also name an AQM (`rlbm_jax.env.aqm`: RED, ARED, PIE, CoDel) that drops or
 marks packets below its thresholds; "red", "ared", "pie" and "codel" are the droptail
-limit (each class's FIFO cap within the shared buffer) with that AQM in front, and
+limit (each class's FIFO cap within the shared buffer) with that AQM in front;
 "rl-mark" the droptail limit with a marker whose probability an agent sets (ECN only).
+"fq-codel" queues each flow apart (`rlbm_jax.env.fqcodel`, over `flowqueue`): it takes every
+arrival and keeps the shared buffer B by dropping from the fattest flow, so its thresholds
+are not used.
 """
 from __future__ import annotations
 
@@ -85,10 +88,20 @@ _REGISTRY: list[Policy] = [
     Policy("codel", _droptail, (1.0,), "codel"),
     # the droptail limit with a marker whose probability the agent sets (knob `mark_prob`)
     Policy("rl-mark", _droptail, (1.0,), "mark"),
+    Policy("fq-codel", _droptail, (1.0,), "fq-codel"),
 ]
 POLICY_NAMES: tuple = tuple(p.name for p in _REGISTRY)
 DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
 DEFAULT_AQM = {p.name: p.aqm for p in _REGISTRY}
+
+
+# AQMs that queue each flow apart (rlbm_jax.env.flowqueue)
+FLOW_QUEUE_AQMS = ("fq-codel",)
+
+
+def needs_flow_queues(policy: str) -> bool:
+    """Whether `policy` queues each flow apart (its params need `flow_queue_capacity_pkts`)."""
+    return DEFAULT_AQM.get(policy, "none") in FLOW_QUEUE_AQMS
 
 
 def default_alpha(policy: str, num_classes: int) -> tuple:

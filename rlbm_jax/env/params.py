@@ -97,6 +97,7 @@ class SimParams:
     pie_mark_threshold: jnp.ndarray  # [] ... marks (ECN) only while its probability is at most this
     codel_target_s: jnp.ndarray  # [] CoDel: acceptable standing sojourn time
     codel_interval_s: jnp.ndarray  # [] ... window the sojourn must stay above target before a drop
+    fq_quantum_bytes: jnp.ndarray  # [] FQ-CoDel: deficit round robin quantum (ns-3: the device MTU, 1500)
     # ---- traffic ---------------------------------------------------------
     arrival_id: jnp.ndarray  # [] 0: lambda = load*C/(8E[size]); 1: thesis code
     load: jnp.ndarray  # [] offered load as a fraction of bottleneck capacity
@@ -116,6 +117,9 @@ class SimParams:
     delay_line_ticks: int = struct.field(pytree_node=False, default=64)
     completion_log_size: int = struct.field(pytree_node=False, default=1024)
     interval_log_size: int = struct.field(pytree_node=False, default=16)  # finished flows an agent interval lists
+    # per-flow queues (rlbm_jax.env.flowqueue, FQ-CoDel): runs each flow slot's ring holds; 0
+    # allocates none (policies without per-flow queues), and the tick then leaves their code out
+    flow_queue_capacity_pkts: int = struct.field(pytree_node=False, default=0)
     # the run needs the JAX tick (an AQM policy, ECN or DCTCP: what the native tick lacks);
     # static, so that `sim.run` can choose its backend when the params are traced
     needs_jax_tick: bool = struct.field(pytree_node=False, default=False)
@@ -232,6 +236,8 @@ def make_params(
     pie_mark_threshold: float = 0.1,
     codel_target_s: float = 0.005,
     codel_interval_s: float = 0.1,
+    fq_quantum_bytes: int = 1500,
+    flow_queue_capacity_pkts: int | None = None,
     arrival: str = "load",
     load: float = 0.7,
     arrival_stop_s: float = math.inf,
@@ -250,6 +256,9 @@ def make_params(
     `policy` is a name from `rlbm_jax.env.buffer.POLICY_NAMES`.  The AQM parameters
     take ns-3.37's queue-disc defaults; RED's thresholds and weight left as None are
     ns-3's (5, 15, 0.002), or for "ared" its automatic ones (`ared_defaults`).
+    `flow_queue_capacity_pkts` (static) sizes the per-flow queues of a policy that has them
+    ("fq-codel"): None gives buffer_pkts + 1 there (a flow may hold the whole buffer plus
+    the tick's run before the overflow drops) and 0 elsewhere.
     """
     from rlbm_jax.env import buffer  # local: buffer imports nothing from here
 
@@ -336,6 +345,12 @@ def make_params(
                red_weight=red_weight, pie_target_s=pie_target_s, pie_tupdate_s=pie_tupdate_s, pie_a=pie_a,
                pie_b=pie_b, pie_max_burst_s=pie_max_burst_s, pie_mark_threshold=pie_mark_threshold,
                codel_target_s=codel_target_s, codel_interval_s=codel_interval_s)
+    fq_cap = flow_queue_capacity(buffer.POLICY_NAMES[policy_id], buffer_pkts, flow_queue_capacity_pkts)
+    if buffer.needs_flow_queues(buffer.POLICY_NAMES[policy_id]):
+        _check_int("fq_quantum_bytes", fq_quantum_bytes, 1)
+        if fq_quantum_bytes < mss_bytes + 52:
+            raise ValueError(f"fq_quantum_bytes ({fq_quantum_bytes}) must be at least one data packet at the queue "
+                             f"(mss_bytes + 52 = {mss_bytes + 52} bytes)")
     thr = np.broadcast_to(np.asarray(class_threshold_bytes, dtype=np.float64), (max(num_classes - 1, 0),))
 
     table = traffic.load_table(cdf) if isinstance(cdf, str) else cdf
@@ -402,6 +417,7 @@ def make_params(
         pie_mark_threshold=_as_f32(pie_mark_threshold),
         codel_target_s=_as_f32(codel_target_s),
         codel_interval_s=_as_f32(codel_interval_s),
+        fq_quantum_bytes=_as_i32(fq_quantum_bytes),
         arrival_id=_as_i32(arrival_id),
         load=_as_f32(load),
         arrival_stop_s=_as_f32(min(arrival_stop_s, 3.0e38)),
@@ -418,6 +434,7 @@ def make_params(
         delay_line_ticks=int(delay_line_ticks),
         completion_log_size=int(completion_log_size),
         interval_log_size=int(interval_log_size),
+        flow_queue_capacity_pkts=fq_cap,
         needs_jax_tick=jax_only(buffer.POLICY_NAMES[policy_id], bool(ecn) or tcp == "dctcp"),
     )
 
@@ -448,6 +465,33 @@ def validate(params: SimParams) -> None:
     need = int(np.ceil(np.max(np.asarray(params.base_rtt_s) / np.asarray(params.tick_s)))) + 3
     if params.delay_line_ticks < need:
         raise ValueError(f"delay_line_ticks ({params.delay_line_ticks}) must be >= {need}")
+    fq = np.asarray([buffer.needs_flow_queues(buffer.POLICY_NAMES[int(i)]) for i in leaves["policy_id"].reshape(-1)])
+    if fq.any():
+        buf = np.broadcast_to(leaves["buffer_pkts"].reshape(-1), fq.shape)[fq]
+        if params.flow_queue_capacity_pkts < int(buf.max()) + 1:
+            raise ValueError(f"flow_queue_capacity_pkts ({params.flow_queue_capacity_pkts}) must be >= buffer_pkts + 1 "
+                             f"({int(buf.max()) + 1}) for a policy with per-flow queues")
+        pkt = np.broadcast_to((leaves["mss_bytes"] + 52).reshape(-1), fq.shape)[fq]
+        quantum = np.broadcast_to(leaves["fq_quantum_bytes"].reshape(-1), fq.shape)[fq]
+        if np.any(quantum < pkt):
+            raise ValueError(f"fq_quantum_bytes ({quantum.min()}) must be at least one data packet at the queue "
+                             f"(mss_bytes + 52 = {pkt.max():g} bytes)")
+
+
+def flow_queue_capacity(policy: str, buffer_pkts: int, requested: int | None = None) -> int:
+    """The static `flow_queue_capacity_pkts` of a run of `policy` with a shared buffer of
+    `buffer_pkts`: `requested` (checked), else buffer_pkts + 1 for a policy with per-flow
+    queues and 0 for one without."""
+    from rlbm_jax.env import buffer
+
+    need = buffer.needs_flow_queues(policy)
+    if requested is None:
+        return int(buffer_pkts) + 1 if need else 0
+    _check_int("flow_queue_capacity_pkts", requested, 0)
+    if need and requested < int(buffer_pkts) + 1:
+        raise ValueError(f"flow_queue_capacity_pkts ({requested}) must be >= buffer_pkts + 1 ({int(buffer_pkts) + 1}) "
+                         f"for policy {policy!r}: a flow's queue may hold the whole buffer and one tick's run")
+    return int(requested)
 
 
 def jax_only(policy: str, ecn: bool) -> bool:
@@ -506,7 +550,7 @@ STATIC_FIELDS = tuple(f.name for f in dataclasses.fields(SimParams)
 # static fields that only size buffers: a larger value changes no result (rings are
 # indexed modulo their size; logs only get more room), so a batch takes the largest
 PADDABLE_FIELDS = ("queue_capacity_pkts", "delay_line_ticks", "completion_log_size", "interval_log_size",
-                   "needs_jax_tick")  # (a batch with one run that needs the JAX tick runs it)
+                   "flow_queue_capacity_pkts", "needs_jax_tick")  # (a batch with one run that needs the JAX tick runs it)
 
 
 def pad_params(items: Sequence) -> list:

@@ -26,7 +26,7 @@ class QueueState:
     runs: jnp.ndarray  # [P, R, RUN_FIELDS] int32 ring of run records
     head: jnp.ndarray  # [P] index of the oldest run
     nruns: jnp.ndarray  # [P] runs held
-    pkts: jnp.ndarray  # [P] packets held
+    pkts: jnp.ndarray  # [P] packets held (with per-flow queues, FQ-CoDel: its flows' queues' total)
 
 
 def init_queue(num_classes: int, capacity: int) -> QueueState:

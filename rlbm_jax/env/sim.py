@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rlbm_jax.env import aqm, buffer, metrics as mx, queue as qm, scheduler, tcp, traffic
+from rlbm_jax.env import aqm, buffer, flowqueue, fqcodel, metrics as mx, queue as qm, scheduler, tcp, traffic
 from rlbm_jax.env.params import SimParams
 
 # Fields of a delay-line record: the queue's run record (FLOW, COUNT, NRETX, TX0, ENQ, NSPUR, NCE).
@@ -58,6 +58,8 @@ class SimState:
     aqm: aqm.AqmState  # [P] the AQM's state of each class FIFO (the policy's `aqm`)
     metrics: mx.Metrics
     interval: mx.Interval
+    flowq: flowqueue.FlowQueues  # per-flow queues (FQ-CoDel); empty arrays without them
+    fq: fqcodel.FqState  # FQ-CoDel's lists, deficits and per-flow CoDel; likewise
 
 
 # The switch's knobs that an agent sets (a formulation's action maps onto them), and the
@@ -120,7 +122,24 @@ def init(key, params: SimParams) -> SimState:
         aqm=aqm.init_aqm(params),
         metrics=m,
         interval=mx.init_interval(P, params.interval_log_size),
+        flowq=flowqueue.init(params),
+        fq=fqcodel.init(params),
     )
+
+
+def _fq_on(params: SimParams):
+    """Whether this run queues each flow apart (FQ-CoDel): Python False when the params
+    allocate no per-flow queues (the tick then leaves that code out), else a traced bool."""
+    if params.flow_queue_capacity_pkts == 0:
+        return False
+    return buffer.aqm_id(params) == aqm.FQ_CODEL
+
+
+def _fq_where(on, a, b):
+    """a where the run queues each flow apart, else b (pytrees)."""
+    if on is False:
+        return b
+    return jax.tree.map(lambda x, y: jnp.where(on, x, y), a, b)
 
 
 def _rotated_exclusive_cumsum(x, offset):
@@ -370,6 +389,7 @@ def arrival_phase(state: SimState, clk: Clock, sink: Sink, ev: Events, fl: tcp.F
     size_b, sender, gap_s = traffic.arrival_draw(u, traffic.arrival_rate_per_s(params), params)
     cls = jnp.minimum(traffic.flow_class(size_b, params.class_threshold_bytes), P - 1)
     qdelay_s = state.queue.pkts[cls].astype(jnp.float32) * params.data_pkt_bits / params.bottleneck_rate_bps
+    qdelay_s = _fq_where(_fq_on(params), 0.0, qdelay_s)  # FQ-CoDel: the SYN is a new flow's first packet
     hs_rtt_s = params.base_rtt_s + qdelay_s
     t_arr_s = state.next_arrival_s
     fl = tcp.start_flow(
@@ -423,6 +443,8 @@ class Admission(NamedTuple):
     syn_lost: jnp.ndarray  # [] bool: the new flow's SYN was dropped
     marks_pkts: jnp.ndarray  # [P] admitted packets CE-marked by the AQM
     aqm: aqm.AqmState  # after the enqueue AQM's decisions
+    flowq: flowqueue.FlowQueues  # the per-flow queues, admitted runs enqueued (FQ-CoDel)
+    fq: fqcodel.FqState  # FQ-CoDel, the queues that became active on its new list
 
 
 def _aqm_at_enqueue(state: SimState, clk: Clock, fl: tcp.FlowState, tx: Transmit, by_cls, arr_c, before,
@@ -469,15 +491,24 @@ def _enqueue_arrivals(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx:
     adm_c = buffer.admit(jnp.sum(o_ec, axis=0), q.pkts, arr.thresholds_pkts, params.buffer_pkts - arr.occupancy_pkts)
     before_o = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(o_ec, offset), 0), axis=1)
     adm = jnp.clip(adm_c[fl.cls] - before_o, 0, offered)
+    fq = _fq_on(params)  # FQ-CoDel takes every arrival (and drops from the fattest flow at dequeue)
+    adm_c = _fq_where(fq, jnp.sum(o_ec, axis=0), adm_c)
+    adm = _fq_where(fq, offered, adm)
     has_run = (adm > 0)[:, None] & by_cls
     rank = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(has_run.astype(jnp.int32), offset), 0), axis=1)
     adm_retx = jnp.minimum(tx.retx_pkts, adm)
     adm_spur = jnp.minimum(tx.spur_pkts, adm - adm_retx)
     nce = jnp.minimum(aqm_marks, adm)
-    queue = qm.enqueue(q, jnp.minimum(ev.slots, F - 1), fl.cls, adm, adm_retx, fl.tx_next, rank, t, nspur=adm_spur,
-                       nce=nce)
+    queue = qm.enqueue(q, jnp.minimum(ev.slots, F - 1), fl.cls, _fq_where(fq, 0, adm), adm_retx, fl.tx_next, rank, t,
+                       nspur=adm_spur, nce=nce)
+    flowq, fqs = state.flowq, state.fq
+    if fq is not False:  # the runs go to their flows' queues; the class counts hold their totals
+        queue = queue.replace(pkts=queue.pkts + jnp.where(fq, adm_c, 0))
+        adm_f = jnp.where(fq, adm, 0)
+        flowq = flowqueue.enqueue(flowq, ev.slots, adm_f, adm_retx, fl.tx_next, t, adm_spur, nce)
+        fqs = fqcodel.activate(fqs, ev.slots, adm_f, (jnp.arange(E) - offset) % E, params.fq_quantum_bytes)
     marks_c = jnp.sum(jnp.where(by_cls, nce[:, None], 0), axis=0)
-    return queue, arr_c, adm_c, adm, adm_retx, adm_spur, marks_c, aqm_s, syn_p
+    return queue, arr_c, adm_c, adm, adm_retx, adm_spur, marks_c, aqm_s, syn_p, flowq, fqs
 
 
 def _syn_lost(state: SimState, clk: Clock, arr: Arrival, arr_c, adm_c, syn_p, params: SimParams):
@@ -487,6 +518,8 @@ def _syn_lost(state: SimState, clk: Clock, arr: Arrival, arr_c, adm_c, syn_p, pa
     u_syn = traffic.hash_uniform(state.seed ^ jnp.uint32(0x27D4EB2F), clk.t, 2)
     at_limit = buffer.syn_lost(u_syn[0], arr.cls, arr_c, adm_c, state.queue.pkts, arr.thresholds_pkts,
                                arr.occupancy_pkts, params.buffer_pkts)
+    # FQ-CoDel: the SYN is a new queue's one packet, never the fattest flow's while others queue
+    at_limit = _fq_where(_fq_on(params), False, at_limit)
     return arr.started & (at_limit | (u_syn[1] < syn_p[arr.cls]))
 
 
@@ -495,7 +528,7 @@ def admit_phase(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx: Trans
     enqueued (`_enqueue_arrivals`), the senders book what they sent and what the switch
     took (tcp.on_sent), a new flow whose SYN is lost retries after `syn_timeout_s`
     (ns-3's ConnTimeout), once, and the event flows' rows go back into the flow table."""
-    queue, arr_c, adm_c, adm, adm_retx, adm_spur, marks_c, aqm_s, syn_p = _enqueue_arrivals(
+    queue, arr_c, adm_c, adm, adm_retx, adm_spur, marks_c, aqm_s, syn_p, flowq, fqs = _enqueue_arrivals(
         state, clk, ev, arr, tx, params)
     fl = tcp.on_sent(arr.flows, clk.t, tx.retx_pkts, tx.spur_pkts, tx.new_pkts, adm, params, clk.tick_s)
     syn_lost = _syn_lost(state, clk, arr, arr_c, adm_c, syn_p, params)
@@ -503,7 +536,7 @@ def admit_phase(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx: Trans
     fl = fl.replace(data_tick=jnp.where(arr.is_new & syn_lost, fl.data_tick + wait_ticks, fl.data_tick))
     return Admission(flows=state.flows.set_rows(ev.slots, tcp.pack(fl)), queue=queue, arrivals_pkts=arr_c,
                      drops_pkts=arr_c - adm_c, retx_admitted_pkts=adm_retx, spur_admitted_pkts=adm_spur,
-                     syn_lost=syn_lost, marks_pkts=marks_c, aqm=aqm_s)
+                     syn_lost=syn_lost, marks_pkts=marks_c, aqm=aqm_s, flowq=flowq, fq=fqs)
 
 
 class Departure(NamedTuple):
@@ -517,6 +550,8 @@ class Departure(NamedTuple):
     retx_drops_pkts: jnp.ndarray  # [] of which retransmissions or go-back-N resends
     marks_pkts: jnp.ndarray  # [P] packets the dequeue AQM CE-marked
     aqm: aqm.AqmState
+    flowq: flowqueue.FlowQueues  # the per-flow queues after service (FQ-CoDel)
+    fq: fqcodel.FqState
 
 
 def _aqm_at_dequeue(state: SimState, clk: Clock, adm: Admission, params: SimParams):
@@ -563,8 +598,27 @@ def depart_phase(state: SimState, clk: Clock, adm: Admission, params: SimParams)
     last = jnp.max(jnp.where(departed[:, :, qm.COUNT] > 0, departed[:, :, qm.ENQ], -1), axis=1)  # [P]
     aqm_s = aqm.pie_measure(aqm_s, code, (clk.t - last).astype(jnp.float32) * clk.tick_s, served, queue.pkts)
     aqm_s = aqm.on_idle(aqm_s, code, queue.pkts, served, clk.now_s + clk.tick_s)
-    return Departure(queue=queue, served_pkts=served, rr_next=rr_next, wire=wire, flows=flows, drops_pkts=drops,
-                     retx_drops_pkts=retx_drops, marks_pkts=marks, aqm=aqm_s)
+    dep = Departure(queue=queue, served_pkts=served, rr_next=rr_next, wire=wire, flows=flows, drops_pkts=drops,
+                    retx_drops_pkts=retx_drops, marks_pkts=marks, aqm=aqm_s, flowq=adm.flowq, fq=adm.fq)
+    fq = _fq_on(params)
+    return dep if fq is False else _fq_where(fq, _fq_depart(state, clk, adm, params), dep)
+
+
+def _fq_depart(state: SimState, clk: Clock, adm: Admission, params: SimParams) -> Departure:
+    """Phase 7 with per-flow queues (FQ-CoDel, `fqcodel`): the overflow drops bring the
+    queues within the shared buffer (from the fattest flow), then the k dequeues of deficit
+    round robin with CoDel at each served queue's head.  The senders book the drops
+    (tcp.on_queue_drops); the class counts follow their flows' queues."""
+    flow_cls = tcp.column(adm.flows, "cls")
+    q, over = fqcodel.overflow(adm.flowq, flow_cls, params.buffer_pkts, params)
+    d = fqcodel.depart(q, adm.fq, flow_cls, clk.t, clk.now_s, clk.tick_s, params.ecn, params)
+    drops = fqcodel.merge_drops(over, d.drops)
+    flows = fqcodel.book_drops(adm.flows, drops)
+    queue = adm.queue.replace(pkts=adm.queue.pkts - drops.by_class - d.served)
+    wire = state.wire.at[clk.t % params.delay_line_ticks].set(d.records)
+    return Departure(queue=queue, served_pkts=d.served, rr_next=state.rr_next, wire=wire, flows=flows,
+                     drops_pkts=drops.by_class, retx_drops_pkts=drops.retx_spur, marks_pkts=d.marks, aqm=adm.aqm,
+                     flowq=d.queues, fq=d.fq)
 
 
 class Record(NamedTuple):
@@ -675,7 +729,7 @@ def tick(state: SimState, params: SimParams) -> SimState:
         queue=dep.queue, wire=dep.wire, next_arrival_s=arr.next_arrival_s, access_credit=tx.credit_pkts,
         rr_next=dep.rr_next, rl_alpha=state.rl_alpha, drain_norm=rec.drain_norm, drain_window=rec.drain_window,
         drain_window_start=rec.drain_window_start, thresholds=arr.thresholds_pkts, aqm=dep.aqm, metrics=rec.metrics,
-        interval=rec.interval,
+        interval=rec.interval, flowq=dep.flowq, fq=dep.fq,
     )
 
 

@@ -569,3 +569,22 @@ def on_queue_drop(fl: FlowState, drop, is_retx, is_spur, tx_id) -> FlowState:
     return fl.replace(
         undet=fl.undet + new.astype(jnp.int32), undet_tx=jnp.where(new, first, fl.undet_tx),
         retx_out=fl.retx_out - retx.astype(jnp.int32), retx_dropped=fl.retx_dropped + retx.astype(jnp.int32))
+
+
+def on_queue_drops(tb: FlowTable, n_new, n_retx, first_new_tx) -> FlowTable:
+    """`on_queue_drop` for several packets per flow, on the whole table: where a flow slot
+    [F] lost n_new new packets (the first with transmission id first_new_tx) and n_retx
+    retransmissions from the switch's queue (a per-flow queue's head drops: FQ-CoDel's
+    overflow and CoDel).  Only the four loss counters change."""
+    col = lambda n: column(tb, n)
+    active = col("active")
+    new = active & (n_new > 0)
+    retx = jnp.where(active, n_retx, 0)
+    undet = col("undet")
+    first = jnp.where(undet > 0, jnp.minimum(col("undet_tx"), first_new_tx), first_new_tx)
+    ints = tb.ints
+    for name, val in (("undet", undet + jnp.where(new, n_new, 0)),
+                      ("undet_tx", jnp.where(new, first, col("undet_tx"))),
+                      ("retx_out", col("retx_out") - retx), ("retx_dropped", col("retx_dropped") + retx)):
+        ints = ints.at[_COL[name]].set(val.astype(jnp.int32))
+    return FlowTable(ints=ints, floats=tb.floats)
