@@ -17,7 +17,7 @@ def _flow_queues(s, num_classes):
     and whether each list's positions are 0..n-1 (zeros and True without flow queues)."""
     fq, st = s.flowq, s.fq
     n, cap = fq.runs.shape[0], fq.runs.shape[1]
-    if n == 0:
+    if n != s.flows.ints.shape[1]:  # no per-flow queues (a placeholder)
         return jnp.zeros((num_classes,), jnp.int32), jnp.asarray(True)
     j = jnp.arange(cap)
     cnt = jnp.take_along_axis(fq.runs[..., qm.COUNT], (fq.head[:, None] + j[None, :]) % cap, axis=1)

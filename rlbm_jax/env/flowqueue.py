@@ -8,8 +8,8 @@ packets.  Flow slots are queues one to one ("perfect hashing"): two flows never 
 queue (ns-3's FQ-CoDel hashes 5-tuples into 1024 buckets, where they can).
 
 The ring capacity C is the static `flow_queue_capacity_pkts`; 0 (the default of every
-policy without per-flow queues) allocates nothing: every array here is then empty, and
-the tick leaves the per-flow code out at trace time.
+policy without per-flow queues) allocates one queue of one run as a placeholder (arrays of
+size 0 would not checkpoint), and the tick leaves the per-flow code out at trace time.
 
 Operations touch a fixed number of records: `enqueue` one run per sending flow, `pop`
 one packet at the head of one queue, `drop_head` up to `max_pkts` packets at the head of
@@ -27,19 +27,24 @@ from rlbm_jax.env.queue import COUNT, ENQ, FLOW, NCE, NRETX, NSPUR, RUN_FIELDS, 
 
 @struct.dataclass
 class FlowQueues:
-    runs: jnp.ndarray  # [Q, C, RUN_FIELDS] int32 ring of run records per flow slot (Q = F, or 0 when unused)
+    runs: jnp.ndarray  # [Q, C, RUN_FIELDS] int32 ring of run records per flow slot (Q = F; 1 x 1 when unused)
     head: jnp.ndarray  # [Q] index of the oldest run
     nruns: jnp.ndarray  # [Q] runs held
     pkts: jnp.ndarray  # [Q] packets held
 
 
+def used(params) -> bool:
+    """Whether the params allocate per-flow queues (static)."""
+    return params.flow_queue_capacity_pkts > 0
+
+
 def num_queues(params) -> int:
-    """Flow queues allocated: one per flow slot, none without per-flow queues."""
-    return params.num_flow_slots if params.flow_queue_capacity_pkts > 0 else 0
+    """Flow queues allocated: one per flow slot; a placeholder of one without per-flow queues."""
+    return params.num_flow_slots if used(params) else 1
 
 
 def init(params) -> FlowQueues:
-    n, cap = num_queues(params), params.flow_queue_capacity_pkts
+    n, cap = num_queues(params), max(params.flow_queue_capacity_pkts, 1)
     z = jnp.zeros((n,), jnp.int32)
     return FlowQueues(runs=jnp.zeros((n, cap, RUN_FIELDS), jnp.int32), head=z, nruns=z, pkts=z)
 

@@ -43,7 +43,7 @@ IP_HEADER_BYTES = 52  # a data packet's size at the queue disc: payload + TCP (3
 
 @struct.dataclass
 class FqState:
-    """FQ-CoDel's scheduler and per-queue CoDel, [Q] each (Q = flow slots, 0 when unused)."""
+    """FQ-CoDel's scheduler and per-queue CoDel, [Q] each (Q = flow slots; 1 when unused)."""
 
     lst: jnp.ndarray  # int32 INACTIVE / NEW / OLD
     pos: jnp.ndarray  # int32 position in its list (0 = front; dense)

@@ -58,7 +58,7 @@ class SimState:
     aqm: aqm.AqmState  # [P] the AQM's state of each class FIFO (the policy's `aqm`)
     metrics: mx.Metrics
     interval: mx.Interval
-    flowq: flowqueue.FlowQueues  # per-flow queues (FQ-CoDel); empty arrays without them
+    flowq: flowqueue.FlowQueues  # per-flow queues (FQ-CoDel); a one-run placeholder without them
     fq: fqcodel.FqState  # FQ-CoDel's lists, deficits and per-flow CoDel; likewise
 
 
@@ -130,7 +130,7 @@ def init(key, params: SimParams) -> SimState:
 def _fq_on(params: SimParams):
     """Whether this run queues each flow apart (FQ-CoDel): Python False when the params
     allocate no per-flow queues (the tick then leaves that code out), else a traced bool."""
-    if params.flow_queue_capacity_pkts == 0:
+    if not flowqueue.used(params):
         return False
     return buffer.aqm_id(params) == aqm.FQ_CODEL
 
