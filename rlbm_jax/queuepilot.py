@@ -29,7 +29,7 @@ import numpy as np
 from rlbm_jax import scenarios
 from rlbm_jax.env import formulations, metrics as mx
 from rlbm_jax.env.formulations.queuepilot import MARK_LEVELS, QUEUEPILOT
-from rlbm_jax.env.params import make_params
+from rlbm_jax.env.params import make_params, stack_params
 from rlbm_jax.env.randomize import MixtureEnv
 from rlbm_jax.env.rlbm_env import RLBMEnv
 
@@ -104,10 +104,6 @@ def algorithm_of(variant: str) -> str:
 
 
 # ---- evaluation ------------------------------------------------------------------------
-def _stack(trees):
-    return jax.tree.map(lambda *x: jnp.stack([jnp.asarray(v) for v in x]), *trees)
-
-
 def rollout_fn(env: RLBMEnv, steps: int, warm_steps: int, actor=None):
     """A jitted function (sims [N] stacked SimParams, keys [N], actor_args) -> per-run
     results: the formulation's mean reward after `warm_steps`, the fraction of steps with
@@ -183,7 +179,7 @@ def run_batch(runs, steps, warm_steps, actor=None, args=None, chunk: int = 50, p
     for i in range(0, len(runs), chunk):
         part = list(range(i, min(i + chunk, len(runs))))
         pad = part + [part[-1]] * (chunk - len(part))  # one shape: one compilation
-        sp = _stack([sims[j] for j in pad])
+        sp = stack_params([sims[j] for j in pad])
         keys = jnp.stack([jax.random.PRNGKey(runs[j][1]) for j in pad])
         res = jax.device_get(fn(sp, keys, args if args is not None else {}))
         for k, j in enumerate(part):
@@ -194,16 +190,10 @@ def run_batch(runs, steps, warm_steps, actor=None, args=None, chunk: int = 50, p
 
 
 def fct_by_size(results, warmup_s: float) -> dict:
-    """p99 FCT (seconds) and flows per size bucket (`metrics.SIZE_BUCKETS`), pooled over runs."""
-    rows = [r["log"][: int(r["log_count"])] for r in results]
-    rows = np.concatenate(rows) if rows else np.zeros((0, len(mx.LOG_FIELDS)))
-    rows = rows[rows[:, 4] >= warmup_s]
-    out = {}
-    for name, lo, hi in (*mx.SIZE_BUCKETS, ("all", 0.0, float("inf"))):
-        f = rows[(rows[:, 0] >= lo) & (rows[:, 0] < hi), 2]
-        out[name] = {"flows": int(f.size), "fct_p99_s": float(np.percentile(f, 99)) if f.size else float("nan"),
-                     "fct_p50_s": float(np.percentile(f, 50)) if f.size else float("nan")}
-    return out
+    """p99 and median FCT (seconds) and flows per size bucket (`metrics.SIZE_BUCKETS`),
+    pooled over runs (`metrics.pooled_tail` on the FCT)."""
+    tail = mx.pooled_tail([r["log"][: int(r["log_count"])] for r in results], warmup_s, column="fct_s")
+    return {b: {"flows": t["flows"], "fct_p99_s": t["p99"], "fct_p50_s": t["p50"]} for b, t in tail.items()}
 
 
 SCORE_FIELDS = ("reward", "drop_steps", "util_wire", "drop_rate", "mark_rate", "queue_mean_pkts")

@@ -100,12 +100,12 @@ def build_parser():
 
 
 # ---- training --------------------------------------------------------------------------
-def _ppo(cfg_dict: dict, episode_s: float, on_update=None):
+def _ppo(cfg_dict: dict, episode_s: float):
     from rlbm_jax.ppo import PPO, PPOConfig
 
     env, env_params = qp.train_env(episode_s)
     cfg = PPOConfig.from_dict(cfg_dict)
-    return PPO(env, env_params, cfg, on_update=on_update), cfg
+    return PPO(env, env_params, cfg), cfg
 
 
 def train(a) -> int:
@@ -142,7 +142,7 @@ def train(a) -> int:
         rate = bar.rate() * steps_per_update
         bar.update(u, extra=(f"{rate:,.0f} env-steps/s " if rate == rate else "") + f"reward {float(reward):+.4f}")
 
-    ppo, cfg = _ppo(cfg_dict, a.episode_s, on_update)
+    ppo.on_update = on_update  # read when the update is first traced
     print(f"QueuePilot-v0: {a.num_seeds} seed(s) x {cfg.num_envs} envs x {cfg.num_steps} steps per update, at most "
           f"{a.updates} updates on {jax.default_backend()} ({jax.devices()[0].device_kind}); run dir {run}",
           file=sys.stderr)

@@ -228,13 +228,14 @@ def summarize(m: Metrics, params) -> dict:
 SIZE_BUCKETS = (("short", 0.0, 100e3), ("medium", 100e3, 1e6), ("long", 1e6, float("inf")))
 
 
-def pooled_tail(rows_per_run, warmup_s: float = 0.0) -> dict:
+def pooled_tail(rows_per_run, warmup_s: float = 0.0, column: str = "slowdown") -> dict:
     """FCT slowdown per flow-size bucket, pooled over runs: {bucket: {"flows", "p50", "p99"}}
     for every bucket of `SIZE_BUCKETS` and "all".  `rows_per_run` holds each run's finished
     flows as LOG_FIELDS rows (this simulator's completion log, or the ns-3 scenario's flows
     CSV); flows that started before `warmup_s` are left out.  A per-run p99 over 10-30 flows
     is its worst flow or two; pooled over seeds the p99 of a bucket sits inside its
-    distribution.  Quantiles are linear interpolations; a bucket with no flow gives NaN."""
+    distribution.  Quantiles are linear interpolations; a bucket with no flow gives NaN.
+    `column` (a LOG_FIELDS name) picks the quantity: the slowdown, or "fct_s"."""
     import numpy as np
 
     parts = [np.asarray(r, np.float64).reshape(-1, len(LOG_FIELDS)) for r in rows_per_run]
@@ -242,7 +243,7 @@ def pooled_tail(rows_per_run, warmup_s: float = 0.0) -> dict:
     rows = rows[rows[:, 4] >= warmup_s]
     out = {}
     for name, lo, hi in (*SIZE_BUCKETS, ("all", 0.0, float("inf"))):
-        s = rows[(rows[:, 0] >= lo) & (rows[:, 0] < hi), 3]
+        s = rows[(rows[:, 0] >= lo) & (rows[:, 0] < hi), LOG_FIELDS.index(column)]
         q = np.percentile(s, [50, 99]) if s.size else (np.nan, np.nan)
         out[name] = {"flows": int(s.size), "p50": float(q[0]), "p99": float(q[1])}
     return out

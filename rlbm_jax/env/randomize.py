@@ -18,7 +18,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment
 
-from rlbm_jax.env.params import TCP_NAMES, SimParams
+from rlbm_jax.env.params import TCP_NAMES, SimParams, stack_params
 from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, EnvParams, EnvState, RLBMEnv
 
 
@@ -187,7 +187,7 @@ class MixtureEnv(RandomizedEnv):
         self.obs_shape = env.obs_shape
         self.num_classes = env.num_classes
         self.num_configs = len(sims)
-        table = jax.tree.map(lambda *x: jnp.stack([jnp.asarray(v) for v in x]), *sims)
+        table = stack_params(sims)
         base = env.default_params
         self._default = MixtureParams(env=base.replace(sim=sims[0]), table=table,
                                       max_steps_in_episode=base.max_steps_in_episode)
