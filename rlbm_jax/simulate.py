@@ -16,7 +16,7 @@ import numpy as np
 
 from rlbm_jax.devices import batched, env_sharding
 from rlbm_jax.env import buffer, metrics as mx, sim
-from rlbm_jax.env.params import SimParams, ared_defaults, flow_queue_capacity, jax_only
+from rlbm_jax.env.params import TCP_NAMES, SimParams, ared_defaults, flow_queue_capacity, jax_only
 from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, RLBMEnv
 from rlbm_jax.progress import Progress
 
@@ -34,7 +34,8 @@ def with_policy(params: SimParams, policy: str) -> SimParams:
     alpha = np.asarray(buffer.default_alpha(policy, params.num_classes), np.float32)
     out = params.replace(policy_id=jnp.asarray(buffer.POLICY_NAMES.index(policy), jnp.int32),
                          alpha=jnp.asarray(alpha),
-                         needs_jax_tick=jax_only(policy, bool(np.any(np.asarray(params.ecn)))),
+                         needs_jax_tick=any(jax_only(policy, bool(np.any(np.asarray(params.ecn))), TCP_NAMES[i])
+                                            for i in np.unique(np.asarray(params.tcp_id))),
                          flow_queue_capacity_pkts=max(params.flow_queue_capacity_pkts, flow_queue_capacity(
                              policy, int(np.max(np.asarray(params.buffer_pkts))))))
     if policy == "ared":

@@ -159,16 +159,16 @@ def test_cubic_target_and_cnt_are_whole_segments_like_ns3():
     fl = tcp_mod.init_flows(1).replace(cwnd=jnp.array([3.0]), w_max=jnp.array([5.0]),
                                        delay_min_s=jnp.array([0.02]), epoch_start=jnp.array([-1]))
     at = lambda s: jnp.int32(round(s / tick_s))
-    cnt, epoch, k, origin = tcp_mod._cubic_cnt(fl, at(1.0), p, tick_s)
+    cnt, epoch, k, origin = tcp_mod.cubic.cubic_cnt(fl, at(1.0), p, tick_s)
     assert (float(cnt[0]), float(origin[0])) == (3.0, 5.0)
     np.testing.assert_allclose(float(k[0]), (2 / 0.4) ** (1 / 3), rtol=1e-5)
     run = fl.replace(epoch_start=epoch, cubic_k_s=k, cubic_origin=origin)
-    assert float(tcp_mod._cubic_cnt(run.replace(cwnd=jnp.array([4.0])), at(1.1), p, tick_s)[0][0]) == 400.0
-    assert float(tcp_mod._cubic_cnt(run.replace(cwnd=jnp.array([4.0])), at(1.4), p, tick_s)[0][0]) == 4.0
+    assert float(tcp_mod.cubic.cubic_cnt(run.replace(cwnd=jnp.array([4.0])), at(1.1), p, tick_s)[0][0]) == 400.0
+    assert float(tcp_mod.cubic.cubic_cnt(run.replace(cwnd=jnp.array([4.0])), at(1.4), p, tick_s)[0][0]) == 4.0
     # the counter: every ACK adds at most one segment, the rest waits (never reset)
-    cwnd, bank = tcp_mod._cubic_grow(jnp.array([3.0]), jnp.array([0]), jnp.array([2]), 1.0, cnt)
+    cwnd, bank = tcp_mod.cubic.cubic_grow(jnp.array([3.0]), jnp.array([0]), jnp.array([2]), 1.0, cnt)
     assert (float(cwnd[0]), int(bank[0])) == (3.0, 2)
-    cwnd, bank = tcp_mod._cubic_grow(cwnd, bank, jnp.array([5]), 1.0, cnt)
+    cwnd, bank = tcp_mod.cubic.cubic_grow(cwnd, bank, jnp.array([5]), 1.0, cnt)
     assert (float(cwnd[0]), int(bank[0])) == (4.0, 4)
 
 

@@ -30,7 +30,7 @@ from rlbm_jax import scenarios
 from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, name_flags, parser
 from rlbm_jax.devices import is_main_process
 from rlbm_jax.env import buffer, formulations, traffic
-from rlbm_jax.env.params import make_params
+from rlbm_jax.env.params import TCP_NAMES, make_params
 from rlbm_jax.simulate import AQMS, BASELINES, run_scenario, with_policy
 
 PROG = "simulate.py"
@@ -61,7 +61,7 @@ def build_parser():
     ap.add_argument("--policy", default="sb-naive",
                     help=f"buffer policy ({'|'.join(BASELINES)}), AQM ({'|'.join(AQMS)}) or a policy directory")
     g = ap.add_argument_group("scenario parameters (unset: the scenario's value)")
-    g.add_argument("--tcp", choices=["newreno", "cubic", "dctcp"], help="TCP of every sender (dctcp turns --ecn on)")
+    g.add_argument("--tcp", choices=TCP_NAMES, help="TCP of every sender (dctcp turns --ecn on)")
     g.add_argument("--senders", type=int, help="number of senders")
     g.add_argument("--classes", type=int, help="priority classes at the bottleneck")
     g.add_argument("--flow-slots", type=int, help="flow slots per env (a full table refuses and counts arrivals)")

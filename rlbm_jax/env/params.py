@@ -20,9 +20,9 @@ import numpy as np
 from flax import struct
 
 from rlbm_jax.env import traffic
+from rlbm_jax.env.tcp.variants import TCP_NAMES, VARIANTS as TCP_VARIANTS  # the TCP registry: tcp_id indexes it
 
 # Integer codes of the categorical choices (dynamic, so they can be vmapped).
-TCP_NAMES = ("newreno", "cubic", "dctcp")
 # what a sender does after a retransmission timeout (tcp.on_timeouts): "go-back-n" resends
 # every segment not yet ACKed or SACKed, those still in flight too, as ns-3.37 does; "sack"
 # resends only the lost segments
@@ -318,12 +318,14 @@ def make_params(
         )
 
     tcp_id = _lookup("tcp", tcp, TCP_NAMES)
+    tcp_variant = TCP_VARIANTS[tcp_id]
+    ecn_on = bool(ecn) or tcp_variant.ecn_always  # DCTCP turns ECN on itself (ns-3.37 TcpDctcp::Init)
     rto_recovery_id = _lookup("rto_recovery", rto_recovery, RTO_RECOVERY_NAMES)
     rtt_samples_id = _lookup("rtt_samples", rtt_samples, RTT_SAMPLES_NAMES)
     sched_id = _lookup("scheduler", scheduler, SCHEDULER_NAMES)
     arrival_id = _lookup("arrival", arrival, ARRIVAL_NAMES)
     policy_id = _lookup("policy", policy, buffer.POLICY_NAMES)
-    if buffer.DEFAULT_AQM[buffer.POLICY_NAMES[policy_id]] == "mark" and not (bool(ecn) or tcp == "dctcp"):
+    if buffer.DEFAULT_AQM[buffer.POLICY_NAMES[policy_id]] == "mark" and not ecn_on:
         raise ValueError(f"ecn: policy {buffer.POLICY_NAMES[policy_id]!r} only marks (CE), so it needs ECN "
                          "senders (ecn=True or tcp='dctcp')")
     if alpha is None:  # the policy's defaults, cut or extended (last value) to num_classes
@@ -402,7 +404,7 @@ def make_params(
         hystart_ack_delta_s=_as_f32(hystart_ack_delta_s),
         hystart_delay_min_s=_as_f32(hystart_delay_min_s),
         hystart_delay_max_s=_as_f32(hystart_delay_max_s),
-        ecn=jnp.asarray(bool(ecn) or tcp == "dctcp"),  # DCTCP turns ECN on itself (ns-3.37 TcpDctcp::Init)
+        ecn=jnp.asarray(ecn_on),
         dctcp_g=_as_f32(dctcp_g),
         red_min_th_pkts=_as_f32(red_min_th_pkts),
         red_max_th_pkts=_as_f32(red_max_th_pkts),
@@ -435,7 +437,7 @@ def make_params(
         completion_log_size=int(completion_log_size),
         interval_log_size=int(interval_log_size),
         flow_queue_capacity_pkts=fq_cap,
-        needs_jax_tick=jax_only(buffer.POLICY_NAMES[policy_id], bool(ecn) or tcp == "dctcp"),
+        needs_jax_tick=jax_only(buffer.POLICY_NAMES[policy_id], ecn_on, tcp),
     )
 
 
@@ -494,11 +496,13 @@ def flow_queue_capacity(policy: str, buffer_pkts: int, requested: int | None = N
     return int(requested)
 
 
-def jax_only(policy: str, ecn: bool) -> bool:
-    """Whether a run of `policy` (with ECN or DCTCP when `ecn`) needs the JAX tick."""
+def jax_only(policy: str, ecn: bool, tcp: str = "newreno") -> bool:
+    """Whether a run of `policy` (with ECN when `ecn`) and TCP `tcp` needs the JAX tick (what
+    the native tick lacks: AQMs, ECN, and the TCP variants it does not implement)."""
     from rlbm_jax.env import buffer
 
-    return bool(ecn) or buffer.DEFAULT_AQM.get(policy, "none") != "none"
+    native_tcp = TCP_VARIANTS[TCP_NAMES.index(tcp)].native if tcp in TCP_NAMES else False
+    return bool(ecn) or buffer.DEFAULT_AQM.get(policy, "none") != "none" or not native_tcp
 
 
 ARED_TARGET_DELAY_S = 0.005  # ns-3.37 RedQueueDisc TargetDelay

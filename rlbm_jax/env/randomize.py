@@ -18,7 +18,7 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment
 
-from rlbm_jax.env.params import TCP_NAMES, SimParams, stack_params
+from rlbm_jax.env.params import TCP_NAMES, TCP_VARIANTS, SimParams, stack_params
 from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, EnvParams, EnvState, RLBMEnv
 
 
@@ -45,8 +45,8 @@ BUFFER_DISTS = ("uniform", "log-uniform")
 def make_randomized_params(env_params: EnvParams, *, buffer_pkts=(100, 1000), load=(0.1, 0.9),
                            tcp=("newreno", "cubic"), buffer_dist: str = "uniform") -> RandomizedParams:
     """Ranges checked against the wrapped env (the ring must hold the largest buffer).
-    A range that allows DCTCP marks the wrapped sim as needing the JAX tick (the native
-    tick lacks DCTCP, and the draw is traced)."""
+    A range that allows a TCP the native tick lacks (DCTCP) marks the wrapped sim as needing
+    the JAX tick (the draw is traced); drawing DCTCP turns ECN on, as its `make_params` does."""
     lo, hi = (int(b) for b in buffer_pkts)
     if not 1 <= lo <= hi:
         raise ValueError(f"buffer_pkts range must satisfy 1 <= lo <= hi, got {buffer_pkts!r}")
@@ -63,7 +63,7 @@ def make_randomized_params(env_params: EnvParams, *, buffer_pkts=(100, 1000), lo
     if buffer_dist not in BUFFER_DISTS:
         raise ValueError(f"buffer_dist must be one of {BUFFER_DISTS}, got {buffer_dist!r}")
     mask = jnp.asarray([n in tcp for n in TCP_NAMES])
-    if "dctcp" in tcp and not env_params.sim.needs_jax_tick:
+    if any(not TCP_VARIANTS[TCP_NAMES.index(t)].native for t in tcp) and not env_params.sim.needs_jax_tick:
         env_params = env_params.replace(sim=env_params.sim.replace(needs_jax_tick=True))
     return RandomizedParams(env=env_params, buffer_lo_pkts=lo, buffer_hi_pkts=hi, load_lo=llo, load_hi=lhi,
                             tcp_allowed=mask, buffer_log_uniform=jnp.asarray(buffer_dist == "log-uniform"),
@@ -83,9 +83,11 @@ def sample_scenario(key, params: RandomizedParams) -> SimParams:
     load = jax.random.uniform(kl, (), minval=params.load_lo, maxval=params.load_hi)
     logits = jnp.where(params.tcp_allowed, 0.0, -jnp.inf)
     tcp_id = jax.random.categorical(kt, logits)
+    ecn_always = jnp.asarray([v.ecn_always for v in TCP_VARIANTS])[tcp_id]  # DCTCP turns ECN on itself
     return base.replace(class_cap_pkts=jnp.full_like(base.class_cap_pkts, n),
                         buffer_pkts=(n * base.num_classes).astype(base.buffer_pkts.dtype),
-                        load=load.astype(base.load.dtype), tcp_id=tcp_id.astype(base.tcp_id.dtype))
+                        load=load.astype(base.load.dtype), tcp_id=tcp_id.astype(base.tcp_id.dtype),
+                        ecn=base.ecn | ecn_always)
 
 
 class RandomizedEnv(environment.Environment[RandomizedState, RandomizedParams]):

@@ -462,8 +462,9 @@ def _aqm_at_enqueue(state: SimState, clk: Clock, fl: tcp.FlowState, tx: Transmit
     decided = aqm.hits_below(end, h) - aqm.hits_below(before, h)
     marks = jnp.where(params.ecn & h.may_mark, decided, 0)
     drops = jnp.where(h.forced, tx.sent_pkts, decided - marks)
-    # DCTCP's SYNs are ECT too: marked, not dropped, short of RED's forced region
-    syn_ect = params.ecn & (params.tcp_id == tcp.DCTCP) & hits.may_mark & ~hits.forced
+    # SYNs of a variant that turns ECN on itself (DCTCP) are ECT too: marked, not dropped,
+    # short of RED's forced region
+    syn_ect = tcp.ect_syns(params) & hits.may_mark & ~hits.forced
     return s, drops, jnp.where(h.forced, 0, marks), jnp.where(syn_ect, 0.0, hits.syn_p)
 
 

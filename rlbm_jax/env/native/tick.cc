@@ -28,7 +28,7 @@ namespace ffi = xla::ffi;
 namespace {
 
 constexpr int OPEN = 0, RECOVERY = 1, LOSS = 2;
-constexpr int CUBIC = 1;
+constexpr int CUBIC = TCP_cubic;  // (layout.h: the TCP registry)
 constexpr int GO_BACK_N = 0, RTT_CUMULATIVE = 0;
 // run record fields (queue.py)
 // NCE (CE-marked packets) stays 0: the native tick runs no AQM and no ECN (native.supports)
@@ -269,8 +269,8 @@ void on_acks(const Env& e, Row& r, int32_t t, const AckIn& a) {
   float cubic_k = (ca_on && is_cubic) ? cc.k : RF(o, cubic_k_s);
   float cubic_origin = (ca_on && is_cubic) ? cc.origin : RF(o, cubic_origin);
 
-  // HyStart
-  bool round_over = has && max_tx >= RI(o, hs_round_end_tx);
+  // HyStart (CUBIC's own: its rounds are tracked for CUBIC flows only)
+  bool round_over = has && is_cubic && max_tx >= RI(o, hs_round_end_tx);
   int32_t hs_round_end = round_over ? RI(o, tx_next) : RI(o, hs_round_end_tx);
   int32_t hs_round_start = round_over ? t : RI(o, hs_round_start);
   int32_t hs_last_ack = round_over ? t : RI(o, hs_last_ack);
@@ -341,7 +341,6 @@ bool on_timeout(const Env& e, Row& r, int32_t t) {
   int32_t ghost = RI(r, ghost) + in_flight;
   float rto_s = minf(RF(r, rto_s) * 2.0f, e.Pf(PL_max_rto_s));
   RF(r, ssthresh) = ss_new;
-  RF(r, w_max) = 0.0f;
   RF(r, cwnd) = 1.0f;
   RI(r, state) = LOSS;
   RI(r, lost_q) = RI(r, lost_q) + RI(r, undet) + RI(r, retx_dropped);
@@ -353,12 +352,15 @@ bool on_timeout(const Env& e, Row& r, int32_t t) {
   RI(r, gbn_ahead) = 0;
   RF(r, rto_s) = rto_s;
   RI(r, rto_deadline) = t + ticks_of(rto_s, e.Pf(PL_tick_s));
-  RI(r, epoch_start) = -1;
   RF(r, delay_min_s) = 0.0f;
-  RI(r, hs_found) = 0;
-  RI(r, hs_round_end_tx) = RI(r, tx_next);
-  RI(r, hs_samples) = 0;
-  RF(r, hs_curr_rtt_s) = INF;
+  if (e.Pi(PL_tcp_id) == CUBIC) {  // CubicReset; HyStart starts over
+    RF(r, w_max) = 0.0f;
+    RI(r, epoch_start) = -1;
+    RI(r, hs_found) = 0;
+    RI(r, hs_round_end_tx) = RI(r, tx_next);
+    RI(r, hs_samples) = 0;
+    RF(r, hs_curr_rtt_s) = INF;
+  }
   return true;
 }
 
@@ -1041,8 +1043,9 @@ ffi::Error RunImpl(ffi::Buffer<ffi::S32> si_in, ffi::Buffer<ffi::F32> sf_in, ffi
       return ffi::Error::InvalidArgument("rlbm native: the buffer policy has no native implementation");
     if (pid_all[b * npi + p_off[PL_ecn]] != 0)
       return ffi::Error::InvalidArgument("rlbm native: ECN has no native implementation");
-    if (pid_all[b * npi + p_off[PL_tcp_id]] > 1)
-      return ffi::Error::InvalidArgument("rlbm native: DCTCP has no native implementation");
+    int32_t tid = pid_all[b * npi + p_off[PL_tcp_id]];
+    if (tid < 0 || tid >= TCP_COUNT || !TCP_NATIVE[tid])
+      return ffi::Error::InvalidArgument("rlbm native: the TCP variant has no native implementation");
   }
   // envs are independent: contiguous shares of the batch run on their own threads
   auto work = [&](int64_t lo, int64_t hi) {

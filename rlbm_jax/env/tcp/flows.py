@@ -1,0 +1,155 @@
+"""The flow-slot table: the shared per-flow sender state, and the columns each registered
+variant adds (`Variant.fields`).
+
+Packets are counted, not numbered.  Each transmission of a flow gets the next
+transmission id; a flow's transmissions cross the network in order (one FIFO per
+class, losses only at the bottleneck's admission), so ids tell which ACKs are
+duplicates and when a loss is detected.
+
+Per flow the sender keeps:
+  outstanding  transmissions sent whose fate the sender does not know yet
+               (RFC 6675 "pipe": in flight plus undetected drops)
+  undet        dropped new-data transmissions not yet detected, the first of
+               them having id `undet_tx`; detected when a transmission with id
+               >= undet_tx + dupthresh is ACKed (3 SACKed segments above a hole),
+               or by the RTO
+  lost_q       detected losses waiting for retransmission (sent before new data)
+  retx_out     retransmissions in flight; retx_dropped: retransmissions dropped
+               (like ns-3.37, only the RTO recovers a lost retransmission)
+  ghost        transmissions in flight when the RTO fired; the RTO empties the
+               pipe and their later ACKs count as new ACKs
+  gbn_left     go-back-N (`params.rto_recovery` "go-back-n", ns-3.37): ghosts not yet
+               resent whose ACK has not arrived either; the sender resends them, in
+               order, after the lost packets and before new data.  A resend whose
+               original is still in flight is *spurious*: the original arrives first,
+               the receiver drops the copy and ACKs at once, and the sender ignores
+               that ACK (it acknowledges nothing)
+  gbn_ahead    ghosts resent whose original's ACK is still to come: that ACK takes the
+               resend out of the pipe (ns-3 discards the segment, retransmitted or not)
+  ecn_recover_tx  ECN (params.ecn): the transmission id at the last window reduction; a
+               CE mark echoed for a packet sent before it is the same congestion event
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import struct
+
+from rlbm_jax.env.tcp.variants import VARIANTS
+
+BIG_PKTS = 1 << 30  # size of a long-lived flow
+
+
+class _Shared:
+    """The columns every flow slot has, whatever its TCP (shape [F] each)."""
+
+    active: jnp.ndarray  # bool
+    sender: jnp.ndarray  # int32
+    cls: jnp.ndarray  # int32 class at the bottleneck
+    size_pkts: jnp.ndarray  # int32 (BIG_PKTS for long-lived)
+    size_bytes: jnp.ndarray  # float32
+    start_s: jnp.ndarray  # float32 arrival time (real clock)
+    data_tick: jnp.ndarray  # int32 first tick it may send data (after the handshake)
+    next_new: jnp.ndarray  # int32 new packets sent
+    tx_next: jnp.ndarray  # int32 id of the next transmission
+    acked: jnp.ndarray  # int32 packets the sender knows delivered
+    cwnd: jnp.ndarray  # float32 segments
+    ssthresh: jnp.ndarray  # float32 segments
+    outstanding: jnp.ndarray  # int32
+    undet: jnp.ndarray  # int32
+    undet_tx: jnp.ndarray  # int32
+    lost_q: jnp.ndarray  # int32
+    retx_out: jnp.ndarray  # int32
+    retx_dropped: jnp.ndarray  # int32
+    ghost: jnp.ndarray  # int32
+    state: jnp.ndarray  # int32 OPEN / RECOVERY / LOSS / CWR
+    prr_delivered: jnp.ndarray  # int32
+    prr_out: jnp.ndarray  # int32
+    recover_fs: jnp.ndarray  # float32
+    srtt_s: jnp.ndarray  # float32
+    rttvar_s: jnp.ndarray  # float32
+    rto_s: jnp.ndarray  # float32
+    rto_deadline: jnp.ndarray  # int32 tick
+    da_parity: jnp.ndarray  # int32 delayed-ACK segments held by the receiver
+    cwnd_cnt: jnp.ndarray  # int32 growth units ACKed in congestion avoidance toward the next +1
+    delay_min_s: jnp.ndarray  # float32 smallest RTT sample since the last RTO, 0 = none yet
+    rec_partial: jnp.ndarray  # bool: this RECOVERY episode has had its first partial ACK
+    gbn_left: jnp.ndarray  # int32 go-back-N: ghosts neither resent nor ACKed yet
+    gbn_ahead: jnp.ndarray  # int32 go-back-N: ghosts resent before their original's ACK
+    ecn_recover_tx: jnp.ndarray  # int32 ECN: tx_next at the last window reduction
+
+
+SHARED_FLOAT = ("size_bytes", "start_s", "cwnd", "ssthresh", "recover_fs", "srtt_s", "rttvar_s", "rto_s",
+                "delay_min_s")
+SHARED_BOOL = ("active", "rec_partial")
+_INITIAL = {n: 0 for n in _Shared.__annotations__}
+for _v in VARIANTS:
+    _clash = set(_v.fields.names()) & set(_INITIAL)
+    if _clash:
+        raise ValueError(f"tcp variant {_v.name!r} redeclares flow columns {sorted(_clash)}")
+    _INITIAL.update(_v.fields.ints | _v.fields.floats | _v.fields.bools)
+
+FLOAT_FIELDS = SHARED_FLOAT + tuple(n for v in VARIANTS for n in v.fields.floats)
+BOOL_FIELDS = SHARED_BOOL + tuple(n for v in VARIANTS for n in v.fields.bools)
+INT_FIELDS = tuple(n for n in _INITIAL if n not in FLOAT_FIELDS)
+_COL = {n: i for i, n in enumerate(INT_FIELDS)} | {n: i for i, n in enumerate(FLOAT_FIELDS)}
+
+FlowState = struct.dataclass(type("FlowState", (), {
+    "__annotations__": dict.fromkeys(_INITIAL, jnp.ndarray),
+    "__module__": __name__,
+    "__doc__": "Flow-slot table, one [F] array per field: the shared columns (`_Shared`) "
+               "then each registered variant's own (`Variant.fields`).",
+}))
+
+
+@struct.dataclass
+class FlowTable:
+    """The flow-slot table as stored, field-major: scanning one field of every slot
+    reads contiguous memory, and the few flows that have events in a tick are
+    gathered and scattered back with one operation per array."""
+
+    ints: jnp.ndarray  # [len(INT_FIELDS), F] int32 (bools as 0/1)
+    floats: jnp.ndarray  # [len(FLOAT_FIELDS), F] float32
+
+    def rows(self, idx):
+        """The sub-table of slots idx (clipped into range)."""
+        return FlowTable(ints=self.ints[:, idx], floats=self.floats[:, idx])
+
+    def set_rows(self, idx, sub):
+        """Write sub back at slots idx; indices out of range are skipped."""
+        return FlowTable(ints=self.ints.at[:, idx].set(sub.ints, mode="drop"),
+                         floats=self.floats.at[:, idx].set(sub.floats, mode="drop"))
+
+
+def pack(fl) -> FlowTable:
+    ints = jnp.stack([getattr(fl, n).astype(jnp.int32) for n in INT_FIELDS], axis=0)
+    floats = jnp.stack([getattr(fl, n).astype(jnp.float32) for n in FLOAT_FIELDS], axis=0)
+    return FlowTable(ints=ints, floats=floats)
+
+
+def unpack(tb: FlowTable):
+    cols = {n: tb.ints[i] for i, n in enumerate(INT_FIELDS)}
+    cols.update({n: tb.floats[i] for i, n in enumerate(FLOAT_FIELDS)})
+    for n in BOOL_FIELDS:
+        cols[n] = cols[n] > 0
+    return FlowState(**cols)
+
+
+def column(tb: FlowTable, name: str):
+    """One field of every slot, without unpacking the rest."""
+    if name in FLOAT_FIELDS:
+        return tb.floats[_COL[name]]
+    col = tb.ints[_COL[name]]
+    return col > 0 if name in BOOL_FIELDS else col
+
+
+def init_flows(num_slots: int):
+    """An empty table of `num_slots` slots (every column at its initial value)."""
+    def col(name):
+        dtype = jnp.float32 if name in FLOAT_FIELDS else bool if name in BOOL_FIELDS else jnp.int32
+        return jnp.full((num_slots,), _INITIAL[name], dtype)
+    return FlowState(**{n: col(n) for n in _INITIAL})
+
+
+def unsettled(fl):
+    """Transmissions whose fate is open: the RTO timer runs while this is > 0."""
+    return fl.outstanding + fl.ghost + fl.retx_out + fl.lost_q + fl.retx_dropped

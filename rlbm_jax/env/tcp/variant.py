@@ -1,0 +1,115 @@
+"""What a TCP variant (congestion control) supplies to the shared sender in `core`.
+
+The shared part (`core`) keeps everything the variants have in common, as ns-3.37's
+TcpSocketBase does: the flow table, loss detection, fast recovery with PRR, the RTO and
+go-back-N, RTT estimation, delayed ACKs and the ECN response (CWR).  A variant is what
+ns-3.37 puts in a TcpCongestionOps: the window after a congestion event, the growth per
+ACK, what it learns from each ACK, and its own per-flow state.  Every hook works on
+whole [F] arrays of flow slots; `core` evaluates every registered variant and keeps, per
+run, the one `params.tcp_id` names (so configurations with different TCPs batch under
+`vmap`).  Hooks return the variant's own fields they change as a dict; a field a hook
+leaves out keeps its value.
+
+A new variant is a module with a `Variant` subclass instance and one line in
+`variants.py` (its position there is its `tcp_id`).  Parameters of its own go in
+`SimParams` under its name's prefix (`cubic_*`, `dctcp_*`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+OPEN, RECOVERY, LOSS, CWR = 0, 1, 2, 3  # a flow's state (`core`)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fields:
+    """A variant's own per-flow columns: name -> initial value, by type."""
+
+    ints: dict = dataclasses.field(default_factory=dict)  # int32 columns
+    floats: dict = dataclasses.field(default_factory=dict)  # float32 columns
+    bools: dict = dataclasses.field(default_factory=dict)  # bool columns (stored as int32)
+
+    def names(self):
+        return tuple(self.ints) + tuple(self.floats) + tuple(self.bools)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A congestion control.  Subclasses override the hooks they need.
+
+    name              the `tcp=` name (`make_params`, `--tcp`, the ns-3 scenario's `--tcp`)
+    counts_segments   growth is fed the segments each ACK covers (ns-3.37 CUBIC, Linux
+                      Reno); otherwise one unit per ACK (ns-3.37 NewReno)
+    ecn_always        the variant turns ECN on by itself and marks its SYNs ECT (DCTCP)
+    native            the native (C++) tick implements it too
+    grows_on_recovery_exit  the ACK that ends fast recovery goes to `increase_window`
+                      (in OPEN, after cwnd = ssthresh) as the flight at the loss in one ACK
+    fields            its own per-flow columns
+    """
+
+    name: str = ""
+    counts_segments: bool = False
+    ecn_always: bool = False
+    native: bool = False
+    grows_on_recovery_exit: bool = False
+    fields: Fields = Fields()
+
+    def on_start(self, params) -> dict:
+        """Initial values of its own fields for a new connection that depend on params."""
+        return {}
+
+    def ssthresh(self, fl, flight, params) -> tuple[Any, dict]:
+        """ns-3 GetSsThresh on a loss or an echoed mark: (ssthresh [F], own fields to set
+        where the cut happens).  `flight` [F] float: segments in the pipe."""
+        raise NotImplementedError
+
+    def slow_start_extra(self, per_ack):
+        """Segments slow start may add beyond ssthresh in one tick, given the segments
+        `per_ack` [F] each ACK covers (0: stop at ssthresh)."""
+        return jnp.zeros_like(per_ack)
+
+    def increase_window(self, fl, segs, calls, t, params, tick_s) -> tuple[Any, dict]:
+        """Congestion avoidance (ns-3 IncreaseWindow past slow start): `segs` [F] int32
+        growth units (segments or ACKs, see counts_segments) from `calls` [F] ACKs, on
+        `fl.cwnd`.  Returns (cwnd [F], own fields and `cwnd_cnt`, the shared counter of
+        growth units towards the next segment, to set where there was growth)."""
+        raise NotImplementedError
+
+    def on_recovered(self, fl) -> dict:
+        """Own fields to set where fast recovery or CWR ends (cwnd = ssthresh)."""
+        return {}
+
+    def pkts_acked(self, fl, ack, params, tick_s) -> tuple[Any, dict]:
+        """After this tick's growth (ns-3 PktsAcked): (ssthresh [F], own fields).  `ack` is
+        the tick's `core.AckView`."""
+        return fl.ssthresh, {}
+
+    def on_timeout(self, fl, params) -> dict:
+        """Own fields to set where the RTO fires (entering LOSS)."""
+        return {}
+
+
+def select(tcp_id, values):
+    """values[tcp_id], elementwise: the variant's value for each run."""
+    out = values[0]
+    for i, v in enumerate(values[1:], start=1):
+        out = jnp.where(tcp_id == i, v, out)
+    return out
+
+
+def flag(tcp_id, flags):
+    """A per-variant Python bool as a traced bool for this run's `tcp_id`."""
+    if all(flags) or not any(flags):
+        return jnp.asarray(bool(flags[0]))
+    return jnp.asarray(flags)[tcp_id]
+
+
+def merge(tcp_id, old, per_variant: list[dict]) -> dict:
+    """One dict of field values from every variant's updates: for each field some variant
+    sets, that variant's value where it is this run's, the old value (attribute of `old`)
+    elsewhere."""
+    names = dict.fromkeys(n for d in per_variant for n in d)
+    return {n: select(tcp_id, [d.get(n, getattr(old, n)) for d in per_variant]) for n in names}
