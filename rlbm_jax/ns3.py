@@ -49,8 +49,6 @@ SOURCE = NS3_DIR / "rlbm_scenario.cc"
 NS3_RECORD_FIELDS = tuple(n for n, _ in mx.INTERVAL_FIELDS if n not in ("flows_logged", "flows_overflow"))
 # knobs the scenario reads back (rl: class_alpha, rl-mark: mark_prob), in the reply's order
 KNOB_ORDER = ("class_alpha", "mark_prob")
-# buffer policies only the ns-3 scenario has: their flow schedule is drawn as for droptail
-NS3_ONLY_POLICIES = ("fq-codel",)
 
 
 def repo_root() -> Path:
@@ -161,12 +159,8 @@ _schedule = jax.jit(sim.flow_schedule, static_argnums=2)
 
 def write_schedule(c: Cell, seed: int, path: Path) -> int:
     """Writes the flows our simulator starts for (cell, seed) as ns-3's `--flows_in` CSV,
-    so both simulators carry the same workload; returns the number of flows.  (The
-    schedule does not depend on the buffer policy; an ns-3-only policy draws it as droptail.)"""
-    kw = seed_kw(c, seed)
-    if kw.get("policy") in NS3_ONLY_POLICIES:
-        kw = {**kw, "policy": "droptail"}
-    params = make_params(**kw)
+    so both simulators carry the same workload; returns the number of flows."""
+    params = make_params(**seed_kw(c, seed))
     stop = min(float(params.arrival_stop_s), c.seconds)
     rate = float(traffic.arrival_rate_per_s(params))
     n = int(rate * stop * 1.5 + 10 * math.sqrt(rate * stop + 1) + 16)

@@ -84,7 +84,10 @@ def train_env(episode_s: float = EPISODE_S, configs=None):
 def baseline_variants(buffer_pkts: int) -> dict:
     """name -> make_params overrides.  ARED as the paper's (min_th = r B, max_th = 3 min_th,
     max_p 0.1, ECN, r in 0.1, 0.2, 0.3), PIE with ns-3's 15 ms target and 5 ms, CoDel with
-    its 5 ms / 100 ms and an aggressive 2 ms / 20 ms, droptail.  Every one with ECN senders."""
+    its 5 ms / 100 ms and an aggressive 2 ms / 20 ms, FQ-CoDel (ns-3's FqCoDelQueueDisc:
+    1024 flow queues, quantum one MTU) with the same two CoDel settings, droptail.  Every one
+    with ECN senders.  FQ-CoDel's per-flow queues are sized for the largest buffer of every
+    configuration, so all of them batch together."""
     out = {"droptail": dict(policy="droptail")}
     for r in (0.1, 0.2, 0.3):
         lo = max(1.0, r * buffer_pkts)
@@ -93,14 +96,19 @@ def baseline_variants(buffer_pkts: int) -> dict:
     out["pie-5ms"] = dict(policy="pie", pie_target_s=0.005)
     out["codel-5ms"] = dict(policy="codel", codel_target_s=0.005, codel_interval_s=0.1)
     out["codel-2ms"] = dict(policy="codel", codel_target_s=0.002, codel_interval_s=0.02)
+    fq = dict(policy="fq-codel", fq_quantum_bytes=1500, flow_queue_capacity_pkts=MAX_BUFFER_PKTS + 1)
+    out["fq-codel-5ms"] = dict(fq, codel_target_s=0.005, codel_interval_s=0.1)
+    out["fq-codel-2ms"] = dict(fq, codel_target_s=0.002, codel_interval_s=0.02)
     return out
 
 
-ALGORITHMS = ("droptail", "ared", "pie", "codel")
+ALGORITHMS = ("droptail", "ared", "pie", "codel", "fq-codel")
 
 
 def algorithm_of(variant: str) -> str:
-    return variant.split("-")[0]
+    """The classic AQM a variant name belongs to ("fq-codel-2ms" -> "fq-codel")."""
+    return next((a for a in sorted(ALGORITHMS, key=len, reverse=True) if variant == a or variant.startswith(a + "-")),
+                variant.split("-")[0])
 
 
 # ---- evaluation ------------------------------------------------------------------------

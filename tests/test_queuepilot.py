@@ -94,6 +94,27 @@ def test_the_scenario_buffer_is_bdp_over_sqrt_n():
         assert float(p.base_rtt_s) == pytest.approx(rtt, rel=0.02)
 
 
+def test_every_baseline_variant_batches_over_the_configurations_and_names_its_algorithm():
+    """Each classic-AQM variant (FQ-CoDel's per-flow queues included) builds on every
+    training and test configuration with the same static shapes, so one compiled batch
+    runs it everywhere; each belongs to one of the algorithms the report chooses among."""
+    from rlbm_jax.env.params import stack_params
+
+    cfgs = [(n, r, t) for t in ("cubic", "newreno") for n in set(qp.TRAIN_FLOWS) | set(qp.TEST_FLOWS)
+            for r in set(qp.TRAIN_RTTS_S) | set(qp.TEST_RTTS_S)]
+    names = list(qp.baseline_variants(100))
+    assert {qp.algorithm_of(v) for v in names} == set(qp.ALGORITHMS)
+    assert qp.algorithm_of("fq-codel-2ms") == "fq-codel" and qp.algorithm_of("codel-2ms") == "codel"
+    for v in names:
+        ps = []
+        for n, r, t in cfgs:
+            buf = int(make_params(**qp.config_kw(n, r, t)).buffer_pkts)
+            ps.append(make_params(**qp.config_kw(n, r, t, **qp.baseline_variants(buf)[v])))
+            assert int(ps[-1].buffer_pkts) == buf and bool(ps[-1].ecn)
+        stacked = stack_params(ps)
+        assert {p.flow_queue_capacity_pkts for p in ps} == {stacked.flow_queue_capacity_pkts}, v
+
+
 def test_the_mixture_env_draws_every_configuration_and_refuses_mismatched_shapes():
     cfgs = [qp.config_kw(n, 0.04, "cubic", num_flow_slots=32) for n in (10, 20, 25)]
     env, ep = qp.train_env(episode_s=0.05, configs=cfgs)

@@ -93,7 +93,7 @@ def build_parser():
     n.add_argument("--variants", nargs="+", default=None,
                    help="the classic AQMs' variants (default: the 'chosen' of <run-dir>/results.json, else "
                         + ", ".join(DEFAULT_VARIANTS) + ")")
-    n.add_argument("--no-fq-codel", action="store_true", help="leave out FQ-CoDel (ns-3 only)")
+    n.add_argument("--no-fq-codel", action="store_true", help="leave out FQ-CoDel")
     n.add_argument("--no-jax", action="store_true", help="leave out the JAX side")
     n.add_argument("--fresh-ns3", action="store_true", help="rerun ns-3 even where a cached run matches")
     return ap

@@ -230,8 +230,8 @@ def ns3(a, argv) -> int:
     seconds_ns3 = steps * interval_s
     baselines = {"droptail": "droptail", **{alg: v for alg, v in chosen.items() if alg != "droptail"}}
     baseline_names = list(dict.fromkeys(baselines.values()))
-    if not a.no_fq_codel:
-        baseline_names.append("fq-codel")
+    if a.no_fq_codel:
+        baseline_names = [v for v in baseline_names if qp.algorithm_of(v) != "fq-codel"]
     out.mkdir(parents=True, exist_ok=True)
     command = f"python scripts/queuepilot.py {' '.join(argv)}"
     (out / "command.txt").write_text(command + "\n")
@@ -241,12 +241,10 @@ def ns3(a, argv) -> int:
         return qp.baseline_variants(int(make_params(**qp.config_kw(n, r, t)).buffer_pkts))[v]
 
     def kw_of(v, cfg_):
-        if v in harness.NS3_ONLY_POLICIES:  # fq-codel: ns-3's FqCoDelQueueDisc at its defaults, ECN, the same buffer
-            return {**qp.config_kw(*cfg_, warmup_s=a.warmup_s), "policy": v}
         return qp.config_kw(*cfg_, warmup_s=a.warmup_s, **(overrides(v, *cfg_) if v else {}))
 
     def sim_of(kw):  # the simulator params the formulation scores with (the policy plays no part)
-        return make_params(**({**kw, "policy": "droptail"} if kw.get("policy") in harness.NS3_ONLY_POLICIES else kw))
+        return make_params(**kw)
 
     def pkt_s_of(cfg_):
         p = make_params(**qp.config_kw(*cfg_))
@@ -296,8 +294,6 @@ def ns3(a, argv) -> int:
             return out_
 
         for v in baseline_names:
-            if v in harness.NS3_ONLY_POLICIES:
-                continue
             jax_runs[v] = split(qp.run_batch(runs_of(v), steps, warm, chunk=len(configs) * len(seeds)))
         actor = qp.lstm_actor(ppo)
         for j, s in enumerate(seeds_trained):
@@ -404,8 +400,8 @@ def markdown(rep) -> str:
          f"the first {rep['warmup_steps']} steps ({rep['warmup_s']:g} s). Agent: the ONNX export of each training "
          f"seed {rep['training_seeds']} in ns-3 (rl-mark driven in lock-step, LSTM state carried), the trained "
          "network in JAX; mean ± s.e. over training seeds of each seed's mean. Baselines: mean ± s.e. over runs; "
-         f"classic AQM variants {v} ({rep['variants_source']}); fq-codel is ns-3's FqCoDelQueueDisc at its "
-         "defaults with ECN and the same buffer (no JAX counterpart on this branch). Reward, steps with a drop: "
+         f"classic AQM variants {v} ({rep['variants_source']}); fq-codel runs ns-3's FqCoDelQueueDisc (1024 "
+         "flow queues, quantum one MTU) with the variant's CoDel target and interval, ECN and the same buffer. Reward, steps with a drop: "
          "from the interval records with the formulation's reward; utilisation, drop and mark rates, queueing "
          "delay: each simulator's run summary from the warm-up on.", "",
          f"Command: `{rep.get('command', '')}`"
