@@ -136,12 +136,16 @@ def test_every_named_reward_is_its_formula():
         formulations.Reward("bad", "", flows="median")
 
 
-def test_thesis_formulation_reproduces_the_committed_thesis_grid_rewards():
+def test_thesis_formulation_reproduces_the_committed_thesis_grid_rewards(monkeypatch):
     """The committed per-run rewards (results/thesis_grid/per_seed.csv, the thesis reward
-    before formulations existed, on the TCP model of that version) come out again:
-    SB-naive's bit for bit; the trained policy's to 1e-6 (its network's float rounding
-    depends on the JAX build that ran it)."""
+    before formulations existed, on the TCP model of that version, made with the JAX tick)
+    come out again on the JAX tick: SB-naive's bit for bit; the trained policy's to 1e-6
+    (its network's float rounding depends on the JAX build that ran it).  The backend is
+    named, since `auto` picks the native tick where it can, which agrees only to float
+    rounding (tests/test_native.py)."""
     from rlbm_jax.policy import load_policy
+
+    monkeypatch.setenv("RLBM_JAX_BACKEND", "jax")
 
     with open(ROOT / "results" / "thesis_grid" / "per_seed.csv") as f:
         rows = {(r["policy"], r["tcp"], r["buffer_per_class_pkts"], r["load"], r["seed"]): float(r["reward_mean"])
