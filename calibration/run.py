@@ -21,6 +21,7 @@ plots, and `--report` (markdown error table).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -40,7 +41,7 @@ from rlbm_jax.devices import batched, single_process_only  # noqa: E402
 from rlbm_jax.env import metrics as mx, sim, tcp  # noqa: E402
 from rlbm_jax.env.params import ared_defaults, make_params, pad_params, stack_params  # noqa: E402
 from rlbm_jax.ns3 import Cell, build_ns3, call as call_ns3, delay_phase_s, ns3_args, repo_root, run_ns3, seed_kw  # noqa: E402
-from rlbm_jax.cli import parser  # noqa: E402
+from rlbm_jax.cli import add_model_args, model_kw, parser  # noqa: E402
 from rlbm_jax.progress import Progress  # noqa: E402
 
 ROOT = repo_root()
@@ -423,9 +424,11 @@ TRACE_CELLS = ("long/newreno/N1/1bdp/rtt20ms", "long/cubic/N1/1bdp/rtt20ms",
                "long/newreno/N1/0.25bdp/rtt80ms", "long/cubic/N1/0.25bdp/rtt80ms")
 
 
-def our_cwnd_trace(c: Cell, seed: int, interval_s: float):
-    """cwnd and ssthresh (segments) of flow slot 0 every `interval_s`, against time since its start."""
-    p = make_params(**c.kw)
+def our_flow_trace(c: Cell, seed: int, interval_s: float, **model):
+    """Flow slot 0's cwnd and ssthresh (segments) every `interval_s` of the cell's seed-`seed`
+    run (its make_params arguments updated by `model`): (absolute times, cwnd, ssthresh,
+    final state, params)."""
+    p = make_params(**{**seed_kw(c, seed), **model})
     n = max(1, int(round(interval_s / float(p.tick_s))))
     steps = int(c.seconds / (n * float(p.tick_s)))
 
@@ -435,9 +438,16 @@ def our_cwnd_trace(c: Cell, seed: int, interval_s: float):
 
     state, (cwnd, ssthresh) = jax.jit(lambda s: jax.lax.scan(body, s, None, length=steps))(
         sim.init(jax.random.PRNGKey(seed), p))
-    t = (np.arange(1, steps + 1) * n * float(p.tick_s)) - float(tcp.column(state.flows, "start_s")[0])
+    t = np.arange(1, steps + 1) * n * float(p.tick_s)
+    return t, np.asarray(cwnd, float), np.asarray(ssthresh, float), state, p
+
+
+def our_cwnd_trace(c: Cell, seed: int, interval_s: float):
+    """cwnd and ssthresh (segments) of flow slot 0 every `interval_s`, against time since its start."""
+    t, cwnd, ssthresh, state, _ = our_flow_trace(c, seed, interval_s)
+    t = t - float(tcp.column(state.flows, "start_s")[0])
     keep = t >= 0
-    return t[keep], np.asarray(cwnd)[keep], np.asarray(ssthresh)[keep]
+    return t[keep], cwnd[keep], ssthresh[keep]
 
 
 def ns3_cwnd_trace(binary: Path, c: Cell, seed: int, interval_s: float, workdir: Path):
@@ -689,6 +699,10 @@ def main(argv=None):
                          "flow schedule are unchanged is read back from --out)")
     ap.add_argument("--backend", choices=list(sim.BACKENDS), default=None,
                     help="our simulator's tick (unset: $RLBM_JAX_BACKEND, else auto: native where it can run)")
+    ap.add_argument("--ns3-runs", default=None,
+                    help="directory of the ns-3 runs and their cache (default <out>/ns3_runs): an ablation of our "
+                         "model (a TCP-model flag below) with its own --out reads the grid's ns-3 runs back")
+    add_model_args(ap)
     args = ap.parse_args(argv)
     if args.backend:
         sim.set_default_backend(args.backend)
@@ -699,13 +713,16 @@ def main(argv=None):
     out = Path(args.out or ROOT / "calibration" / "results" / args.grid)
     out.mkdir(parents=True, exist_ok=True)
     cells = grid(args.grid)
+    if ours_model := model_kw(args):  # our side only: these choices are not ns-3 arguments (ns3.NOT_NS3)
+        cells = [dataclasses.replace(c, kw={**c.kw, **ours_model}) for c in cells]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     binary = build_ns3()
     t0 = time.perf_counter()
     bad = [a for a in args.ns3_arg if not a.startswith("--") or "=" not in a]
     if bad:
         ap.error(f"--ns3-arg takes --name=value, got {bad}")
-    ns3 = run_ns3(binary, cells, seeds, args.jobs, out / "ns3_runs", show_progress=not args.no_progress,
+    ns3_dir = Path(args.ns3_runs).resolve() if args.ns3_runs else out / "ns3_runs"
+    ns3 = run_ns3(binary, cells, seeds, args.jobs, ns3_dir, show_progress=not args.no_progress,
                   extra=tuple(args.ns3_arg), fresh=args.fresh_ns3)
     t_ns3 = time.perf_counter() - t0
     t0 = time.perf_counter()

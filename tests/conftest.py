@@ -1,5 +1,21 @@
+import atexit
+import os
+import shutil
+import tempfile
+
 import numpy as np
 import pytest
+
+# One persistent XLA compilation cache for the session, this process and the scripts the
+# tests start (they inherit the environment): many tests compile the same computations (the
+# tick, the trainer) through different jit wrappers or in fresh processes, and a hit skips
+# the compile.  Keyed by XLA on the computation and the compile options, so it changes no
+# result; emptied when the session ends.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _XLA_CACHE = tempfile.mkdtemp(prefix="rlbm_jax_test_xla_cache_")
+    atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
+    os.environ.update(JAX_COMPILATION_CACHE_DIR=_XLA_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                      JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
 
 from rlbm_jax.env import make_params
 from rlbm_jax.env.params import stack_params
@@ -9,7 +25,8 @@ def random_configs(n: int, seed: int, aqm: bool = False, **static):
     """n parameter sets with random dynamic values and identical static shapes, stacked
     along a leading axis (for vmap; static sizes padded to the largest, `stack_params`), plus
     the list of unbatched sets.  With `aqm`, every set runs an AQM (RED, ARED, PIE, CoDel or
-    FQ-CoDel with random settings, in turn), every other one with ECN."""
+    FQ-CoDel with random settings, in turn), every other one with ECN, every third one with
+    ns-3.37's PRR arithmetic."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
@@ -21,7 +38,8 @@ def random_configs(n: int, seed: int, aqm: bool = False, **static):
                          red_min_th_pkts=lo, red_max_th_pkts=lo * float(rng.uniform(1.5, 4)),
                          red_max_p=float(rng.uniform(0.02, 0.5)), pie_target_s=float(rng.uniform(0.002, 0.02)),
                          codel_target_s=float(rng.uniform(0.001, 0.01)),
-                         codel_interval_s=float(rng.uniform(0.02, 0.1)))
+                         codel_interval_s=float(rng.uniform(0.02, 0.1)),
+                         prr="ns-3.37" if i % 3 == 0 else "exact")  # (drawing nothing: the other draws stay)
         out.append(make_params(
             num_senders=static.get("num_senders", 4), num_classes=static.get("num_classes", 2),
             num_flow_slots=static.get("num_flow_slots", 12), pkts_per_tick=static.get("pkts_per_tick", 1),

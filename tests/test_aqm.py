@@ -76,6 +76,26 @@ def test_red_forced_region_drops_everything_and_never_below_min_th():
     assert _decision_rate(aqm.RED, p, 5.0, 4, 2000, q=5) == 0.0
 
 
+@pytest.mark.parametrize("q,n", [(30, 14), (35, 10), (39, 3), (40, 1), (41, 5), (20, 8), (0, 30), (60, 4)])
+def test_step_marking_decides_each_arrival_on_the_queue_it_finds(q, n):
+    """DCTCP's step marking (weight 1, max_p 1, K = 40): as ns-3 decides each packet on the
+    queue it finds, the tick's earlier arrivals included, a tick that starts below K marks
+    its arrivals from the one that finds max_th = K + 1 packets on (the whole tick was
+    once judged on the queue at its start)."""
+    k = 40.0
+    p = _params(red_min_th_pkts=k, red_max_th_pkts=k + 1, red_max_p=1.0, red_weight=1.0)
+    s = aqm.init_aqm(p).replace(red_idle_s=jnp.asarray([-1.0]))
+    _, h = aqm.on_enqueue(s, aqm.RED, jnp.asarray([n]), jnp.asarray([q]), jnp.asarray([0.3]), 1.0, p)
+    hit = np.zeros(n, bool)
+    for i in range(int(h.count[0])):
+        hit[int(h.first[0]) + int(np.floor(i * float(h.spacing[0])))] = True
+    # per packet: the queue it finds is q + i; at or above max_th the gentle line starts at
+    # max_p = 1, so it is hit; at min_th RED's line gives 0
+    want = np.array([q + i >= k + 1 for i in range(n)])
+    assert not bool(h.forced[0])
+    np.testing.assert_array_equal(hit, want)
+
+
 def test_ared_defaults_follow_ns3():
     lo, hi, w = ared_defaults(100e6, 1000)
     ptc = 100e6 / (1054 * 8)

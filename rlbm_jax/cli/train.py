@@ -122,10 +122,11 @@ def config_from_args(a) -> tuple[PPOConfig, dict]:
 
 
 def tcp_model(env_cfg: dict) -> dict:
-    """The run's TCP-model choices; a config that names none predates them and was made
-    with `params.LEGACY_TCP_MODEL` (so such a run resumes on the simulator it started on)."""
-    model = {k: env_cfg[k] for k in MODEL_FLAGS if k in env_cfg}
-    return model or dict(LEGACY_TCP_MODEL)
+    """The run's TCP-model choices.  A config that names none of `params.LEGACY_TCP_MODEL`'s
+    predates them and was made with that model; one without `prr` predates it and ran
+    exact PRR, the default (so a run resumes on the simulator it started on)."""
+    model = {} if any(k in env_cfg for k in LEGACY_TCP_MODEL) else dict(LEGACY_TCP_MODEL)
+    return {**model, **{k: env_cfg[k] for k in MODEL_FLAGS if k in env_cfg}}
 
 
 def make_env(env_cfg: dict):

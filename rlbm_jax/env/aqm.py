@@ -183,6 +183,16 @@ def _red(s: AqmState, arr_c, q_pkts, u, now_s, p, adaptive):
     pb = jnp.where(active & ~forced, _red_pb(avg, max_p, p), 0.0)
     first, spacing, count, x, gap = _hits_from_progress(s.hit_x, s.hit_gap, pb, arr_c, 1.0 + u)
     x = jnp.where(~active | forced, 0.0, x)  # ns-3 restarts its count (m_old = 0)
+    # Step marking (the instantaneous queue, weight 1, and max_p 1: DCTCP's K): ns-3 decides each
+    # packet on the queue it finds, the tick's earlier arrivals included, so every arrival from
+    # the one that finds max_th packets on is hit, even in a tick that began below min_th.
+    step = (p.red_weight >= 1.0) & (p.red_max_p >= 1.0) & (arr_c > 0)
+    q_f = q_pkts.astype(jnp.float32)
+    step_first = jnp.clip(jnp.ceil(p.red_max_th_pkts - q_f).astype(jnp.int32), 0, arr_c)
+    step_first = jnp.where(q_pkts + step_first > 1, step_first, 2 - q_pkts)  # (ns-3: not below 2 queued)
+    first = jnp.where(step, jnp.minimum(step_first, arr_c), first)
+    count = jnp.where(step, jnp.maximum(arr_c - first, 0), count)
+    spacing = jnp.where(step, 1.0, spacing)
     hits = Hits(first=first, spacing=spacing, count=jnp.where(forced, 0, count), forced=forced,
                 may_mark=jnp.ones_like(forced), syn_p=jnp.where(forced, 1.0, pb))
     s = s.replace(red_avg=avg, hit_x=x, hit_gap=gap, red_max_p=max_p, ared_next_s=ared_next)

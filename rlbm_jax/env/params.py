@@ -27,6 +27,12 @@ from rlbm_jax.env.tcp.variants import TCP_NAMES, VARIANTS as TCP_VARIANTS  # the
 # every segment not yet ACKed or SACKed, those still in flight too, as ns-3.37 does; "sack"
 # resends only the lost segments
 RTO_RECOVERY_NAMES = ("go-back-n", "sack")
+# PRR's proportional send count in fast recovery and CWR (tcp.on_acks, RFC 6937): "exact", or
+# "ns-3.37" as ns-3.37's TcpPrrRecovery::DoRecovery computes it: prr_delivered x ssthresh in
+# bytes is a 32-bit unsigned product that wraps once it reaches 2^32 (both above ~65 kB), and
+# the send count it gives then falls below what was sent, so the sender goes silent until
+# its flight falls to ssthresh (calibration/REPORT.md, section 6)
+PRR_NAMES = ("exact", "ns-3.37")
 # which ACKs give the RTT estimator a sample (tcp.on_acks): "cumulative" as ns-3.37 (with
 # timestamps, Karn's rule and a history emptied at every timeout): an ACK that moves the
 # cumulative ACK over data sent once, in OPEN; not a SACK, not a retransmission's ACK, not
@@ -71,6 +77,7 @@ class SimParams:
     delayed_ack: jnp.ndarray  # [] 1 or 2 segments per ACK
     dupthresh: jnp.ndarray  # [] duplicate ACKs that declare a loss
     rto_recovery_id: jnp.ndarray  # [] index into RTO_RECOVERY_NAMES
+    prr_id: jnp.ndarray  # [] index into PRR_NAMES
     rtt_samples_id: jnp.ndarray  # [] index into RTT_SAMPLES_NAMES
     cubic_beta: jnp.ndarray  # []
     cubic_c: jnp.ndarray  # []
@@ -211,6 +218,7 @@ def make_params(
     delayed_ack: int = 1,
     dupthresh: int = 3,
     rto_recovery: str = "go-back-n",
+    prr: str = "exact",
     rtt_samples: str = "cumulative",
     cubic_beta: float = 0.7,
     cubic_c: float = 0.4,
@@ -322,6 +330,7 @@ def make_params(
     ecn_on = bool(ecn) or tcp_variant.ecn_always  # DCTCP turns ECN on itself (ns-3.37 TcpDctcp::Init)
     rto_recovery_id = _lookup("rto_recovery", rto_recovery, RTO_RECOVERY_NAMES)
     rtt_samples_id = _lookup("rtt_samples", rtt_samples, RTT_SAMPLES_NAMES)
+    prr_id = _lookup("prr", prr, PRR_NAMES)
     sched_id = _lookup("scheduler", scheduler, SCHEDULER_NAMES)
     arrival_id = _lookup("arrival", arrival, ARRIVAL_NAMES)
     policy_id = _lookup("policy", policy, buffer.POLICY_NAMES)
@@ -394,6 +403,7 @@ def make_params(
         delayed_ack=_as_i32(delayed_ack),
         dupthresh=_as_i32(dupthresh),
         rto_recovery_id=_as_i32(rto_recovery_id),
+        prr_id=_as_i32(prr_id),
         rtt_samples_id=_as_i32(rtt_samples_id),
         cubic_beta=_as_f32(cubic_beta),
         cubic_c=_as_f32(cubic_c),
@@ -437,7 +447,7 @@ def make_params(
         completion_log_size=int(completion_log_size),
         interval_log_size=int(interval_log_size),
         flow_queue_capacity_pkts=fq_cap,
-        needs_jax_tick=jax_only(buffer.POLICY_NAMES[policy_id], ecn_on, tcp),
+        needs_jax_tick=jax_only(buffer.POLICY_NAMES[policy_id], ecn_on, tcp) or prr_id != 0,
     )
 
 
@@ -459,6 +469,8 @@ def validate(params: SimParams) -> None:
         raise ValueError(f"tcp_id out of range: {leaves['tcp_id'].tolist()}")
     if np.any((leaves["rto_recovery_id"] < 0) | (leaves["rto_recovery_id"] >= len(RTO_RECOVERY_NAMES))):
         raise ValueError(f"rto_recovery_id out of range: {leaves['rto_recovery_id'].tolist()}")
+    if np.any((leaves["prr_id"] < 0) | (leaves["prr_id"] >= len(PRR_NAMES))):
+        raise ValueError(f"prr_id out of range: {leaves['prr_id'].tolist()}")
     if np.any((leaves["rtt_samples_id"] < 0) | (leaves["rtt_samples_id"] >= len(RTT_SAMPLES_NAMES))):
         raise ValueError(f"rtt_samples_id out of range: {leaves['rtt_samples_id'].tolist()}")
     traffic.check_cdf(leaves["cdf_size_bytes"], leaves["cdf_prob"])

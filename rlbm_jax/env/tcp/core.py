@@ -34,6 +34,7 @@ from rlbm_jax.env.tcp.variants import VARIANTS
 
 GO_BACK_N, SACK_ONLY = 0, 1  # params.rto_recovery_id (params.RTO_RECOVERY_NAMES)
 RTT_CUMULATIVE, RTT_EVERY_ACK = 0, 1  # params.rtt_samples_id (params.RTT_SAMPLES_NAMES)
+PRR_EXACT, PRR_NS3 = 0, 1  # params.prr_id (params.PRR_NAMES)
 
 
 class AckView(NamedTuple):
@@ -218,6 +219,12 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     prr_delivered = prr_delivered + jnp.where(in_rec, acked, 0)
     pipe = outstanding.astype(jnp.float32)
     prop = jnp.ceil(prr_delivered * ssthresh / jnp.maximum(recover_fs, 1.0)) - prr_out
+    # ns-3.37 multiplies delivered bytes by ssthresh bytes in 32 unsigned bits (params.PRR_NAMES)
+    mss = params.mss_bytes.astype(jnp.float32)
+    wrapped = (jnp.floor(prr_delivered * mss).astype(jnp.uint32) * jnp.floor(ssthresh * mss).astype(jnp.uint32))
+    prop_ns3 = jnp.floor((jnp.ceil(wrapped.astype(jnp.float32) / jnp.maximum(recover_fs * mss, 1.0))
+                          - prr_out * mss) / mss)
+    prop = jnp.where(params.prr_id == PRR_NS3, prop_ns3, prop)
     ssrb = jnp.minimum(ssthresh - pipe, jnp.maximum(prr_delivered - prr_out, acked).astype(jnp.float32) + 1.0)
     sndcnt = jnp.maximum(jnp.where(pipe > ssthresh, prop, ssrb), 0.0)
     sndcnt = jnp.where(cut, jnp.maximum(sndcnt, 1.0), sndcnt)  # the fast retransmission (CWR: a segment) goes out
