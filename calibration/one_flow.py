@@ -33,7 +33,7 @@ from rlbm_jax.env.params import PRR_NAMES, make_params  # noqa: E402
 WARMUP_S, END_S = 5.0, 15.0  # the grid's measured window (absolute simulation time)
 
 
-def _events(t, cwnd, ssthresh):
+def _events(ssthresh):
     """Indices of the samples at which ssthresh changed (a window reduction)."""
     ch = np.flatnonzero(np.diff(ssthresh) != 0) + 1
     return [i for i in ch if ssthresh[i] < ssthresh[i - 1] or ssthresh[i - 1] > 1e6]
@@ -42,7 +42,7 @@ def _events(t, cwnd, ssthresh):
 def analyse(t, cwnd, ssthresh, bdp, sim_name, cell, seed):
     """Per-reduction rows and the run's row (times absolute, in seconds)."""
     rows = []
-    ev = _events(t, cwnd, ssthresh)
+    ev = _events(ssthresh)
     for j, i in enumerate(ev):
         before = float(np.max(cwnd[max(0, i - 20):i + 1]))
         nxt = ev[j + 1] if j + 1 < len(ev) else len(t)
@@ -65,49 +65,28 @@ def ours_trace(c, seed, interval_s, prr="exact"):
     """cwnd and ssthresh at absolute times, and the run's own utilisation and mean queue."""
     from rlbm_jax.env import metrics as mx
 
-    t, cwnd, ssthresh, state, p = cal.our_flow_trace(c, seed, interval_s, prr=prr)
+    t, cwnd, ssthresh, _, state, p = cal.our_flow_trace(c, seed, interval_s, prr=prr)
     rep = mx.summarize(state.metrics, p)
     return t, cwnd, ssthresh, float(rep["util_wire"]), float(rep["queue_mean_pkts"])
 
 
 def ns3_trace(binary, c, seed, interval_s, workdir: Path):
-    import json
-    path = workdir / f"{c.name.replace('/', '_')}_s{seed}.cwnd.csv"
-    out = workdir / f"{c.name.replace('/', '_')}_s{seed}.trace_run.json"
-    cal.call_ns3([str(binary), *cal.ns3_args(c, seed), f"--cwnd_out={path}", f"--trace_interval_s={interval_s}",
-                  f"--out={out}"])
-    d = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
-    r = json.loads(out.read_text())
-    return d[:, 0], d[:, 1], d[:, 2], float(r["util_wire"]), float(r["queue_mean_pkts"])
+    t, cwnd, ssthresh, rep, _ = cal.ns3_flow_trace(binary, c, seed, interval_s, workdir)
+    return t, cwnd, ssthresh, float(rep["util_wire"]), float(rep["queue_mean_pkts"])
 
 
 def zoom(binary, c, seed, t0, t1, prrs, workdir: Path, step_s=0.0005):
-    """Packets the flow hands to the bottleneck queue per `step_s` between t0 and t1, with
-    its cwnd and ssthresh: ns-3 from its interval record (agent intervals of step_s, no
-    agent) and cwnd trace; ours from the transmissions counter, per PRR choice."""
-    import jax
-    from rlbm_jax.env import sim, tcp
-
-    pre = workdir / f"zoom_{c.name.replace('/', '_')}_s{seed}"
-    cal.call_ns3([str(binary), *cal.ns3_args(c, seed), f"--cwnd_out={pre}.cwnd.csv", f"--trace_interval_s={step_s}",
-                  f"--agent_interval_s={step_s}", f"--intervals_out={pre}.iv.csv", f"--out={pre}.json"])
-    cw = np.loadtxt(f"{pre}.cwnd.csv", delimiter=",", skiprows=1, ndmin=2)
-    iv = np.genfromtxt(f"{pre}.iv.csv", delimiter=",", names=True)
-    cols = {"ns-3.37": (iv["t_end_s"], iv["arrivals_pkts_c0"], np.interp(iv["t_end_s"], cw[:, 0], cw[:, 1]),
-                        np.interp(iv["t_end_s"], cw[:, 0], cw[:, 2]))}
+    """Packets the flow hands to the bottleneck queue per `step_s` from its first window
+    reduction after t0, for t1 - t0 seconds, with its cwnd and ssthresh: ns-3 from its
+    interval record (agent intervals of step_s, no agent); ours per PRR choice."""
+    t, w, ss, _, _ = cal.ns3_flow_trace(binary, c, seed, step_s, workdir, f"--agent_interval_s={step_s}",
+                                        f"--intervals_out={workdir / 'zoom'}.iv.csv")
+    iv = np.genfromtxt(f"{workdir / 'zoom'}.iv.csv", delimiter=",", names=True)
+    cols = {"ns-3.37": (iv["t_end_s"], iv["arrivals_pkts_c0"], np.interp(iv["t_end_s"], t, w),
+                        np.interp(iv["t_end_s"], t, ss))}
     for prr in prrs:
-        p = make_params(**{**cal.seed_kw(c, seed), "prr": prr})
-        n = max(1, int(round(step_s / float(p.tick_s))))
-
-        def body(st, _):
-            st = sim.run(st, p, n)[0]
-            return st, (st.metrics.tx_total, tcp.column(st.flows, "cwnd")[0], tcp.column(st.flows, "ssthresh")[0])
-
-        steps = int(c.seconds / (n * float(p.tick_s)))  # its reduction may come later than ns-3's
-        _, (tx, w, ss) = jax.jit(lambda st: jax.lax.scan(body, st, None, length=steps))(
-            sim.init(jax.random.PRNGKey(seed), p))
-        t = np.arange(1, steps + 1) * n * float(p.tick_s)
-        cols[f"ours prr={prr}"] = (t, np.diff(np.asarray(tx), prepend=0), np.asarray(w), np.asarray(ss))
+        t, w, ss, sent, _, _ = cal.our_flow_trace(c, seed, step_s, prr=prr)
+        cols[f"ours prr={prr}"] = (t, sent, w, ss)
     for name, (t, sent, w, ss) in cols.items():
         cut = np.flatnonzero((t >= t0) & (np.diff(ss, prepend=ss[0]) < 0))  # each simulator's own next reduction
         start = t[cut[0]] - 2 * step_s if cut.size else t0
@@ -186,8 +165,8 @@ def _plot(cells, seeds, traces, sims, path):
         bdp = float(make_params(**c.kw).bdp_pkts)
         for s in range(seeds):
             ax = axes[r, s]
-            for name, col in zip(sims, ("tab:blue", "tab:green", "tab:orange") if len(sims) == 3
-                                 else ("tab:blue", "tab:orange")):
+            for i, name in enumerate(sims):
+                col = "tab:orange" if name == "ns-3.37" else ("tab:blue", "tab:green")[i]
                 t, w = traces[(c.name, s + 1, name)]
                 ax.plot(t, w, color=col, lw=0.8, label=name)
             ax.axhline(bdp, color="0.4", lw=0.6, ls="--", label="BDP")

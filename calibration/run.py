@@ -426,37 +426,45 @@ TRACE_CELLS = ("long/newreno/N1/1bdp/rtt20ms", "long/cubic/N1/1bdp/rtt20ms",
 
 def our_flow_trace(c: Cell, seed: int, interval_s: float, **model):
     """Flow slot 0's cwnd and ssthresh (segments) every `interval_s` of the cell's seed-`seed`
-    run (its make_params arguments updated by `model`): (absolute times, cwnd, ssthresh,
-    final state, params)."""
+    run (its make_params arguments updated by `model`), and the packets all flows sent in
+    each interval: (absolute times, cwnd, ssthresh, sent, final state, params)."""
     p = make_params(**{**seed_kw(c, seed), **model})
     n = max(1, int(round(interval_s / float(p.tick_s))))
     steps = int(c.seconds / (n * float(p.tick_s)))
 
     def body(s, _):
         s = sim.run(s, p, n)[0]
-        return s, (tcp.column(s.flows, "cwnd")[0], tcp.column(s.flows, "ssthresh")[0])
+        return s, (tcp.column(s.flows, "cwnd")[0], tcp.column(s.flows, "ssthresh")[0], s.metrics.tx_total)
 
-    state, (cwnd, ssthresh) = jax.jit(lambda s: jax.lax.scan(body, s, None, length=steps))(
+    state, (cwnd, ssthresh, tx) = jax.jit(lambda s: jax.lax.scan(body, s, None, length=steps))(
         sim.init(jax.random.PRNGKey(seed), p))
     t = np.arange(1, steps + 1) * n * float(p.tick_s)
-    return t, np.asarray(cwnd, float), np.asarray(ssthresh, float), state, p
+    sent = np.diff(np.asarray(tx), prepend=0)
+    return t, np.asarray(cwnd, float), np.asarray(ssthresh, float), sent, state, p
 
 
 def our_cwnd_trace(c: Cell, seed: int, interval_s: float):
     """cwnd and ssthresh (segments) of flow slot 0 every `interval_s`, against time since its start."""
-    t, cwnd, ssthresh, state, _ = our_flow_trace(c, seed, interval_s)
+    t, cwnd, ssthresh, _, state, _ = our_flow_trace(c, seed, interval_s)
     t = t - float(tcp.column(state.flows, "start_s")[0])
     keep = t >= 0
     return t[keep], cwnd[keep], ssthresh[keep]
 
 
+def ns3_flow_trace(binary: Path, c: Cell, seed: int, interval_s: float, workdir: Path, *extra: str):
+    """ns-3's cwnd and ssthresh (segments) of the first long flow every `interval_s` of the
+    cell's seed-`seed` run (`extra`: more scenario arguments); (absolute times, cwnd,
+    ssthresh, the run's report, the files' common path prefix)."""
+    pre = workdir / f"{c.name.replace('/', '_')}_s{seed}"
+    call_ns3([str(binary), *ns3_args(c, seed), f"--cwnd_out={pre}.cwnd.csv", f"--trace_interval_s={interval_s}",
+              f"--out={pre}.trace_run.json", *extra])
+    d = np.loadtxt(f"{pre}.cwnd.csv", delimiter=",", skiprows=1, ndmin=2)
+    return d[:, 0], d[:, 1], d[:, 2], json.loads(Path(f"{pre}.trace_run.json").read_text()), pre
+
+
 def ns3_cwnd_trace(binary: Path, c: Cell, seed: int, interval_s: float, workdir: Path):
-    path = workdir / f"{c.name.replace('/', '_')}_s{seed}.cwnd.csv"
-    cmd = [str(binary), *ns3_args(c, seed), f"--cwnd_out={path}", f"--trace_interval_s={interval_s}",
-           f"--out={workdir / 'cwnd_trace_run.json'}"]
-    call_ns3(cmd)
-    d = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
-    return d[:, 0] - d[0, 0] + interval_s, d[:, 1], d[:, 2]
+    t, cwnd, ssthresh, _, _ = ns3_flow_trace(binary, c, seed, interval_s, workdir)
+    return t - t[0] + interval_s, cwnd, ssthresh
 
 
 def cwnd_trace_plot(binary: Path, cells: list[Cell], out: Path, seed: int = 1, interval_s: float = 0.01):

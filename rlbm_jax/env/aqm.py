@@ -188,9 +188,9 @@ def _red(s: AqmState, arr_c, q_pkts, u, now_s, p, adaptive):
     # the one that finds max_th packets on is hit, even in a tick that began below min_th.
     step = (p.red_weight >= 1.0) & (p.red_max_p >= 1.0) & (arr_c > 0)
     q_f = q_pkts.astype(jnp.float32)
-    step_first = jnp.clip(jnp.ceil(p.red_max_th_pkts - q_f).astype(jnp.int32), 0, arr_c)
-    step_first = jnp.where(q_pkts + step_first > 1, step_first, 2 - q_pkts)  # (ns-3: not below 2 queued)
-    first = jnp.where(step, jnp.minimum(step_first, arr_c), first)
+    # (ns-3 decides nothing with fewer than 2 packets queued)
+    step_first = jnp.clip(jnp.ceil(jnp.maximum(p.red_max_th_pkts, 2.0) - q_f).astype(jnp.int32), 0, arr_c)
+    first = jnp.where(step, step_first, first)
     count = jnp.where(step, jnp.maximum(arr_c - first, 0), count)
     spacing = jnp.where(step, 1.0, spacing)
     hits = Hits(first=first, spacing=spacing, count=jnp.where(forced, 0, count), forced=forced,

@@ -34,7 +34,7 @@ from rlbm_jax.env.tcp.variants import VARIANTS
 
 GO_BACK_N, SACK_ONLY = 0, 1  # params.rto_recovery_id (params.RTO_RECOVERY_NAMES)
 RTT_CUMULATIVE, RTT_EVERY_ACK = 0, 1  # params.rtt_samples_id (params.RTT_SAMPLES_NAMES)
-PRR_EXACT, PRR_NS3 = 0, 1  # params.prr_id (params.PRR_NAMES)
+PRR_NS3 = 1  # params.prr_id of "ns-3.37" (params.PRR_NAMES)
 
 
 class AckView(NamedTuple):
