@@ -25,6 +25,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -691,9 +692,32 @@ def _fmt(x):
     return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
 
 
+def parse_sets(items: list[str], ap) -> dict:
+    """--set NAME=VALUE pairs as make_params keyword arguments (numbers, true/false, or text)."""
+    import inspect
+
+    known = inspect.signature(make_params).parameters
+    out = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or name not in known:
+            ap.error(f"--set takes NAME=VALUE with NAME a make_params argument, got {item!r}")
+        try:
+            value = json.loads(text.lower() if text.lower() in ("true", "false") else text)
+        except json.JSONDecodeError:
+            value = text
+        out[name] = value
+    return out
+
+
 def main(argv=None):
     ap = parser(__doc__, "run.py")
     ap.add_argument("--grid", default="smoke", choices=["thesis", "long", "smoke", "dial", "fast", "aqm"], help="cells to run")
+    ap.add_argument("--cells", default=None, metavar="REGEX",
+                    help="only the grid's cells whose name matches (re.search), e.g. 'red/ecn'")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a cell parameter (a make_params argument) in both simulators, e.g. "
+                         "--set pie_max_burst_s=1000; repeatable")
     ap.add_argument("--seeds", type=int, default=10, help="seeds per cell")
     ap.add_argument("--first-seed", type=int, default=1, help="seeds are first-seed, first-seed+1, ...")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)), help="ns-3 processes at a time")
@@ -721,6 +745,16 @@ def main(argv=None):
     out = Path(args.out or ROOT / "calibration" / "results" / args.grid)
     out.mkdir(parents=True, exist_ok=True)
     cells = grid(args.grid)
+    if args.cells:
+        try:
+            pattern = re.compile(args.cells)
+        except re.error as e:
+            ap.error(f"--cells: {e}")
+        cells = [c for c in cells if pattern.search(c.name)]
+        if not cells:
+            ap.error(f"--cells {args.cells!r} matches none of grid {args.grid!r}'s cells")
+    if args.set:
+        cells = [dataclasses.replace(c, kw={**c.kw, **parse_sets(args.set, ap)}) for c in cells]
     if ours_model := model_kw(args):  # our side only: these choices are not ns-3 arguments (ns3.NOT_NS3)
         cells = [dataclasses.replace(c, kw={**c.kw, **ours_model}) for c in cells]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))

@@ -25,8 +25,8 @@ def random_configs(n: int, seed: int, aqm: bool = False, **static):
     """n parameter sets with random dynamic values and identical static shapes, stacked
     along a leading axis (for vmap; static sizes padded to the largest, `stack_params`), plus
     the list of unbatched sets.  With `aqm`, every set runs an AQM (RED, ARED, PIE, CoDel or
-    FQ-CoDel with random settings, in turn), every other one with ECN, every third one with
-    ns-3.37's PRR arithmetic."""
+    FQ-CoDel with random settings, in turn), every other one with ECN (half of those with
+    ns-3.37's CWR entries, `ecn_cwr`), every third one with ns-3.37's PRR arithmetic."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
@@ -39,7 +39,8 @@ def random_configs(n: int, seed: int, aqm: bool = False, **static):
                          red_max_p=float(rng.uniform(0.02, 0.5)), pie_target_s=float(rng.uniform(0.002, 0.02)),
                          codel_target_s=float(rng.uniform(0.001, 0.01)),
                          codel_interval_s=float(rng.uniform(0.02, 0.1)),
-                         prr="ns-3.37" if i % 3 == 0 else "exact")  # (drawing nothing: the other draws stay)
+                         prr="ns-3.37" if i % 3 == 0 else "exact",  # (drawing nothing: the other draws stay)
+                         ecn_cwr="ns-3.37" if i % 4 == 1 else "open")
         out.append(make_params(
             num_senders=static.get("num_senders", 4), num_classes=static.get("num_classes", 2),
             num_flow_slots=static.get("num_flow_slots", 12), pkts_per_tick=static.get("pkts_per_tick", 1),

@@ -152,3 +152,24 @@ def test_syn_stalls_counts_short_flows_held_about_one_syn_timeout():
     assert run.syn_stalls([seed1, seed2]) == (2, 4)
     assert run.syn_stalls([seed1, seed2], syn_timeout_s=5.0) == (0, 4)
     assert run.syn_stalls([[]]) == (0, 0)
+
+
+def test_cell_filter_and_overrides_reach_both_simulators():
+    """`--cells` picks a grid's cells by name and refuses a pattern that picks none; `--set`
+    changes a cell's parameter for ns-3 and for ours alike (how a cell is rerun as another
+    policy, say), and refuses a name make_params does not take."""
+    import argparse
+
+    ap = argparse.ArgumentParser(exit_on_error=False)
+    sets = run.parse_sets(["policy=droptail", "pie_max_burst_s=1000", "ecn=true"], ap)
+    assert sets == {"policy": "droptail", "pie_max_burst_s": 1000, "ecn": True}
+    with pytest.raises(SystemExit):
+        run.parse_sets(["bogus_knob=1"], ap)
+    cell = run.aqm_cell("pie", False, "websearch", 1.0)
+    cell = dataclasses.replace(cell, kw={**cell.kw, **sets})
+    flags = harness.ns3_args(cell, 1)
+    assert "--policy=droptail" in flags and "--pie_max_burst_s=1000" in flags and "--ecn=1" in flags
+    p = make_params(**harness.seed_kw(cell, 1))
+    assert float(p.pie_max_burst_s) == 1000 and bool(p.ecn)
+    with pytest.raises(SystemExit):
+        run.main(["--grid", "aqm", "--cells", "no-such-cell", "--no-progress"])

@@ -31,6 +31,13 @@ as_root() {
     fi
 }
 
+# one build (and one apt-get) at a time: test workers and calibration runs may call this together
+mkdir -p "$here/build"
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$here/build/.lock"
+    flock 9
+fi
+
 if ! have_ns3; then
     if command -v apt-get >/dev/null 2>&1; then
         if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then

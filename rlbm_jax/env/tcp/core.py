@@ -12,7 +12,8 @@ the state ends, cwnd = ssthresh, with the ACK of the first packet sent after the
 losses found in CWR are retransmitted without a second cut or fast recovery).  The
 receiver echoes CE until the sender's next new packet (CWR) reaches it, so a mark on a
 packet sent after the cut is the next congestion event.  ns-3.37 also enters CWR from
-RECOVERY and LOSS on an echo; here only OPEN does.
+RECOVERY and LOSS on an echo, and a loss's cut does not stop the echo; only
+`ecn_cwr="ns-3.37"` does that, the default enters CWR from OPEN only.
 After an RTO the sender resends either like ns-3.37 (go-back-N over everything not
 yet ACKed or SACKed, in flight or not; the default) or only what was lost
 (`rto_recovery="sack"`, as Linux with F-RTO would once it sees the timeout was
@@ -35,6 +36,7 @@ from rlbm_jax.env.tcp.variants import VARIANTS
 GO_BACK_N, SACK_ONLY = 0, 1  # params.rto_recovery_id (params.RTO_RECOVERY_NAMES)
 RTT_CUMULATIVE, RTT_EVERY_ACK = 0, 1  # params.rtt_samples_id (params.RTT_SAMPLES_NAMES)
 PRR_NS3 = 1  # params.prr_id of "ns-3.37" (params.PRR_NAMES)
+ECN_CWR_NS3 = 1  # params.ecn_cwr_id of "ns-3.37" (params.ECN_CWR_NAMES)
 
 
 class AckView(NamedTuple):
@@ -142,12 +144,22 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     outstanding = outstanding - jnp.where(detect, fl.undet, 0)
     undet = jnp.where(detect, 0, fl.undet)
 
-    enter = detect & (fl.state == OPEN)
-    # ECN: a cumulative ACK echoing a CE mark on a packet sent since the last cut, in OPEN
+    # ECN: a cumulative ACK echoing a CE mark on a packet sent since the last cut, in OPEN;
+    # or (ecn_cwr "ns-3.37") a cumulative ACK in any state but CWR while the receiver still
+    # echoes a mark on a packet sent since the last CWR, which then takes the place of a loss
+    # found on the same tick's ACKs, or ends a fast recovery or the LOSS state with a cut
     ce = jnp.zeros_like(acked) if ce_acked is None else ce_acked
     ce_tx = jnp.full_like(acked, -1) if ce_max_tx is None else ce_max_tx
-    enter_cwr = (params.ecn & has & (n_dup < acked) & (ce > 0) & (ce_tx >= fl.ecn_recover_tx)
-                 & (fl.state == OPEN) & ~enter)
+    ns3_cwr = params.ecn_cwr_id == ECN_CWR_NS3
+    echo = params.ecn & has & (ce > 0) & (ce_tx >= fl.ecn_recover_tx)
+    holes = (fl.lost_q + fl.retx_out + fl.retx_dropped) > 0
+    # after an RTO only a retransmission moves the cumulative ACK over a hole (below)
+    moves = has & jnp.where((fl.state == LOSS) & holes, acked_retx > 0, n_dup < acked)
+    echo_ns3 = (fl.ece_pending | echo) & params.ecn & ns3_cwr
+    cwr_ns3 = echo_ns3 & moves & (fl.state != CWR)
+    enter = detect & (fl.state == OPEN) & ~cwr_ns3
+    enter_cwr = jnp.where(ns3_cwr, cwr_ns3, echo & (n_dup < acked) & (fl.state == OPEN) & ~enter)
+    ece_pending = echo_ns3 & ~enter_cwr
     cut = enter | enter_cwr
     ss_new, cut_own = loss_ssthresh(fl, outstanding.astype(jnp.float32), params)
     ssthresh = jnp.where(cut, ss_new, fl.ssthresh)
@@ -155,7 +167,7 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     prr_delivered = jnp.where(cut, 0, fl.prr_delivered)
     prr_out = jnp.where(cut, 0, fl.prr_out)
     recover_fs = jnp.where(cut, (outstanding + lost_q).astype(jnp.float32), fl.recover_fs)
-    ecn_recover_tx = jnp.where(cut & params.ecn, fl.tx_next, fl.ecn_recover_tx)
+    ecn_recover_tx = jnp.where(jnp.where(ns3_cwr, enter_cwr, cut) & params.ecn, fl.tx_next, fl.ecn_recover_tx)
     fl_cut = fl.replace(ssthresh=ssthresh, state=state, delay_min_s=delay_min,
                         **{n: jnp.where(cut, v, getattr(fl, n)) for n, v in cut_own.items()})
 
@@ -168,7 +180,6 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     growth = jnp.maximum(growth, 0)
     # after an RTO, ACKs of packets above a still-missing one are SACKs: only
     # retransmissions (which fill holes) advance the cumulative ACK then
-    holes = (fl.lost_q + fl.retx_out + fl.retx_dropped) > 0
     growth = jnp.where((state == LOSS) & holes, jnp.minimum(growth, acked_retx), growth)
     growth_acks = growth.astype(jnp.float32)
     cwnd = fl.cwnd
@@ -258,7 +269,7 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
         rto_s=rto_s, da_parity=da_parity, lost_q=lost_q, undet=undet, ssthresh=ssthresh, state=state,
         prr_delivered=prr_delivered, prr_out=prr_out, recover_fs=recover_fs, cwnd=jnp.maximum(cwnd, 1.0),
         rto_deadline=rto_deadline, rec_partial=rec_partial, gbn_left=gbn_left, gbn_ahead=gbn_ahead,
-        ecn_recover_tx=ecn_recover_tx, **own,
+        ecn_recover_tx=ecn_recover_tx, ece_pending=ece_pending, **own,
     )
 
 

@@ -28,6 +28,9 @@ Per flow the sender keeps:
                resend out of the pipe (ns-3 discards the segment, retransmitted or not)
   ecn_recover_tx  ECN (params.ecn): the transmission id at the last window reduction; a
                CE mark echoed for a packet sent before it is the same congestion event
+               (with `params.ecn_cwr` "ns-3.37": at the last entry to CWR only)
+  ece_pending  ECN, `params.ecn_cwr` "ns-3.37": a CE mark the receiver still echoes has
+               been ACKed, and no ACK that moves the cumulative ACK has carried it yet
 """
 from __future__ import annotations
 
@@ -76,11 +79,12 @@ class _Shared:
     gbn_left: jnp.ndarray  # int32 go-back-N: ghosts neither resent nor ACKed yet
     gbn_ahead: jnp.ndarray  # int32 go-back-N: ghosts resent before their original's ACK
     ecn_recover_tx: jnp.ndarray  # int32 ECN: tx_next at the last window reduction
+    ece_pending: jnp.ndarray  # bool ECN (ecn_cwr "ns-3.37"): an echo waits for a cumulative ACK
 
 
 SHARED_FLOAT = ("size_bytes", "start_s", "cwnd", "ssthresh", "recover_fs", "srtt_s", "rttvar_s", "rto_s",
                 "delay_min_s")
-SHARED_BOOL = ("active", "rec_partial")
+SHARED_BOOL = ("active", "rec_partial", "ece_pending")
 _INITIAL = {n: 0 for n in _Shared.__annotations__}
 for _v in VARIANTS:
     _clash = set(_v.fields.names()) & set(_INITIAL)
