@@ -150,3 +150,20 @@ def test_cli_refuses_an_evaluation_without_a_trained_run(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert "trained.msgpack" in r.stderr
+
+
+def test_ns3_judging_takes_the_tcp_model_for_the_jax_side_only():
+    """`queuepilot.py ns3 --prr ns-3.37 --ecn-cwr ns-3.37` runs the JAX side with ns-3.37's
+    arithmetic; the ns-3 command line (and so its run cache) is the same as without."""
+    from rlbm_jax import ns3 as harness
+    from rlbm_jax.cli import model_kw
+    from rlbm_jax.cli.queuepilot import build_parser
+
+    a = build_parser().parse_args(["ns3", "--prr", "ns-3.37", "--ecn-cwr", "ns-3.37"])
+    assert model_kw(a) == {"prr": "ns-3.37", "ecn_cwr": "ns-3.37"}
+    kw = qp.config_kw(20, 0.04, "cubic", **model_kw(a))
+    p = make_params(**kw)
+    assert int(p.prr_id) == 1 and int(p.ecn_cwr_id) == 1 and p.needs_jax_tick
+    plain = harness.Cell("qp/x", "thesis", qp.config_kw(20, 0.04, "cubic"), 15.0)
+    ours = harness.Cell("qp/x", "thesis", kw, 15.0)
+    assert harness.ns3_args(ours, 2000) == harness.ns3_args(plain, 2000)

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax import queuepilot as qp
-from rlbm_jax.cli import fail, parser
+from rlbm_jax.cli import add_model_args, fail, parser
 from rlbm_jax.env.params import make_params
 from rlbm_jax.progress import Progress, fmt_s
 
@@ -96,6 +96,7 @@ def build_parser():
     n.add_argument("--no-fq-codel", action="store_true", help="leave out FQ-CoDel")
     n.add_argument("--no-jax", action="store_true", help="leave out the JAX side")
     n.add_argument("--fresh-ns3", action="store_true", help="rerun ns-3 even where a cached run matches")
+    add_model_args(n)  # the JAX side's TCP model (ns-3 runs its own; its cached runs are reused)
     return ap
 
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax import queuepilot as qp
-from rlbm_jax.cli import fail
+from rlbm_jax.cli import fail, model_kw
 from rlbm_jax.cli.queuepilot import DEFAULT_VARIANTS, load_trained
 from rlbm_jax.env.formulations.queuepilot import MARK_LEVELS, QUEUEPILOT
 from rlbm_jax.env.params import make_params
@@ -240,8 +240,8 @@ def ns3(a, argv) -> int:
     def overrides(v, n, r, t):
         return qp.baseline_variants(int(make_params(**qp.config_kw(n, r, t)).buffer_pkts))[v]
 
-    def kw_of(v, cfg_):
-        return qp.config_kw(*cfg_, warmup_s=a.warmup_s, **(overrides(v, *cfg_) if v else {}))
+    def kw_of(v, cfg_):  # (the TCP-model choices are ours only: ns3.NOT_NS3 keeps them off ns-3's command)
+        return qp.config_kw(*cfg_, warmup_s=a.warmup_s, **(overrides(v, *cfg_) if v else {}), **model_kw(a))
 
     def sim_of(kw):  # the simulator params the formulation scores with (the policy plays no part)
         return make_params(**kw)
