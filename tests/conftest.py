@@ -63,6 +63,20 @@ def random_configs(n: int, seed: int, aqm: bool = False, **static):
     return stack_params(out), out
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _release_compiled_code():
+    """After each test file, drop JAX's in-memory compiled code (a worker process runs many
+    files one after another; a later file that needs the same computation reads it back
+    from the compilation cache on disk), so no worker's memory grows with the suite."""
+    yield
+    import gc
+
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
+
+
 @pytest.fixture(scope="session")
 def rng():
     return np.random.default_rng(1234)
