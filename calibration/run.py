@@ -754,7 +754,8 @@ def main(argv=None):
         if not cells:
             ap.error(f"--cells {args.cells!r} matches none of grid {args.grid!r}'s cells")
     if args.set:
-        cells = [dataclasses.replace(c, kw={**c.kw, **parse_sets(args.set, ap)}) for c in cells]
+        sets = parse_sets(args.set, ap)
+        cells = [dataclasses.replace(c, kw={**c.kw, **sets}) for c in cells]
     if ours_model := model_kw(args):  # our side only: these choices are not ns-3 arguments (ns3.NOT_NS3)
         cells = [dataclasses.replace(c, kw={**c.kw, **ours_model}) for c in cells]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))

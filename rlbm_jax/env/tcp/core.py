@@ -155,7 +155,7 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     holes = (fl.lost_q + fl.retx_out + fl.retx_dropped) > 0
     # after an RTO only a retransmission moves the cumulative ACK over a hole (below)
     moves = has & jnp.where((fl.state == LOSS) & holes, acked_retx > 0, n_dup < acked)
-    echo_ns3 = (fl.ece_pending | echo) & params.ecn & ns3_cwr
+    echo_ns3 = (fl.ece_pending | echo) & ns3_cwr  # (ece_pending is only ever set with ECN)
     cwr_ns3 = echo_ns3 & moves & (fl.state != CWR)
     enter = detect & (fl.state == OPEN) & ~cwr_ns3
     enter_cwr = jnp.where(ns3_cwr, cwr_ns3, echo & (n_dup < acked) & (fl.state == OPEN) & ~enter)
