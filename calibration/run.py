@@ -671,7 +671,7 @@ def evidence(c: Cell, metric: str, rows, ours, ns3) -> str:
 
 def explain_miss(cell: str, metric: str) -> str:
     if cell.startswith("aqm/"):
-        if "/noecn/" in cell and (cell.endswith("/long16/4bdp") or cell.startswith("aqm/fq-codel/noecn/cubic/long16/")):
+        if "/noecn/cubic/long16/" in cell and (cell.endswith("/4bdp") or cell.startswith("aqm/fq-codel/")):
             return CAUSES["aqm-ss-jump"]
         if cell.startswith("aqm/fq-codel/noecn/cubic/websearch/") and metric in ("drop_rate", "queue_mean_pkts"):
             return CAUSES["aqm-ss-credit"]
