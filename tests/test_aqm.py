@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rlbm_jax import scenarios
-from rlbm_jax.env import aqm, metrics as mx, sim, tcp
+from rlbm_jax.env import aqm, metrics as mx, queue as qm, sim, tcp
 from rlbm_jax.env.params import ared_defaults, make_params
 
 
@@ -170,6 +170,31 @@ def test_ecn_marks_replace_drops_and_cut_once_per_window():
         # the cut halves the window (NewReno: ssthresh = flight / 2) and cwnd follows it down
         before = cw[enter - 1, f]
         np.testing.assert_array_less(ss[enter, f], before * 0.6 + 1)
+
+
+def test_a_run_split_by_the_link_keeps_its_mark_on_the_packet_still_queued():
+    """One env, one class, one packet per tick, RED with ECN: the FIFO's head run holds 2
+    packets, the last CE-marked.  The link takes the first: it leaves unmarked and the
+    packet still queued keeps the mark.  XLA's CPU compiler once fused the tick's two
+    dequeues wrongly in exactly these shapes (every axis of the FIFOs of size one, as in one
+    env or a batch of one) and zeroed the queued run's CE count: the mark was counted, never
+    echoed, and such runs took another regime (3 times the drops in the RED / ECN / 16-flow
+    calibration cell, REPORT section 6).  `depart_phase` keeps the two dequeues apart."""
+    p = make_params(num_classes=1, load=0.0, policy="red", bottleneck_rate_bps=100e6, bottleneck_delay_s=0.01,
+                    access_rate_bps=1e9, tcp="cubic", num_senders=16, num_flow_slots=16, long_flows=16,
+                    long_flow_start_spread_s=1.0, buffer_per_class_pkts=119, queue_capacity_pkts=119, ecn=True,
+                    red_min_th_pkts=14.875, red_max_th_pkts=44.625, red_max_p=0.1, pkts_per_tick=1)
+    s = sim.init(jax.random.PRNGKey(1), p)
+    q = s.queue
+    run = np.zeros(qm.RUN_FIELDS, np.int32)
+    run[[qm.FLOW, qm.COUNT, qm.NCE]] = (0, 2, 1)
+    s = s.replace(queue=q.replace(runs=q.runs.at[0, 0].set(jnp.asarray(run)), nruns=q.nruns.at[0].set(1),
+                                  pkts=q.pkts.at[0].set(2)))
+    o = jax.jit(sim.tick)(s, p)
+    queued, left = np.asarray(o.queue.runs[0, 0]), np.asarray(o.wire[0, 0])
+    assert (queued[qm.COUNT], queued[qm.TX0], queued[qm.NCE]) == (1, 1, 1), queued
+    assert (left[qm.COUNT], left[qm.NCE]) == (1, 0), left
+    assert int(o.metrics.mark_total) == int(s.metrics.mark_total)  # nothing new marked: the queue is below min_th
 
 
 def test_without_ecn_the_aqm_drops_early_and_never_marks():

@@ -590,6 +590,12 @@ def depart_phase(state: SimState, clk: Clock, adm: Admission, params: SimParams)
     P, k = params.num_classes, params.pkts_per_tick
     queue, flows, aqm_s, drops, retx_drops, marks, sojourn_s = _aqm_at_dequeue(state, clk, adm, params)
     served, rr_next = scheduler.serve(queue.pkts, k, state.rr_next, params.scheduler_id)
+    if P == 1 and k == 1:
+        # A barrier between the two dequeues: XLA's CPU compiler (jaxlib 0.10.2 and 0.11.2;
+        # not CUDA) fused them wrongly in these shapes in one env or a batch of one, zeroing
+        # the CE count of a run split by the link (tests/test_aqm.py; calibration/REPORT.md
+        # section 6).  Other shapes compile as before.
+        queue = queue.replace(runs=jax.lax.optimization_barrier(queue.runs))
     queue, departed = qm.dequeue(queue, served, k)
     first = departed[:, 0]
     departed = departed.at[:, 0, qm.NCE].set(first[:, qm.NCE] + jnp.minimum(marks, first[:, qm.COUNT]
