@@ -120,7 +120,8 @@ def cdf_path(name: str) -> str:
 # shapes of our simulator, and its choices of what to model (ns-3.37 is the reference:
 # it always recovers from a timeout by go-back-N)
 NOT_NS3 = ("num_flow_slots", "queue_capacity_pkts", "pkts_per_tick", "completion_log_size", "interval_log_size",
-           "delay_line_ticks", "rto_recovery", "rtt_samples", "prr", "ecn_cwr", "flow_queue_capacity_pkts")
+           "delay_line_ticks", "rto_recovery", "rtt_samples", "prr", "prr_ssrb", "ecn_cwr",
+           "flow_queue_capacity_pkts")
 
 
 # ARED's thresholds and weight that a cell leaves unset (None) are the automatic ones

@@ -26,7 +26,8 @@ def random_configs(n: int, seed: int, aqm: bool = False, **static):
     along a leading axis (for vmap; static sizes padded to the largest, `stack_params`), plus
     the list of unbatched sets.  With `aqm`, every set runs an AQM (RED, ARED, PIE, CoDel or
     FQ-CoDel with random settings, in turn), every other one with ECN (half of those with
-    ns-3.37's CWR entries, `ecn_cwr`), every third one with ns-3.37's PRR arithmetic."""
+    ns-3.37's CWR entries, `ecn_cwr`), every third one with ns-3.37's PRR arithmetic, every
+    other one with its PRR reduction bound (`prr_ssrb`)."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
@@ -40,7 +41,8 @@ def random_configs(n: int, seed: int, aqm: bool = False, **static):
                          codel_target_s=float(rng.uniform(0.001, 0.01)),
                          codel_interval_s=float(rng.uniform(0.02, 0.1)),
                          prr="ns-3.37" if i % 3 == 0 else "exact",  # (drawing nothing: the other draws stay)
-                         ecn_cwr="ns-3.37" if i % 4 == 1 else "open")
+                         ecn_cwr="ns-3.37" if i % 4 == 1 else "open",
+                         prr_ssrb="ns-3.37" if i % 2 == 0 else "rfc6937")
         out.append(make_params(
             num_senders=static.get("num_senders", 4), num_classes=static.get("num_classes", 2),
             num_flow_slots=static.get("num_flow_slots", 12), pkts_per_tick=static.get("pkts_per_tick", 1),

@@ -1,11 +1,16 @@
-"""PRR's send count in fast recovery (RFC 6937), exact and as ns-3.37 computes it.
+"""PRR's send count in fast recovery (RFC 6937), exact and as ns-3.37 computes it, and its
+slow-start reduction bound (`prr_ssrb`).
 
 ns-3.37's TcpPrrRecovery::DoRecovery multiplies the bytes delivered since the recovery
 began by ssthresh in bytes as two 32-bit unsigned integers; past 2^32 the product wraps
 and the send count it yields falls below what was already sent, so the sender stays
 silent until its flight is down to ssthresh.  `prr="ns-3.37"` reproduces that product
 (calibration/REPORT.md, section 6: it is why ns-3's lone CUBIC flow under RED does not
-take a second cut right after its first)."""
+take a second cut right after its first).  Once the flight is at or below ssthresh, RFC 6937
+lets every ACK send what it delivered plus a segment; ns-3.37 (as Linux) adds the segment only
+on an ACK of retransmitted data (`prr_ssrb="ns-3.37"`; REPORT section 6: with the RFC's bound a
+flow whose window was cut below its flight sends two segments per duplicate ACK into the
+queue it just overflowed)."""
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings, strategies as st
@@ -17,20 +22,23 @@ from rlbm_jax.env.tcp.variant import RECOVERY
 MSS = 1000
 
 
-def _after_acks(prr, pipe0, ssthresh, recover_fs, delivered0, out0, acked):
-    """cwnd after one tick of `acked` SACKed segments in RECOVERY (NewReno, one hole
+def _after_acks(prr, pipe0, ssthresh, recover_fs, delivered0, out0, acked, acked_retx=None, prr_ssrb="rfc6937"):
+    """cwnd after one tick of `acked` ACKed segments in RECOVERY, `acked_retx` of them
+    retransmissions (default none: all SACKed), the rest duplicate ACKs (NewReno, a hole
     still being repaired, so the episode goes on)."""
-    p = make_params(tcp="newreno", mss_bytes=MSS, prr=prr)
+    p = make_params(tcp="newreno", mss_bytes=MSS, prr=prr, prr_ssrb=prr_ssrb)
     n = len(pipe0)
     fl = tcp.init_flows(n)
     i32 = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
     fl = fl.replace(state=jnp.full((n,), RECOVERY, jnp.int32), outstanding=i32(pipe0),
                     ssthresh=jnp.asarray(ssthresh, jnp.float32), cwnd=jnp.asarray(pipe0, jnp.float32),
                     recover_fs=jnp.asarray(recover_fs, jnp.float32), prr_delivered=i32(delivered0),
-                    prr_out=i32(out0), retx_out=jnp.ones((n,), jnp.int32), srtt_s=jnp.full((n,), 0.02, jnp.float32),
+                    prr_out=i32(out0), srtt_s=jnp.full((n,), 0.02, jnp.float32),
                     rttvar_s=jnp.full((n,), 0.01, jnp.float32))
     a = i32(acked)
-    out = tcp.on_acks(fl, jnp.int32(1000), a, jnp.zeros_like(a), a, jnp.full_like(a, 10_000),
+    r = jnp.zeros_like(a) if acked_retx is None else i32(acked_retx)
+    fl = fl.replace(retx_out=r + 1)  # one retransmission still out after this tick's
+    out = tcp.on_acks(fl, jnp.int32(1000), a, r, a - r, jnp.full_like(a, 10_000),
                       jnp.full((n,), 0.02, jnp.float32), p, p.tick_s)
     return np.asarray(out.cwnd), np.asarray(out.outstanding)
 
@@ -82,3 +90,46 @@ def test_ns3_prr_silences_a_large_window_after_a_dozen_acks():
     # segments of a byte count that rounds up to the byte, not to the segment)
     assert np.all(sent_ns3[:3] >= 1) and np.all(np.abs(sent_ns3[:3] - sent_exact[:3]) <= 1)
     assert np.all(sent_ns3[3:] == 0)  # past it: silent
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(20, 400), st.floats(1.05, 2.0), st.integers(0, 200), st.integers(0, 30),
+                          st.integers(1, 30), st.integers(0, 3)), min_size=8, max_size=8))
+def test_ssrb_adds_its_segment_only_on_an_ack_of_retransmitted_data_as_ns3_37(cases):
+    """Flight at or below ssthresh (a window cut below what is in flight, as after an
+    overflow that lost half a slow-start round): RFC 6937 sends min(ssthresh - pipe,
+    max(delivered - out, acked) + 1) on every ACK; ns-3.37 sends min(ssthresh - pipe, acked)
+    on duplicate ACKs and the RFC's count on an ACK of a retransmission."""
+    pipe0 = np.array([c[0] for c in cases])
+    acked = np.minimum(np.array([c[4] for c in cases]), pipe0 - 10)
+    pipe = pipe0 - acked
+    ssthresh = np.floor(pipe * np.array([c[1] for c in cases]))  # above the flight: the SSRB branch
+    delivered0 = np.array([c[2] for c in cases])
+    out0 = np.maximum(delivered0 - np.array([c[3] for c in cases]), 0)  # delivered - out >= 0
+    retx = np.minimum(np.array([c[5] for c in cases]), acked)
+    recover_fs = pipe0 * 2
+    args = (pipe0, ssthresh, recover_fs, delivered0, out0, acked)
+    d = delivered0 + acked
+    rfc = np.minimum(ssthresh - pipe, np.maximum(d - out0, acked) + 1)
+    for r in (np.zeros_like(retx), retx):
+        cwnd, left = _after_acks("exact", *args, acked_retx=r)
+        assert np.array_equal(left, pipe)
+        assert np.array_equal(cwnd - left, rfc)  # the RFC: the segment on every ACK
+        cwnd3, _ = _after_acks("exact", *args, acked_retx=r, prr_ssrb="ns-3.37")
+        ns3 = np.where(r > 0, rfc, np.minimum(ssthresh - pipe, acked))
+        assert np.array_equal(cwnd3 - left, ns3)
+
+
+def test_ssrb_ns3_refills_a_halved_window_one_for_one_on_duplicate_acks():
+    """The case the calibration met: a slow-start round that overflowed the buffer lost
+    every other segment, so the flight (100) is below ssthresh (140).  On a tick of 4
+    duplicate ACKs RFC 6937 sends 5, ns-3.37 sends 4 (the queue stays where it was);
+    on an ACK of a retransmission both send delivered + 1."""
+    one = lambda v: np.array([v])  # noqa: E731
+    args = (one(104), one(140.0), one(200.0), one(10), one(10), one(4))
+    cwnd, left = _after_acks("exact", *args)
+    cwnd3, _ = _after_acks("exact", *args, prr_ssrb="ns-3.37")
+    assert (cwnd - left).tolist() == [5.0] and (cwnd3 - left).tolist() == [4.0]
+    cwnd, left = _after_acks("exact", *args, acked_retx=one(1))
+    cwnd3, _ = _after_acks("exact", *args, acked_retx=one(1), prr_ssrb="ns-3.37")
+    assert (cwnd - left).tolist() == [5.0] and (cwnd3 - left).tolist() == [5.0]

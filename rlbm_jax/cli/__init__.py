@@ -48,11 +48,11 @@ def name_flags(message: str, fields: dict) -> str:
 
 # the simulator's TCP-model choices (rlbm_jax.env.params), as flags of the scripts that
 # build the thesis scenario; unset, a flag keeps the simulator's default (ns-3.37's)
-MODEL_FLAGS = ("rto_recovery", "rtt_samples", "prr", "ecn_cwr")
+MODEL_FLAGS = ("rto_recovery", "rtt_samples", "prr", "prr_ssrb", "ecn_cwr")
 
 
 def add_model_args(ap) -> None:
-    """--rto-recovery, --rtt-samples, --prr, --ecn-cwr (`model_kw` reads them back)."""
+    """--rto-recovery, --rtt-samples, --prr, --prr-ssrb, --ecn-cwr (`model_kw` reads them back)."""
     from rlbm_jax.env import params as P
 
     g = ap.add_argument_group("TCP model (unset: the simulator's default, which follows ns-3.37)")
@@ -65,6 +65,10 @@ def add_model_args(ap) -> None:
                    help="PRR's send count in fast recovery and CWR: exact (RFC 6937), or as ns-3.37 computes it, "
                         "whose 32-bit product wraps for windows above ~65 kB and silences the sender until its "
                         "flight falls to ssthresh (ns-3.37)")
+    g.add_argument("--prr-ssrb", choices=list(P.PRR_SSRB_NAMES), default=None,
+                   help="PRR once the flight is at or below ssthresh: every ACK sends what it delivered plus one "
+                        "segment (rfc6937), or the extra segment only on an ACK of retransmitted data (ns-3.37, "
+                        "as Linux)")
     g.add_argument("--ecn-cwr", choices=list(P.ECN_CWR_NAMES), default=None,
                    help="with ECN, which states an echoed CE mark cuts the window from: OPEN only (open), or every "
                         "state but CWR, so that an echo during fast recovery or after a timeout cuts again and the "

@@ -123,9 +123,9 @@ def config_from_args(a) -> tuple[PPOConfig, dict]:
 
 def tcp_model(env_cfg: dict) -> dict:
     """The run's TCP-model choices.  A config that names none of `params.LEGACY_TCP_MODEL`'s
-    predates them and was made with that model; one without `prr` or `ecn_cwr` predates
-    it and ran the default, exact PRR or CWR from OPEN (so a run resumes on the simulator it
-    started on)."""
+    predates them and was made with that model; one without `prr`, `prr_ssrb` or `ecn_cwr`
+    predates it and ran the default, exact PRR, RFC 6937's reduction bound or CWR from OPEN
+    (so a run resumes on the simulator it started on)."""
     model = {} if any(k in env_cfg for k in LEGACY_TCP_MODEL) else dict(LEGACY_TCP_MODEL)
     return {**model, **{k: env_cfg[k] for k in MODEL_FLAGS if k in env_cfg}}
 

@@ -33,6 +33,13 @@ RTO_RECOVERY_NAMES = ("go-back-n", "sack")
 # the send count it gives then falls below what was sent, so the sender goes silent until
 # its flight falls to ssthresh (calibration/REPORT.md, section 6)
 PRR_NAMES = ("exact", "ns-3.37")
+# PRR's slow-start reduction bound, once the flight is at or below ssthresh in fast recovery
+# (tcp.on_acks): "rfc6937" lets every ACK send what it delivered plus one segment (RFC 6937's
+# SSRB); "ns-3.37" adds the segment only on an ACK of retransmitted data and lets any other ACK
+# send just what it delivered (ns-3.37's TcpPrrRecovery with m_isRetransDataAcked, as Linux's
+# tcp_cwnd_reduction), so duplicate ACKs refill a window cut below its flight one for one
+# (calibration/REPORT.md, section 6)
+PRR_SSRB_NAMES = ("rfc6937", "ns-3.37")
 # which states an echoed CE mark (ECE on an ACK that moves the cumulative ACK) cuts the window
 # from, entering CWR (tcp.on_acks, RFC 3168): "open" only from OPEN, the echo of a mark on a
 # packet sent after the last window reduction, loss or ECN; "ns-3.37" as ns-3.37's
@@ -85,6 +92,7 @@ class SimParams:
     dupthresh: jnp.ndarray  # [] duplicate ACKs that declare a loss
     rto_recovery_id: jnp.ndarray  # [] index into RTO_RECOVERY_NAMES
     prr_id: jnp.ndarray  # [] index into PRR_NAMES
+    prr_ssrb_id: jnp.ndarray  # [] index into PRR_SSRB_NAMES
     ecn_cwr_id: jnp.ndarray  # [] index into ECN_CWR_NAMES
     rtt_samples_id: jnp.ndarray  # [] index into RTT_SAMPLES_NAMES
     cubic_beta: jnp.ndarray  # []
@@ -227,6 +235,7 @@ def make_params(
     dupthresh: int = 3,
     rto_recovery: str = "go-back-n",
     prr: str = "exact",
+    prr_ssrb: str = "rfc6937",
     ecn_cwr: str = "open",
     rtt_samples: str = "cumulative",
     cubic_beta: float = 0.7,
@@ -340,6 +349,7 @@ def make_params(
     rto_recovery_id = _lookup("rto_recovery", rto_recovery, RTO_RECOVERY_NAMES)
     rtt_samples_id = _lookup("rtt_samples", rtt_samples, RTT_SAMPLES_NAMES)
     prr_id = _lookup("prr", prr, PRR_NAMES)
+    prr_ssrb_id = _lookup("prr_ssrb", prr_ssrb, PRR_SSRB_NAMES)
     ecn_cwr_id = _lookup("ecn_cwr", ecn_cwr, ECN_CWR_NAMES)
     sched_id = _lookup("scheduler", scheduler, SCHEDULER_NAMES)
     arrival_id = _lookup("arrival", arrival, ARRIVAL_NAMES)
@@ -414,6 +424,7 @@ def make_params(
         dupthresh=_as_i32(dupthresh),
         rto_recovery_id=_as_i32(rto_recovery_id),
         prr_id=_as_i32(prr_id),
+        prr_ssrb_id=_as_i32(prr_ssrb_id),
         ecn_cwr_id=_as_i32(ecn_cwr_id),
         rtt_samples_id=_as_i32(rtt_samples_id),
         cubic_beta=_as_f32(cubic_beta),
@@ -458,7 +469,8 @@ def make_params(
         completion_log_size=int(completion_log_size),
         interval_log_size=int(interval_log_size),
         flow_queue_capacity_pkts=fq_cap,
-        needs_jax_tick=jax_only(buffer.POLICY_NAMES[policy_id], ecn_on, tcp) or prr_id != 0 or ecn_cwr_id != 0,
+        needs_jax_tick=jax_only(buffer.POLICY_NAMES[policy_id], ecn_on, tcp) or prr_id != 0 or prr_ssrb_id != 0
+        or ecn_cwr_id != 0,
     )
 
 
@@ -482,6 +494,8 @@ def validate(params: SimParams) -> None:
         raise ValueError(f"rto_recovery_id out of range: {leaves['rto_recovery_id'].tolist()}")
     if np.any((leaves["prr_id"] < 0) | (leaves["prr_id"] >= len(PRR_NAMES))):
         raise ValueError(f"prr_id out of range: {leaves['prr_id'].tolist()}")
+    if np.any((leaves["prr_ssrb_id"] < 0) | (leaves["prr_ssrb_id"] >= len(PRR_SSRB_NAMES))):
+        raise ValueError(f"prr_ssrb_id out of range: {leaves['prr_ssrb_id'].tolist()}")
     if np.any((leaves["ecn_cwr_id"] < 0) | (leaves["ecn_cwr_id"] >= len(ECN_CWR_NAMES))):
         raise ValueError(f"ecn_cwr_id out of range: {leaves['ecn_cwr_id'].tolist()}")
     if np.any((leaves["rtt_samples_id"] < 0) | (leaves["rtt_samples_id"] >= len(RTT_SAMPLES_NAMES))):

@@ -37,6 +37,7 @@ GO_BACK_N, SACK_ONLY = 0, 1  # params.rto_recovery_id (params.RTO_RECOVERY_NAMES
 RTT_CUMULATIVE, RTT_EVERY_ACK = 0, 1  # params.rtt_samples_id (params.RTT_SAMPLES_NAMES)
 PRR_NS3 = 1  # params.prr_id of "ns-3.37" (params.PRR_NAMES)
 ECN_CWR_NS3 = 1  # params.ecn_cwr_id of "ns-3.37" (params.ECN_CWR_NAMES)
+PRR_SSRB_NS3 = 1  # params.prr_ssrb_id of "ns-3.37" (params.PRR_SSRB_NAMES)
 
 
 class AckView(NamedTuple):
@@ -236,7 +237,12 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     prop_ns3 = jnp.floor((jnp.ceil(wrapped.astype(jnp.float32) / jnp.maximum(recover_fs * mss, 1.0))
                           - prr_out * mss) / mss)
     prop = jnp.where(params.prr_id == PRR_NS3, prop_ns3, prop)
-    ssrb = jnp.minimum(ssthresh - pipe, jnp.maximum(prr_delivered - prr_out, acked).astype(jnp.float32) + 1.0)
+    # the slow-start reduction bound (pipe at or below ssthresh): RFC 6937 lets every ACK send
+    # what was delivered plus a segment; ns-3.37 (as Linux) adds the segment only on an ACK of
+    # retransmitted data, and any other ACK sends just what it delivered (params.PRR_SSRB_NAMES)
+    grows = (params.prr_ssrb_id != PRR_SSRB_NS3) | (acked_retx > 0)
+    limit = jnp.where(grows, jnp.maximum(prr_delivered - prr_out, acked) + 1, acked).astype(jnp.float32)
+    ssrb = jnp.minimum(ssthresh - pipe, limit)
     sndcnt = jnp.maximum(jnp.where(pipe > ssthresh, prop, ssrb), 0.0)
     sndcnt = jnp.where(cut, jnp.maximum(sndcnt, 1.0), sndcnt)  # the fast retransmission (CWR: a segment) goes out
     cwnd = jnp.where(in_rec, pipe + sndcnt, cwnd)
