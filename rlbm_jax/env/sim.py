@@ -720,8 +720,27 @@ def record_phase(state: SimState, clk: Clock, sink: Sink, ev: Events, fired, arr
                   drain_window_start=drain_window_start)
 
 
+class Phases(NamedTuple):
+    """What each phase of one tick handed the next (`tick_phases`), for diagnostics that
+    look inside a tick (calibration/retx_drops.py)."""
+    clk: Clock
+    sink: Sink
+    ev: Events
+    fired: jnp.ndarray  # [E] bool: the event flow's RTO fired this tick
+    arr: Arrival
+    tx: Transmit
+    adm: Admission
+    dep: Departure
+
+
 def tick(state: SimState, params: SimParams) -> SimState:
     """Advance the switch and its senders by one tick: the eight phases in order."""
+    return tick_phases(state, params)[0]
+
+
+def tick_phases(state: SimState, params: SimParams) -> tuple[SimState, Phases]:
+    """`tick`, also returning what each phase handed the next (under `jit`, what the caller
+    does not use is not computed)."""
     clk = clock(state, params)
     sink = deliver_phase(state, clk, params)
     ev = ack_phase(state, clk, params)
@@ -737,7 +756,7 @@ def tick(state: SimState, params: SimParams) -> SimState:
         rr_next=dep.rr_next, rl_alpha=state.rl_alpha, drain_norm=rec.drain_norm, drain_window=rec.drain_window,
         drain_window_start=rec.drain_window_start, thresholds=arr.thresholds_pkts, aqm=dep.aqm, metrics=rec.metrics,
         interval=rec.interval, flowq=dep.flowq, fq=dep.fq,
-    )
+    ), Phases(clk=clk, sink=sink, ev=ev, fired=fired, arr=arr, tx=tx, adm=adm, dep=dep)
 
 
 BACKENDS = ("auto", "jax", "native")
