@@ -633,7 +633,7 @@ CAUSES = {
     "aqm-red-ecn": "RED with ECN: ns-3 cuts more (more marks, fewer drops, lower utilisation); ns-3.37 also "
                    "enters CWR on an echo during fast recovery and after a timeout (our ecn_cwr=\"ns-3.37\", not "
                    "the default, reproduces its marks and utilisation in web search; the drop rate is only partly "
-                   "explained: ns-3.37's PRR reduction bound, prr_ssrb=\"ns-3.37\", takes it from +60 % to +37 %; "
+                   "explained: ns-3.37's PRR reduction bound, prr_ssrb=\"ns-3.37\", takes it from +60 % to +49 %; "
                    "REPORT section 6)",
     "aqm-pie-retx": "PIE's web-search drops are overflows, as droptail in both shows (results/aqm-pie-websearch-"
                     "droptail); the excess is fast recovery's retransmissions, which RFC 6937's reduction bound "

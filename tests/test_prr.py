@@ -17,12 +17,13 @@ from hypothesis import given, settings, strategies as st
 
 from rlbm_jax.env import tcp
 from rlbm_jax.env.params import make_params
-from rlbm_jax.env.tcp.variant import RECOVERY
+from rlbm_jax.env.tcp.variant import CWR, RECOVERY
 
 MSS = 1000
 
 
-def _after_acks(prr, pipe0, ssthresh, recover_fs, delivered0, out0, acked, acked_retx=None, prr_ssrb="rfc6937"):
+def _after_acks(prr, pipe0, ssthresh, recover_fs, delivered0, out0, acked, acked_retx=None, prr_ssrb="rfc6937",
+                state=RECOVERY):
     """cwnd after one tick of `acked` ACKed segments in RECOVERY, `acked_retx` of them
     retransmissions (default none: all SACKed), the rest duplicate ACKs (NewReno, a hole
     still being repaired, so the episode goes on)."""
@@ -30,7 +31,8 @@ def _after_acks(prr, pipe0, ssthresh, recover_fs, delivered0, out0, acked, acked
     n = len(pipe0)
     fl = tcp.init_flows(n)
     i32 = lambda x: jnp.asarray(x, jnp.int32)  # noqa: E731
-    fl = fl.replace(state=jnp.full((n,), RECOVERY, jnp.int32), outstanding=i32(pipe0),
+    fl = fl.replace(state=jnp.full((n,), state, jnp.int32), outstanding=i32(pipe0),
+                    ecn_recover_tx=jnp.full((n,), 20_000, jnp.int32),  # (CWR lasts past this tick's ACKs)
                     ssthresh=jnp.asarray(ssthresh, jnp.float32), cwnd=jnp.asarray(pipe0, jnp.float32),
                     recover_fs=jnp.asarray(recover_fs, jnp.float32), prr_delivered=i32(delivered0),
                     prr_out=i32(out0), srtt_s=jnp.full((n,), 0.02, jnp.float32),
@@ -124,7 +126,7 @@ def test_ssrb_ns3_refills_a_halved_window_one_for_one_on_duplicate_acks():
     """The case the calibration met: a slow-start round that overflowed the buffer lost
     every other segment, so the flight (100) is below ssthresh (140).  On a tick of 4
     duplicate ACKs RFC 6937 sends 5, ns-3.37 sends 4 (the queue stays where it was);
-    on an ACK of a retransmission both send delivered + 1."""
+    on an ACK of a retransmission both send delivered + 1, but for ns-3.37 in CWR."""
     one = lambda v: np.array([v])  # noqa: E731
     args = (one(104), one(140.0), one(200.0), one(10), one(10), one(4))
     cwnd, left = _after_acks("exact", *args)
@@ -133,3 +135,7 @@ def test_ssrb_ns3_refills_a_halved_window_one_for_one_on_duplicate_acks():
     cwnd, left = _after_acks("exact", *args, acked_retx=one(1))
     cwnd3, _ = _after_acks("exact", *args, acked_retx=one(1), prr_ssrb="ns-3.37")
     assert (cwnd - left).tolist() == [5.0] and (cwnd3 - left).tolist() == [5.0]
+    # in CWR ns-3.37 never sets m_isRetransDataAcked: a resent hole's ACK sends what it delivered
+    cwnd, left = _after_acks("exact", *args, acked_retx=one(1), state=CWR)
+    cwnd3, _ = _after_acks("exact", *args, acked_retx=one(1), prr_ssrb="ns-3.37", state=CWR)
+    assert (cwnd - left).tolist() == [5.0] and (cwnd3 - left).tolist() == [4.0]

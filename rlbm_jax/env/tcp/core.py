@@ -239,8 +239,9 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     prop = jnp.where(params.prr_id == PRR_NS3, prop_ns3, prop)
     # the slow-start reduction bound (pipe at or below ssthresh): RFC 6937 lets every ACK send
     # what was delivered plus a segment; ns-3.37 (as Linux) adds the segment only on an ACK of
-    # retransmitted data, and any other ACK sends just what it delivered (params.PRR_SSRB_NAMES)
-    grows = (params.prr_ssrb_id != PRR_SSRB_NS3) | (acked_retx > 0)
+    # retransmitted data in fast recovery (its m_isRetransDataAcked is never set in CWR), and
+    # any other ACK sends just what it delivered (params.PRR_SSRB_NAMES)
+    grows = (params.prr_ssrb_id != PRR_SSRB_NS3) | ((acked_retx > 0) & (state == RECOVERY))
     limit = jnp.where(grows, jnp.maximum(prr_delivered - prr_out, acked) + 1, acked).astype(jnp.float32)
     ssrb = jnp.minimum(ssthresh - pipe, limit)
     sndcnt = jnp.maximum(jnp.where(pipe > ssthresh, prop, ssrb), 0.0)
