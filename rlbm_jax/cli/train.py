@@ -59,6 +59,9 @@ def build_parser():
                     help="stop (checkpointed) once this many updates are done; continue later with --resume")
     ap.add_argument("--warn-after-min", type=float, default=30.0,
                     help="without an accelerator, warn when the run's estimate is longer than this (minutes)")
+    ap.add_argument("--no-progress", action="store_true",
+                    help="no progress bar (nor the warning above): the compiled chunk then holds no callback "
+                         "to the host, so JAX's persistent compilation cache can keep it for the next run")
     g = ap.add_argument_group("env")
     g.add_argument("--env", default=TRAIN_ENV, choices=formulations.ids(), help="formulation (env id)")
     g.add_argument("--reward", default=None, choices=list(formulations.REWARDS),
@@ -242,6 +245,7 @@ def main(argv=None):
           f"{jax.default_backend()} (simulator backend {backend}); run dir {run}", file=sys.stderr)
     stop = cfg.total_updates if a.stop_after is None else min(a.stop_after, cfg.total_updates)
     bar = Progress(cfg.total_updates, unit=" updates", label="train ")
+    bar.enabled = not a.no_progress
     seen = {"update": start, "warned": False}
 
     def on_update(update, reward):
@@ -262,7 +266,7 @@ def main(argv=None):
                      "--updates, or a GPU (pip install -U 'jax[cuda12]'), shorten it; --stop-after and --resume "
                      "split it.")
 
-    ppo = PPO(env, env_params, cfg, on_update=on_update)
+    ppo = PPO(env, env_params, cfg, on_update=None if a.no_progress else on_update)
     ts = ppo.init_seeds(keys)
     if start:
         ts = ckpt.restore(ts)
