@@ -36,8 +36,9 @@ PRR_NAMES = ("exact", "ns-3.37")
 # PRR's slow-start reduction bound, once the flight is at or below ssthresh in fast recovery
 # (tcp.on_acks): "rfc6937" lets every ACK send what it delivered plus one segment (RFC 6937's
 # SSRB); "ns-3.37" adds the segment only on an ACK of retransmitted data in fast recovery (never
-# in CWR) and lets any other ACK send just what it delivered (ns-3.37's TcpPrrRecovery with m_isRetransDataAcked, as Linux's
-# tcp_cwnd_reduction), so duplicate ACKs refill a window cut below its flight one for one
+# in CWR) and lets any other ACK send just what it delivered (ns-3.37's TcpPrrRecovery with
+# m_isRetransDataAcked, as Linux's tcp_cwnd_reduction), so duplicate ACKs refill a window cut
+# below its flight one for one
 # (calibration/REPORT.md, section 6)
 PRR_SSRB_NAMES = ("rfc6937", "ns-3.37")
 # which states an echoed CE mark (ECE on an ACK that moves the cumulative ACK) cuts the window
