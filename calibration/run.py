@@ -9,8 +9,8 @@
     python calibration/run.py --grid aqm --seeds 4            # RED, ARED, PIE, CoDel, FQ-CoDel, ECN off and on, 100 Mbit/s
 
 Each cell runs our simulator (all seeds of all cells in one vmapped batch per
-static shape) and the ns-3 scenario `calibration/ns3/rlbm_scenario.cc` (built by
-`calibration/ns3/build.sh`, one process per seed, `--jobs` at a time) with the same
+static shape) and the ns-3 scenario `rlbm_jax/ns3data/rlbm_scenario.cc` (built by
+`rlbm_jax/ns3data/build.sh`, one process per seed, `--jobs` at a time) with the same
 parameters under the same names.  Poisson cells spread their seeds over the phase of
 ns-3's packet clock (`rlbm_jax.ns3.delay_phase_s`: seed s runs, in both simulators, with
 the bottleneck delay lengthened by up to half a packet's serialisation).  The error of
@@ -37,15 +37,15 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from rlbm_jax import scenarios  # noqa: E402
+from rlbm_jax import jsonio, scenarios  # noqa: E402
 from rlbm_jax.devices import batched, single_process_only  # noqa: E402
-from rlbm_jax.env import metrics as mx, sim, tcp  # noqa: E402
+from rlbm_jax.env import backends, metrics as mx, model, sim, tcp  # noqa: E402
 from rlbm_jax.env.params import ared_defaults, make_params, pad_params, stack_params  # noqa: E402
-from rlbm_jax.ns3 import Cell, build_ns3, call as call_ns3, delay_phase_s, ns3_args, repo_root, run_ns3, seed_kw  # noqa: E402
+from rlbm_jax.ns3 import Cell, build_ns3, call as call_ns3, delay_phase_s, ns3_args, run_ns3, seed_kw  # noqa: E402
 from rlbm_jax.cli import add_model_args, model_kw, parser  # noqa: E402
 from rlbm_jax.progress import Progress  # noqa: E402
 
-ROOT = repo_root()
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: results go under its calibration/
 
 # metric: (relative tolerance, absolute tolerance that also passes or None)
 TOLERANCES = {
@@ -195,7 +195,7 @@ def run_ours(cells: list[Cell], seeds: list[int], show_progress=True) -> dict:
         size = math.ceil(total / n_chunks)
         n = len(group) * len(seeds)  # cells x seeds, one flat batch spread over the devices (of every process)
         state = batched(sim.init, n)(keys, batch)
-        advance = batched(lambda s, p: sim.run(s, p, size)[0], n)
+        advance = batched(lambda s, p: backends.run(s, p, size)[0], n)
         t0 = time.perf_counter()
         bar = Progress(n_chunks, unit=" chunks", label=f"ours: {len(group)} cell(s) x {len(seeds)} seeds ") \
             if show_progress else None
@@ -437,7 +437,7 @@ def our_flow_trace(c: Cell, seed: int, interval_s: float, **model):
     steps = int(c.seconds / (n * float(p.tick_s)))
 
     def body(s, _):
-        s = sim.run(s, p, n)[0]
+        s = backends.run(s, p, n)[0]
         return s, (tcp.column(s.flows, "cwnd")[0], tcp.column(s.flows, "ssthresh")[0], s.metrics.tx_total)
 
     state, (cwnd, ssthresh, tx) = jax.jit(lambda s: jax.lax.scan(body, s, None, length=steps))(
@@ -692,40 +692,39 @@ def evidence(c: Cell, metric: str, rows, ours, ns3) -> str:
     return out
 
 
+TAIL = ("slowdown_p99", "pooled_p99_short")
+# Which cause explains a miss, as data: (cell pattern, metrics or None for any, cause), the
+# first rule whose pattern matches the cell name (`re.search`) and whose metrics hold the
+# metric decides; a miss no rule covers is "not yet explained".  Each cause is in CAUSES.
+MISS_RULES = (
+    (r"^aqm/(.*/)?noecn/cubic/long16/(.*/)?4bdp$", None, "aqm-ss-jump"),
+    (r"^aqm/fq-codel/(.*/)?noecn/cubic/long16/", None, "aqm-ss-jump"),
+    (r"^aqm/fq-codel/noecn/cubic/websearch/", ("drop_rate", "queue_mean_pkts"), "aqm-ss-credit"),
+    (r"^aqm/(.*/)?long1/", None, "aqm-single-flow"),
+    (r"^aqm/fq-codel/ecn/cubic/websearch/", ("slowdown_p99",), "aqm-fq-ecn-tail"),
+    (r"^aqm/", TAIL, "tail"),
+    (r"^aqm/pie/(.*/)?websearch/", ("drop_rate",), "aqm-pie-retx"),
+    (r"^aqm/codel/ecn/cubic/websearch/", ("queue_mean_pkts",), "aqm-codel-ecn-queue"),
+    (r"^aqm/red/ecn/cubic/long16/0\.5bdp", None, "aqm-red-ecn-startup"),
+    (r"^aqm/red/ecn/", None, "aqm-red-ecn"),
+    (r"^aqm/", None, None),
+    (r"/k(4|16)$", ("slowdown_p50", "queue_mean_pkts"), "tick"),
+    (r"^long/(.*/)?newreno/N1/", None, "overshoot"),
+    (r"^long/cubic/N1/0\.25bdp/rtt20ms", None, "second-event"),
+    (r"^long/(.*/)?4bdp/rtt80ms$", None, "rto-storm"),
+    (r"(/buf25|/0\.25bdp)", ("drop_rate", "queue_mean_pkts"), "small-buffer"),
+    (r"", TAIL, "tail"),
+)
+
+
 def explain_miss(cell: str, metric: str) -> str:
-    if cell.startswith("aqm/"):
-        if "/noecn/cubic/long16/" in cell and (cell.endswith("/4bdp") or cell.startswith("aqm/fq-codel/")):
-            return CAUSES["aqm-ss-jump"]
-        if cell.startswith("aqm/fq-codel/noecn/cubic/websearch/") and metric in ("drop_rate", "queue_mean_pkts"):
-            return CAUSES["aqm-ss-credit"]
-        if "/long1/" in cell:
-            return CAUSES["aqm-single-flow"]
-        if cell.startswith("aqm/fq-codel/ecn/cubic/websearch/") and metric == "slowdown_p99":
-            return CAUSES["aqm-fq-ecn-tail"]
-        if metric in ("slowdown_p99", "pooled_p99_short"):
-            return CAUSES["tail"]
-        if cell.startswith("aqm/pie/") and "/websearch/" in cell and metric == "drop_rate":
-            return CAUSES["aqm-pie-retx"]
-        if cell.startswith("aqm/codel/ecn/cubic/websearch/") and metric == "queue_mean_pkts":
-            return CAUSES["aqm-codel-ecn-queue"]
-        if cell.startswith("aqm/red/ecn/cubic/long16/0.5bdp"):
-            return CAUSES["aqm-red-ecn-startup"]
-        if cell.startswith("aqm/red/ecn/"):
-            return CAUSES["aqm-red-ecn"]
-        return "not yet explained"
-    if cell.endswith(("/k4", "/k16")) and metric in ("slowdown_p50", "queue_mean_pkts"):
-        return CAUSES["tick"]
-    if cell.startswith("long/") and "/newreno/N1/" in cell:
-        return CAUSES["overshoot"]
-    if cell.startswith("long/cubic/N1/0.25bdp/rtt20ms"):
-        return CAUSES["second-event"]
-    if cell.startswith("long/") and cell.endswith("/4bdp/rtt80ms"):
-        return CAUSES["rto-storm"]
-    small = ("/buf25" in cell) or ("/0.25bdp" in cell)
-    if metric in ("drop_rate", "queue_mean_pkts") and small:
-        return CAUSES["small-buffer"]
-    if metric in ("slowdown_p99", "pooled_p99_short"):
-        return CAUSES["tail"]
+    """The cause (`CAUSES`) of a cell's miss on `metric`, by the first rule of `MISS_RULES`
+    that matches."""
+    for pattern, metrics, cause in MISS_RULES:
+        if re.search(pattern, cell) and (metrics is None or metric in metrics):
+            if cause is None:
+                break
+            return CAUSES[cause]
     return "not yet explained (REPORT section 3)" if cell.startswith("long/") else "not yet explained"
 
 
@@ -737,9 +736,7 @@ def _fmt(x):
 
 def parse_sets(items: list[str], ap) -> dict:
     """--set NAME=VALUE pairs as make_params keyword arguments (numbers, true/false, or text)."""
-    import inspect
-
-    known = inspect.signature(make_params).parameters
+    known = model.NAMES
     out = {}
     for item in items:
         name, sep, text = item.partition("=")
@@ -772,7 +769,7 @@ def main(argv=None):
     ap.add_argument("--fresh-ns3", action="store_true",
                     help="rerun every ns-3 run (by default a run whose source, command line and "
                          "flow schedule are unchanged is read back from --out)")
-    ap.add_argument("--backend", choices=list(sim.BACKENDS), default=None,
+    ap.add_argument("--backend", choices=list(backends.NAMES), default=None,
                     help="our simulator's tick (unset: $RLBM_JAX_BACKEND, else auto: native where it can run)")
     ap.add_argument("--ns3-runs", default=None,
                     help="directory of the ns-3 runs and their cache (default <out>/ns3_runs): an ablation of our "
@@ -780,7 +777,7 @@ def main(argv=None):
     add_model_args(ap)
     args = ap.parse_args(argv)
     if args.backend:
-        sim.set_default_backend(args.backend)
+        backends.set_default(args.backend)
     if refusal := single_process_only("run.py"):
         ap.error(refusal)
     if args.seeds < 1:
@@ -816,7 +813,7 @@ def main(argv=None):
     t_ours = time.perf_counter() - t0
     rows = compare(cells, ours, ns3)
     write_errors(rows, out / "errors.csv")
-    (out / "results.json").write_text(json.dumps(in_repo_terms(
+    (out / "results.json").write_text(jsonio.dumps(in_repo_terms(
         {"grid": args.grid, "seeds": seeds, "tolerances": TOLERANCES, "wall_s": {"ours": t_ours, "ns3": t_ns3},
          "cells": {c.name: {"kind": c.kind, "params": c.kw, "seconds": c.seconds,
                             "bottleneck_delay_shift_s": [delay_phase_s(c, s) for s in seeds],
@@ -824,7 +821,7 @@ def main(argv=None):
                                                                     if not k.startswith("queue_hist")}
                                                                    for r in ns3[c.name]["seeds"]],
                             "ns3_example_cmd": ns3[c.name]["example_cmd"]} for c in cells},
-         "errors": rows}), indent=1, default=float) + "\n")
+         "errors": rows}), indent=1) + "\n")
     plots(cells, ours, ns3, rows, out)
     extra = []
     if args.grid == "dial":

@@ -10,7 +10,12 @@ Packages: `rlbm_jax.env` (simulator, env, formulations), `rlbm_jax.ppo` (trainer
 harness), `rlbm_jax.cli` (the scripts' entry points).
 """
 
-__version__ = "0.2.0"
+from importlib import metadata as _metadata
+
+try:
+    __version__ = _metadata.version("rlbm_jax")
+except _metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 # before anything imports jax's backend (gymnax does): the host-device split, if asked for
 from rlbm_jax import devices as _devices  # noqa: E402

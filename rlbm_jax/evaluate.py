@@ -19,7 +19,7 @@ import numpy as np
 from rlbm_jax.cli import add_model_args
 from rlbm_jax.devices import env_sharding, replicated, sharded_jit
 from rlbm_jax.env import metrics as mx
-from rlbm_jax.env.params import SimParams
+from rlbm_jax.env.params import SimParams, stack_params as _stack_params
 from rlbm_jax.env.rlbm_env import EnvParams, RLBMEnv
 from rlbm_jax.progress import Progress
 
@@ -29,8 +29,9 @@ REPORT_FIELDS = ("reward_mean", "goodput_bps", "util_wire", "slowdown_p99", "slo
 
 
 def stack_params(items: Sequence):
-    """Stack pytrees with equal static fields along a new leading axis."""
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *items)
+    """Stack env params along a new leading axis (`params.stack_params`: the static record of
+    model choices joined, ring sizes padded, any other static field must agree)."""
+    return _stack_params(items)
 
 
 def score(env: RLBMEnv, env_params: EnvParams, agent: Callable | None, seeds: Sequence[int],

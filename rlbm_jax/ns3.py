@@ -1,10 +1,11 @@
 """The ns-3.37 reference: build the scenario, run it on our cells and seeds (cached),
 read its interval records, and drive its rl buffer policy from a policy in this process.
 
-The scenario (`calibration/ns3/rlbm_scenario.cc`, built by `calibration/ns3/build.sh`)
-takes `make_params`'s names as options, so a scenario dict (`rlbm_jax.scenarios`)
-configures both simulators.  Poisson cells are fed exactly the flows our simulator
-starts for the seed (`write_schedule` -> `--flows_in`), so comparisons are paired.
+The scenario (`rlbm_jax/ns3data/rlbm_scenario.cc`, built by `rlbm_jax/ns3data/build.sh`;
+both ship with the package as data) takes `make_params`'s names as options, so a
+scenario dict (`rlbm_jax.scenarios`) configures both simulators.  Poisson cells are fed
+exactly the flows our simulator starts for the seed (`write_schedule` -> `--flows_in`),
+so comparisons are paired.
 
 With an agent interval the scenario writes, per interval, the raw record of
 `metrics.Interval` (`--intervals_out`, and in lock-step on its stdout); it computes no
@@ -38,11 +39,12 @@ from typing import Callable
 import jax
 import numpy as np
 
-from rlbm_jax.env import metrics as mx, sim, traffic
+from rlbm_jax.env import metrics as mx, model, sim, traffic
 from rlbm_jax.env.params import make_params
 from rlbm_jax.progress import Progress
 
-NS3_DIR = Path(__file__).resolve().parents[1] / "calibration" / "ns3"
+# the scenario's source and build script, package data (the build goes to build/ beside them)
+NS3_DIR = Path(str(resources.files("rlbm_jax") / "ns3data"))
 BUILD = NS3_DIR / "build.sh"
 SOURCE = NS3_DIR / "rlbm_scenario.cc"
 # record fields the scenario writes (the rest of metrics.INTERVAL_FIELDS follow from `flows`)
@@ -52,11 +54,9 @@ KNOB_ORDER = ("class_alpha", "mark_prob")
 
 
 def repo_root() -> Path:
-    """The source tree the package was installed from (pip install -e .)."""
-    if not SOURCE.is_file():
-        raise RuntimeError(f"the ns-3 scenario source is not at {SOURCE}: it ships with the source tree; install "
-                           "rlbm_jax from a checkout with `pip install -e .`")
-    return NS3_DIR.parents[1]
+    """The directory that holds the package (the checkout's root with `pip install -e .`);
+    the commands a run records name the files under it by their path relative to it."""
+    return Path(__file__).resolve().parents[1]
 
 
 @dataclasses.dataclass
@@ -103,8 +103,7 @@ def seed_kw(c: Cell, seed: int) -> dict:
 
 
 def build_ns3() -> Path:
-    """Builds (if needed) the ns-3 scenario; installs libns3-dev when it is missing."""
-    repo_root()
+    """Builds (if needed) the ns-3 scenario against the installed ns-3.37 (scripts/install_ns3.sh)."""
     proc = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"ns-3 scenario build failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
@@ -119,9 +118,10 @@ def cdf_path(name: str) -> str:
 
 # shapes of our simulator, and its choices of what to model (ns-3.37 is the reference:
 # it always recovers from a timeout by go-back-N)
-NOT_NS3 = ("num_flow_slots", "queue_capacity_pkts", "pkts_per_tick", "completion_log_size", "interval_log_size",
-           "delay_line_ticks", "rto_recovery", "rtt_samples", "prr", "prr_ssrb", "ecn_cwr",
-           "flow_queue_capacity_pkts")
+NOT_NS3 = model.NOT_NS3
+# of those, the ones that are ours alone by nature (shapes, our TCP model, our logs): any other
+# is a modelling choice the scenario cannot take, so a value other than the default is refused
+OURS_ONLY_GROUPS = ("shapes", "tcp-model", "measurement", "buffer", "aqm")
 
 
 # ARED's thresholds and weight that a cell leaves unset (None) are the automatic ones
@@ -137,10 +137,14 @@ def ns3_args(c: Cell, seed: int) -> list[str]:
         p = make_params(**kw)
         kw = {**kw, **{k: float(getattr(p, k)) for k in RED_RESOLVED if kw.get(k) is None}}
     for k, v in kw.items():
+        decl = model.BY_NAME.get(k)
         if k in NOT_NS3 or v is None:  # None: make_params's default, which is the scenario's
+            if decl is not None and decl.group not in OURS_ONLY_GROUPS and v is not None and v != decl.default:
+                raise ValueError(f"the ns-3 scenario has no option for {k}; it runs ns-3's default "
+                                 f"({decl.default}), not {v!r}")
             continue
-        if k == "buffer_per_class_pkts":
-            k = "class_cap_pkts"
+        if decl is not None:
+            k = decl.ns3_option
         if k == "cdf":
             v = cdf_path(v)
         args[k] = v
@@ -233,7 +237,7 @@ def time_ns3(c: Cell, seed: int = 1, seconds: float | None = None, binary: Path 
     if scheduled is not None and int(rep["flows_started"]) != scheduled:
         raise RuntimeError(f"ns-3 started {rep['flows_started']} of the {scheduled} scheduled flows: it did not "
                            f"simulate all of its {c.seconds} s")
-    root = str(NS3_DIR.parents[1]) + os.sep
+    root = str(repo_root()) + os.sep
     return {"ns3_sim_seconds_per_wall_s": sim_s / wall, "ns3_sim_seconds": sim_s, "ns3_wall_s": wall,
             "ns3_run_wall_s": float(rep["wall_s"]), "ns3_flows_scheduled": scheduled,
             "ns3_flows_started": int(rep["flows_started"]), "ns3_last_flow_start_s": last_start,
@@ -513,7 +517,7 @@ def _run_one(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, fres
     flows = np.loadtxt(f"{stem}.flows.csv", delimiter=",", skiprows=1, ndmin=2).tolist() \
         if Path(f"{stem}.flows.csv").stat().st_size > 40 else []
     intervals = read_intervals(f"{stem}.intervals.csv") if interval_s is not None else None
-    root = str(NS3_DIR.parents[1]) + os.sep
+    root = str(repo_root()) + os.sep
     return {"rep": rep, "flows": flows, "intervals": intervals, "cmd": " ".join(cmd[1:]).replace(root, ""),
             "cached": cached}
 

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlbm_jax import jsonio
 from rlbm_jax.env import formulations
 from rlbm_jax.policy import BDP_LOG2_RANGE, POW2_LOG2_RANGE, bdp_columns, check_layout, read_policy
 
@@ -140,7 +141,7 @@ def to_onnx(policy_dir, out_path, *, agent_interval_s: float | None = None, flow
                    state("c_out"), helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", n])]
         props.update(network=network, lstm_size=H, num_actions=n)  # an MLP graph has no rlbm.network
         if meta.get("action_values") is not None:
-            props["action_values"] = json.dumps([float(v) for v in meta["action_values"]])
+            props["action_values"] = jsonio.dumps([float(v) for v in meta["action_values"]])
     else:
         x = dense_tower(x, weights, "")
         x = _action_map_nodes(x, meta, const, node)
@@ -152,10 +153,10 @@ def to_onnx(policy_dir, out_path, *, agent_interval_s: float | None = None, flow
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rlbm_jax")
     model.ir_version = min(model.ir_version, 9)  # readable by onnxruntime releases of the last two years
     props = {"format": FORMAT, "obs_dim": obs_dim, "act_dim": act_dim, "num_classes": num_classes,
-             "formulation": form.id, "obs_layout": json.dumps(meta["obs_layout"]),
+             "formulation": form.id, "obs_layout": jsonio.dumps(meta["obs_layout"]),
              "action": form.action.text, "action_map": meta["action_map"],
              "agent_interval_s": float(agent_interval_s), "flows_scale": float(flows_scale),
-             "env": json.dumps(meta.get("env") or {}), **props}
+             "env": jsonio.dumps(meta.get("env") or {}), **props}
     helper.set_model_props(model, {f"rlbm.{k}": str(v) for k, v in props.items()})
     onnx.checker.check_model(model, full_check=True)
     out_path = Path(out_path)

@@ -59,6 +59,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlbm_jax import jsonio
+
 FORMAT = "rlbm-policy-v1"
 NETWORKS = ("mlp", "lstm")
 ACTIVATIONS = {"tanh": jnp.tanh, "relu": lambda x: jnp.maximum(x, 0.0)}
@@ -153,7 +155,7 @@ def save_policy(path, weights, *, obs_mean, obs_std, obs_layout: Sequence[str], 
     np.savez(path / "policy.npz", **arrays)
     meta = {"format": FORMAT, "layers": len(weights), "activation": activation, "action_map": action_map,
             "obs_dim": obs_dim, "act_dim": act_dim, **common}  # no "network": an MLP file is as it always was
-    (path / "policy.json").write_text(json.dumps(meta, indent=2))
+    jsonio.write(path / "policy.json", meta)
     return path
 
 
@@ -210,7 +212,7 @@ def save_recurrent_policy(path, weights: LSTMWeights, *, obs_mean, obs_std, obs_
     for i, (w, bb) in enumerate(actor):
         arrays[f"w{i}"], arrays[f"b{i}"] = w, bb
     np.savez(path / "policy.npz", **arrays)
-    (path / "policy.json").write_text(json.dumps(meta, indent=2))
+    jsonio.write(path / "policy.json", meta)
     return path
 
 

@@ -27,8 +27,12 @@ def fmt_s(s: float) -> str:
 
 class Progress:
     def __init__(self, total: float, unit: str = "", label: str = "", stream=None, width: int = 28,
-                 every_s: float = 30.0, tty: bool | None = None):
+                 every_s: float = 30.0, tty: bool | None = None, rate_unit: str = "", rate_scale: float = 1.0):
+        """`rate_unit` (e.g. "env-steps/s"): every line shows the rate, in units done per second
+        times `rate_scale`, once it is known."""
         self.total = float(total)
+        self.rate_unit = rate_unit
+        self.rate_scale = rate_scale
         self.unit = unit
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
@@ -65,6 +69,9 @@ class Progress:
         self.done = float(done)
         if not self.enabled:
             return
+        r = self.rate()
+        if self.rate_unit and r == r:
+            extra = f"{r * self.rate_scale:,.0f} {self.rate_unit} {extra}"
         frac = min(self.done / self.total, 1.0) if self.total > 0 else 1.0
         bar = "#" * int(frac * self.width)
         text = (f"{self.label}[{bar:<{self.width}}] {frac * 100:5.1f}% {self.done:g}/{self.total:g}{self.unit} "

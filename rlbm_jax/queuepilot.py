@@ -20,7 +20,9 @@ network); PPO with the paper's gamma 0.995, lambda 0.97, clip 0.08.
 """
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -80,6 +82,30 @@ def train_env(episode_s: float = EPISODE_S, configs=None):
     return env, env.default_params
 
 
+def make_ppo(ppo_cfg: dict, episode_s: float = EPISODE_S):
+    """(PPO, PPOConfig): the trainer of the PPO settings `ppo_cfg` on the training mix."""
+    from rlbm_jax.ppo import PPO, PPOConfig
+
+    env, env_params = train_env(episode_s)
+    cfg = PPOConfig.from_dict(ppo_cfg)
+    return PPO(env, env_params, cfg), cfg
+
+
+def load_trained(run: Path):
+    """(ppo, params [seeds], obs_stats [seeds], seeds, updates) of a training run: the
+    trainer rebuilt from its config.json, the networks from its trained.msgpack."""
+    from flax import serialization
+
+    cfg = json.loads((run / "config.json").read_text())
+    ppo, _ = make_ppo(cfg["ppo"], cfg["episode_s"])
+    seeds = cfg["seeds"]
+    tmpl = jax.eval_shape(ppo.init_seeds, jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
+    zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), {"params": tmpl.params, "obs_stats": tmpl.obs_stats})
+    zeros["updates"] = 0
+    state = serialization.from_bytes(zeros, (run / "trained.msgpack").read_bytes())
+    return ppo, state["params"], state["obs_stats"], seeds, int(state["updates"])
+
+
 # ---- the classic AQMs, each with the parameter variants tried ----------------------------
 def baseline_variants(buffer_pkts: int) -> dict:
     """name -> make_params overrides.  ARED as the paper's (min_th = r B, max_th = 3 min_th,
@@ -103,6 +129,8 @@ def baseline_variants(buffer_pkts: int) -> dict:
 
 
 ALGORITHMS = ("droptail", "ared", "pie", "codel", "fq-codel")
+# the variants judged in ns-3 when a run's results.json has chosen none
+DEFAULT_VARIANTS = ("ared-r0.1", "pie-15ms", "codel-5ms")
 
 
 def algorithm_of(variant: str) -> str:

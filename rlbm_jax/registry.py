@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rlbm_jax import scenarios
 from rlbm_jax.env import formulations
-from rlbm_jax.env.randomize import RandomizedEnv
+from rlbm_jax.env.randomize import RandomizedEnv, thesis_random_ranges
 from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, RLBMEnv
 
 
@@ -26,9 +26,8 @@ def make(env_id=DEFAULT_FORMULATION, *, scenario: str = "thesis", reward: str | 
         formulation = formulation.with_reward(reward)
     ranges = {}
     if randomize:
-        ranges = dict(scenarios.THESIS_RANDOM, **(randomize if isinstance(randomize, dict) else {}))
-        hi = int(ranges["buffer_pkts"][1])
-        sim_overrides = {"queue_capacity_pkts": hi, "buffer_per_class_pkts": hi, **sim_overrides}
+        ranges, ring = thesis_random_ranges(**(randomize if isinstance(randomize, dict) else {}))
+        sim_overrides = {**ring, **sim_overrides}
     sim_params = scenarios.params(scenario, **{"policy": "rl", **sim_overrides})
     env = RLBMEnv(sim_params, formulation=formulation, agent_interval_s=agent_interval_s, episode_s=episode_s,
                   flows_scale=flows_scale)

@@ -15,13 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax.devices import batched, env_sharding
-from rlbm_jax.env import buffer, metrics as mx, sim
-from rlbm_jax.env.params import TCP_NAMES, SimParams, ared_defaults, flow_queue_capacity, jax_only
+from rlbm_jax.env import backends, buffer, metrics as mx, sim
+from rlbm_jax.env.params import SimParams, ared_defaults, rederive
 from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, RLBMEnv
 from rlbm_jax.progress import Progress
 
 BASELINES = ("sb-naive", "sb-sophisticated", "dt", "abm", "droptail")
-# the droptail limit with an AQM in front (rlbm_jax.env.aqm), and FQ-CoDel's per-flow queues (rlbm_jax.env.fqcodel)
+# the droptail limit with an AQM in front, and FQ-CoDel's per-flow queues (rlbm_jax.env.disciplines)
 AQMS = ("red", "ared", "pie", "codel", "fq-codel")
 
 
@@ -32,17 +32,12 @@ def with_policy(params: SimParams, policy: str) -> SimParams:
     if policy not in buffer.POLICY_NAMES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(buffer.POLICY_NAMES)}")
     alpha = np.asarray(buffer.default_alpha(policy, params.num_classes), np.float32)
-    out = params.replace(policy_id=jnp.asarray(buffer.POLICY_NAMES.index(policy), jnp.int32),
-                         alpha=jnp.asarray(alpha),
-                         needs_jax_tick=any(jax_only(policy, bool(np.any(np.asarray(params.ecn))), TCP_NAMES[i])
-                                            for i in np.unique(np.asarray(params.tcp_id))),
-                         flow_queue_capacity_pkts=max(params.flow_queue_capacity_pkts, flow_queue_capacity(
-                             policy, int(np.max(np.asarray(params.buffer_pkts))))))
+    out = params.replace(policy_id=jnp.asarray(buffer.POLICY_NAMES.index(policy), jnp.int32), alpha=jnp.asarray(alpha))
     if policy == "ared":
         lo, hi, w = ared_defaults(float(params.bottleneck_rate_bps), float(params.mss_bytes))
         out = out.replace(red_min_th_pkts=jnp.float32(lo), red_max_th_pkts=jnp.float32(hi),
                           red_weight=jnp.float32(w))
-    return out
+    return rederive(out)
 
 
 def _chunking(total: int, chunks: int):
@@ -63,8 +58,10 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     agent: None runs the buffer policy in `params`; a jittable fn(obs) -> action instead
     drives the "rl" policy through `RLBMEnv` with `formulation` (the one the agent was
     trained on) every `agent_interval_s`."""
-    if not seconds > 0:
-        raise ValueError(f"seconds must be positive, got {seconds!r}")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"seconds must be a positive finite number, got {seconds!r}")
+    if not (math.isfinite(agent_interval_s) and agent_interval_s > 0):
+        raise ValueError(f"agent_interval_s must be a positive finite number, got {agent_interval_s!r}")
     if len(seeds) == 0:
         raise ValueError("seeds: need at least one seed")
     keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
@@ -74,7 +71,7 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
         total = sim.ticks_for(seconds, params)
         n_chunks, size = _chunking(total, chunks)
         state = batched(lambda k: sim.init(k, params), len(seeds))(keys)
-        advance = batched(lambda s: sim.run(s, params, size)[0], len(seeds))
+        advance = batched(lambda s: backends.run(s, params, size)[0], len(seeds))
         unit_s = size * float(params.tick_s)
         get_sim = lambda st: st
     else:
@@ -130,7 +127,7 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     tail = mx.pooled_tail([logs[i, :min(int(counts[i]), logs.shape[1])] for i in range(len(seeds))],
                           warmup_s=float(params.warmup_s))
     out = dict(mean)
-    out.update(tail=tail, devices=n_devices, backend=sim.resolve_backend(None, params),
+    out.update(tail=tail, devices=n_devices, backend=backends.resolve(None, params),
                wall_s=time.perf_counter() - t_start, run_s=run_s, compile_s=compile_s,
                sim_seconds_per_wall_s=sum(r["sim_seconds"] for r in per_seed) / max(run_s, 1e-9),
                seeds=[int(s) for s in seeds], std=std, per_seed=per_seed)

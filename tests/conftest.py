@@ -18,7 +18,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
                       JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
 
 from rlbm_jax.env import make_params
-from rlbm_jax.env.params import stack_params
+from rlbm_jax.env.params import pad_params, stack_params
 
 
 def random_configs(n: int, seed: int, aqm: bool = False, **static):
@@ -62,6 +62,7 @@ def random_configs(n: int, seed: int, aqm: bool = False, **static):
             rtt_samples=str(rng.choice(["cumulative", "every-ack"])),
             **extra,
         ))
+    out = pad_params(out)  # one static record of model choices (the union), the largest rings
     return stack_params(out), out
 
 

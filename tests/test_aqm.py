@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from rlbm_jax import scenarios
-from rlbm_jax.env import aqm, metrics as mx, queue as qm, sim, tcp
+from rlbm_jax.env import backends, metrics as mx, queue as qm, sim, tcp
+from rlbm_jax.env.disciplines import codel, pie, red
 from rlbm_jax.env.params import ared_defaults, make_params
 
 
@@ -21,31 +22,31 @@ def _params(policy="red", **kw):
 
 def test_red_average_is_the_per_packet_ewma():
     p = _params(red_weight=0.01)
-    s = aqm.init_aqm(p).replace(red_avg=jnp.asarray([50.0]), red_idle_s=jnp.asarray([-1.0]))
+    s = red.RED.init(p).replace(red_avg=jnp.asarray([50.0]), red_idle_s=jnp.asarray([-1.0]))
     q, n, ticks = 10, 3, 40
     for _ in range(ticks):
-        s, _ = aqm.on_enqueue(s, aqm.RED, jnp.asarray([n]), jnp.asarray([q]), jnp.asarray([0.5]), 1.0, p)
+        s, _ = red.RED.on_enqueue(s, jnp.asarray([n]), jnp.asarray([q]), jnp.asarray([0.5]), 1.0, p)
     want = q + (50.0 - q) * (1 - 0.01) ** (n * ticks)
     assert float(s.red_avg[0]) == pytest.approx(want, rel=1e-4)
     # an idle queue's average decays as if (idle time x link packet rate) packets of 0 arrived
-    s0 = aqm.init_aqm(p).replace(red_avg=jnp.asarray([50.0]), red_idle_s=jnp.asarray([0.0]))
-    s1, _ = aqm.on_enqueue(s0, aqm.RED, jnp.asarray([1]), jnp.asarray([0]), jnp.asarray([0.5]), 0.1, p)
+    s0 = red.RED.init(p).replace(red_avg=jnp.asarray([50.0]), red_idle_s=jnp.asarray([0.0]))
+    s1, _ = red.RED.on_enqueue(s0, jnp.asarray([1]), jnp.asarray([0]), jnp.asarray([0.5]), 0.1, p)
     m = 0.1 * float(p.bottleneck_rate_bps / p.data_pkt_bits)
     assert float(s1.red_avg[0]) == pytest.approx(50.0 * 0.99 ** (m + 1), rel=1e-3)
 
 
-def _decision_rate(code, p, avg_or_none, n_per_tick, ticks, q, seed=0):
-    s = aqm.init_aqm(p)
+def _decision_rate(disc, p, avg_or_none, n_per_tick, ticks, q, seed=0):
+    s = disc.init(p)
     if avg_or_none is not None:
         s = s.replace(red_avg=jnp.asarray([avg_or_none]), red_idle_s=jnp.asarray([-1.0]))
-    if code == aqm.PIE:  # a fixed probability, no burst allowance, a delay above half the target
+    if disc is pie.PIE:  # a fixed probability, no burst allowance, a delay above half the target
         s = s.replace(pie_p=jnp.asarray([0.05]), pie_burst_s=jnp.asarray([0.0]),
-                      pie_burst_state=jnp.asarray([aqm.IN_BURST]), pie_next_s=jnp.asarray([1e9]),
+                      pie_burst_state=jnp.asarray([pie.IN_BURST]), pie_next_s=jnp.asarray([1e9]),
                       pie_qdelay_old_s=jnp.asarray([1.0]))
     us = jax.random.uniform(jax.random.PRNGKey(seed), (ticks, 1))
 
     def body(s, u):
-        s, h = aqm.on_enqueue(s, code, jnp.asarray([n_per_tick]), jnp.asarray([q]), u, 1.0, p)
+        s, h = disc.on_enqueue(s, jnp.asarray([n_per_tick]), jnp.asarray([q]), u, 1.0, p)
         return s, h.count[0]
 
     _, counts = jax.lax.scan(body, s, us)
@@ -58,22 +59,22 @@ def test_red_decisions_follow_ns3_count_rule(n_per_tick):
     (c p_b in [1, 2)): one decision per 1.5 / p_b packets on average."""
     p = _params(red_min_th_pkts=10.0, red_max_th_pkts=30.0, red_max_p=0.1, red_weight=1e-9)
     avg = 20.0  # p_b = 0.05, constant (the average cannot move)
-    rate = _decision_rate(aqm.RED, p, avg, n_per_tick, 20000 // n_per_tick * 4, q=20)
+    rate = _decision_rate(red.RED, p, avg, n_per_tick, 20000 // n_per_tick * 4, q=20)
     assert rate == pytest.approx(0.05 / 1.5, rel=0.06)
 
 
 def test_pie_decisions_are_independent_with_its_probability():
     p = _params("pie")
-    rate = _decision_rate(aqm.PIE, p, None, 2, 40000, q=50)
+    rate = _decision_rate(pie.PIE, p, None, 2, 40000, q=50)
     assert rate == pytest.approx(0.05, rel=0.06)
 
 
 def test_red_forced_region_drops_everything_and_never_below_min_th():
     p = _params(red_min_th_pkts=10.0, red_max_th_pkts=20.0, red_weight=1e-9)
-    s = aqm.init_aqm(p).replace(red_avg=jnp.asarray([45.0]), red_idle_s=jnp.asarray([-1.0]))
-    _, h = aqm.on_enqueue(s, aqm.RED, jnp.asarray([7]), jnp.asarray([45]), jnp.asarray([0.3]), 1.0, p)
+    s = red.RED.init(p).replace(red_avg=jnp.asarray([45.0]), red_idle_s=jnp.asarray([-1.0]))
+    _, h = red.RED.on_enqueue(s, jnp.asarray([7]), jnp.asarray([45]), jnp.asarray([0.3]), 1.0, p)
     assert bool(h.forced[0]) and float(h.syn_p[0]) == 1.0  # gentle: at or above 2 max_th
-    assert _decision_rate(aqm.RED, p, 5.0, 4, 2000, q=5) == 0.0
+    assert _decision_rate(red.RED, p, 5.0, 4, 2000, q=5) == 0.0
 
 
 @pytest.mark.parametrize("q,n", [(30, 14), (35, 10), (39, 3), (40, 1), (41, 5), (20, 8), (0, 30), (60, 4)])
@@ -84,8 +85,8 @@ def test_step_marking_decides_each_arrival_on_the_queue_it_finds(q, n):
     once judged on the queue at its start)."""
     k = 40.0
     p = _params(red_min_th_pkts=k, red_max_th_pkts=k + 1, red_max_p=1.0, red_weight=1.0)
-    s = aqm.init_aqm(p).replace(red_idle_s=jnp.asarray([-1.0]))
-    _, h = aqm.on_enqueue(s, aqm.RED, jnp.asarray([n]), jnp.asarray([q]), jnp.asarray([0.3]), 1.0, p)
+    s = red.RED.init(p).replace(red_idle_s=jnp.asarray([-1.0]))
+    _, h = red.RED.on_enqueue(s, jnp.asarray([n]), jnp.asarray([q]), jnp.asarray([0.3]), 1.0, p)
     hit = np.zeros(n, bool)
     for i in range(int(h.count[0])):
         hit[int(h.first[0]) + int(np.floor(i * float(h.spacing[0])))] = True
@@ -109,12 +110,12 @@ def test_codel_drop_times_follow_the_control_law():
     """A standing sojourn above target: the first drop one interval after the sojourn went
     above it, then the n-th next one interval / sqrt(n) later (RFC 8289)."""
     p = _params("codel", codel_interval_s=0.1, codel_target_s=0.005)
-    s = aqm.init_aqm(p)
+    s = codel.CODEL.init(p)
     dt, times = 1e-3, []
     for i in range(600):
         now = i * dt
-        s, act = aqm.on_dequeue(s, aqm.CODEL, jnp.asarray([0.02]), jnp.asarray([50]), jnp.asarray([True]),
-                                jnp.asarray([False]), now, p)
+        s, act = codel.CODEL.on_dequeue(s, jnp.asarray([0.02]), jnp.asarray([50]), jnp.asarray([True]),
+                                        jnp.asarray([False]), now, p)
         if bool(act[0]):
             times.append(now)
     assert times[0] == pytest.approx(0.1, abs=1.5 * dt)
@@ -122,8 +123,8 @@ def test_codel_drop_times_follow_the_control_law():
     want = [0.1 / math.sqrt(c) for c in range(1, 1 + len(gaps))]  # count 1 when the state is entered
     np.testing.assert_allclose(gaps, want, atol=1.5 * dt)
     # a sojourn under target ends the dropping state
-    s, act = aqm.on_dequeue(s, aqm.CODEL, jnp.asarray([0.001]), jnp.asarray([50]), jnp.asarray([True]),
-                            jnp.asarray([False]), 0.601, p)
+    s, act = codel.CODEL.on_dequeue(s, jnp.asarray([0.001]), jnp.asarray([50]), jnp.asarray([True]),
+                                    jnp.asarray([False]), 0.601, p)
     assert not bool(act[0]) and not bool(s.codel_dropping[0])
 
 
@@ -131,7 +132,7 @@ def _long_run(policy, ecn, n=4, seconds=12.0, **kw):
     p = make_params(**{**scenarios.long_flows(n, 2.0, tcp="newreno", long_flow_start_spread_s=0.5, warmup_s=4.0),
                        "policy": policy, "ecn": ecn, "pkts_per_tick": 2, **kw})
     n_ticks = sim.ticks_for(seconds, p)
-    fn = jax.jit(lambda k: sim.run(sim.init(k, p), p, n_ticks, backend="jax")[0])
+    fn = jax.jit(lambda k: backends.run(sim.init(k, p), p, n_ticks, backend="jax")[0])
     return p, fn(jax.random.PRNGKey(3))
 
 
@@ -157,7 +158,7 @@ def test_ecn_marks_replace_drops_and_cut_once_per_window():
         return (tcp.column(s.flows, "state")[:2], tcp.column(s.flows, "ssthresh")[:2],
                 tcp.column(s.flows, "cwnd")[:2], s.metrics.drop_total, s.metrics.mark_total)
 
-    run = jax.jit(lambda k: sim.run(sim.init(k, p), p, n, trace_fn=trace, backend="jax"))
+    run = jax.jit(lambda k: backends.run(sim.init(k, p), p, n, trace_fn=trace, backend="jax"))
     final, (st, ss, cw, drops, marks) = jax.tree.map(np.asarray, run(jax.random.PRNGKey(1)))
     warm = int(3.0 / float(p.tick_s))
     assert marks[-1] > marks[warm] > 0
@@ -210,7 +211,7 @@ def test_native_backend_refuses_aqm_and_ecn_and_auto_falls_back():
     for kw in (dict(policy="codel"), dict(policy="fq-codel"), dict(policy="droptail", ecn=True)):
         p = make_params(**kw)
         assert not native.supports(p)
-        assert sim.resolve_backend("auto", p) == "jax"
+        assert backends.resolve("auto", p) == "jax"
         with pytest.raises(ValueError, match="native"):
             native.check_params(p)
 
@@ -238,7 +239,7 @@ def test_dctcp_alpha_tracks_the_marked_fraction_and_keeps_the_queue_near_k():
                        "red_max_p": 1.0, "pkts_per_tick": 2})
     assert bool(p.ecn)  # DCTCP turns ECN on
     n = sim.ticks_for(10.0, p)
-    s = jax.jit(lambda key: sim.run(sim.init(key, p), p, n, backend="jax")[0])(jax.random.PRNGKey(1))
+    s = jax.jit(lambda key: backends.run(sim.init(key, p), p, n, backend="jax")[0])(jax.random.PRNGKey(1))
     rep = mx.summarize(s.metrics, p)
     alpha = np.asarray(tcp.column(s.flows, "dctcp_alpha"))[:8]
     assert float(rep["util_wire"]) > 0.98 and float(rep["drop_rate"]) == 0.0  # (slow start drops, before warm-up)
@@ -246,5 +247,5 @@ def test_dctcp_alpha_tracks_the_marked_fraction_and_keeps_the_queue_near_k():
     np.testing.assert_allclose(alpha.mean(), float(rep["mark_rate"]), rtol=0.4)
     # NewReno halving on the same marks leaves the link idle part of the time
     p_nr = p.replace(tcp_id=jnp.asarray(0, jnp.int32))
-    s_nr = jax.jit(lambda key: sim.run(sim.init(key, p_nr), p_nr, n, backend="jax")[0])(jax.random.PRNGKey(1))
+    s_nr = jax.jit(lambda key: backends.run(sim.init(key, p_nr), p_nr, n, backend="jax")[0])(jax.random.PRNGKey(1))
     assert float(mx.summarize(s_nr.metrics, p_nr)["util_wire"]) < float(rep["util_wire"]) - 0.05

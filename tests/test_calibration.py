@@ -1,5 +1,5 @@
-"""Calibration smoke against ns-3.37: the ns-3 scenario builds (installing libns3-dev
-when it is missing), refuses bad parameters, and three thesis cells agree with our
+"""Calibration smoke against ns-3.37: the ns-3 scenario builds (against the libns3-dev
+that the README's test command installs), refuses bad parameters, and three thesis cells agree with our
 simulator within the calibration tolerances (`calibration/run.py`), one of them a cell
 whose tail is set by timeouts."""
 import dataclasses

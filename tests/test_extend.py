@@ -3,7 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.env import buffer, sim, thesis_params
+from rlbm_jax.env import backends, buffer, sim, stack_params, thesis_params
 
 NAME = "quarter-cap"
 
@@ -18,11 +18,11 @@ def test_registered_policy_runs_and_binds():
     caps = 80
     kw = dict(load=0.9, long_flows=3, buffer_per_class_pkts=caps, tcp="newreno")
     configs = [thesis_params(policy=NAME, **kw), thesis_params(policy="droptail", **kw)]
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *configs)
+    stacked = stack_params(configs)
     n = sim.ticks_for(8.0, configs[0])
 
     def one(p):
-        return sim.run(sim.init(jax.random.PRNGKey(0), p), p, n, trace_fn=lambda s: s.queue.pkts)[1]
+        return backends.run(sim.init(jax.random.PRNGKey(0), p), p, n, trace_fn=lambda s: s.queue.pkts)[1]
 
     q = np.asarray(jax.jit(jax.vmap(one))(stacked))  # [2, T, P]
     assert q[0].max() <= caps // 4

@@ -17,7 +17,7 @@ from gymnax.environments import spaces
 from gymnax.wrappers.purerl import FlattenObservationWrapper, GymnaxWrapper, LogWrapper
 
 import rlbm_jax
-from rlbm_jax.env import (RLBMEnv, SymmetricActions, formulations, metrics as mx, sim, stack_params, thesis_params,
+from rlbm_jax.env import (backends, RLBMEnv, SymmetricActions, formulations, metrics as mx, sim, stack_params, thesis_params,
                           traffic)
 from rlbm_jax.env.formulations import Field, Formulation, per_class
 from rlbm_jax.env.params import LEGACY_TCP_MODEL
@@ -271,7 +271,7 @@ def test_different_buffers_and_tcps_batch_in_one_vmap():
     n = sim.ticks_for(3.0, configs[0])
 
     def run(p):
-        s = sim.run(sim.init(jax.random.PRNGKey(0), p), p, n)[0]
+        s = backends.run(sim.init(jax.random.PRNGKey(0), p), p, n)[0]
         return s.queue.pkts, s.metrics.drop_total, s.metrics.sink_total, s.metrics.flows_completed, s.flows.ints
 
     together = jax.jit(jax.vmap(run))(batch)

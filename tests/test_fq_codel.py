@@ -1,4 +1,4 @@
-"""FQ-CoDel (rlbm_jax.env.fqcodel over the per-flow queues of flowqueue): ns-3.37's
+"""FQ-CoDel (rlbm_jax.env.disciplines.fq_codel over the per-flow queues of flowqueue): ns-3.37's
 FqCoDelQueueDisc rules (new flows first, byte deficit round robin, overflow drops from the
 fattest flow) and what they are for (flow isolation, sparse flows unqueued, each flow's
 sojourn held by its own CoDel); one flow is plain CoDel; bad params name their field."""
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from rlbm_jax import scenarios
-from rlbm_jax.env import flowqueue, fqcodel, queue as qm, sim, tcp, traffic
+from rlbm_jax.env import backends, flowqueue, queue as qm, sim, tcp, traffic
+from rlbm_jax.env.disciplines import fq_codel
 from rlbm_jax.env.params import make_params, stack_params, validate
 
 PKT = 1052  # a 1000-byte segment at the queue disc
@@ -37,20 +38,20 @@ def test_overflow_drops_half_of_the_fattest_queue_at_its_head():
     p = _small()
     q = _fill(p, [5, 40, 10, 0], tx0=[0, 100, 0, 0], nretx=[0, 3, 0, 0])
     cls = jnp.zeros((4,), jnp.int32)
-    q2, d = fqcodel.overflow(q, cls, 50, p)
+    q2, d = fq_codel.overflow(q, cls, 50, p)
     np.testing.assert_array_equal(np.asarray(q2.pkts), [5, 20, 10, 0])  # 55 > 50: half of flow 1's 40
     assert int(d.new[1]) == 17 and int(d.retx[1]) == 3 and int(d.first_new_tx[1]) == 103
     assert int(d.by_class[0]) == 20 and int(d.retx_spur) == 3 and int(jnp.sum(d.new)) == 17
     # the rest of the run is still at the head: its next packet is transmission 120
     assert int(flowqueue.head_run(q2, 1)[qm.TX0]) == 120
     # a batch stops at 64 packets, and the drops go on while the limit is exceeded
-    q3, d3 = fqcodel.overflow(_fill(p, [0, 0, 0, 200]), cls, 100, p)
+    q3, d3 = fq_codel.overflow(_fill(p, [0, 0, 0, 200]), cls, 100, p)
     assert int(q3.pkts[3]) == 200 - 64 - 64 and int(d3.by_class[0]) == 128
     # on a tie, the lowest slot (ns-3: the queue created first)
-    q4, _ = fqcodel.overflow(_fill(p, [0, 30, 30, 0]), cls, 50, p)
+    q4, _ = fq_codel.overflow(_fill(p, [0, 30, 30, 0]), cls, 50, p)
     np.testing.assert_array_equal(np.asarray(q4.pkts), [0, 15, 30, 0])
     # within the limit nothing is dropped
-    q5, d5 = fqcodel.overflow(_fill(p, [10, 20, 20, 0]), cls, 50, p)
+    q5, d5 = fq_codel.overflow(_fill(p, [10, 20, 20, 0]), cls, 50, p)
     assert int(jnp.sum(q5.pkts)) == 50 and int(d5.by_class[0]) == 0
 
 
@@ -60,28 +61,28 @@ def test_new_flows_go_first_then_deficit_round_robin_in_bytes():
     moves to the old list; empty, it leaves the lists when its turn comes."""
     p = _small(pkts_per_tick=4)
     q = _fill(p, [10, 0, 2, 0])
-    s = fqcodel.init(p).replace(lst=jnp.asarray([fqcodel.OLD, 0, 0, 0], jnp.int32),
+    s = fq_codel.init(p).replace(lst=jnp.asarray([fq_codel.OLD, 0, 0, 0], jnp.int32),
                                 deficit=jnp.asarray([1500, 0, 0, 0], jnp.int32))
-    s = fqcodel.activate(s, jnp.asarray([2, 4]), jnp.asarray([2, 0]), jnp.asarray([0, 1]), 1500)
-    assert int(s.lst[2]) == fqcodel.NEW and int(s.deficit[2]) == 1500
+    s = fq_codel.activate(s, jnp.asarray([2, 4]), jnp.asarray([2, 0]), jnp.asarray([0, 1]), 1500)
+    assert int(s.lst[2]) == fq_codel.NEW and int(s.deficit[2]) == 1500
     cls = jnp.zeros((4,), jnp.int32)
     tick_s = float(p.tick_s)
-    depart = jax.jit(lambda q, s, t: fqcodel.depart(q, s, cls, t, 0.0, tick_s, jnp.asarray(False), p))
+    depart = jax.jit(lambda q, s, t: fq_codel.depart(q, s, cls, t, 0.0, tick_s, jnp.asarray(False), p))
     d = depart(q, s, 1)
     np.testing.assert_array_equal(np.asarray(d.records[:, qm.FLOW]), [2, 2, 0, 0])
     np.testing.assert_array_equal(np.asarray(d.records[:, qm.COUNT]), [1, 1, 1, 1])
     s = d.fq
-    assert list(np.asarray(s.lst)[[0, 2]]) == [fqcodel.OLD, fqcodel.OLD]
+    assert list(np.asarray(s.lst)[[0, 2]]) == [fq_codel.OLD, fq_codel.OLD]
     assert list(np.asarray(s.pos)[[0, 2]]) == [0, 1]
     assert list(np.asarray(s.deficit)[[0, 2]]) == [1500 - 2 * PKT, 1500 - 2 * PKT + 1500]
     # the next dequeue: flow 0's deficit is spent (a quantum more, to the tail), flow 2 is
     # empty with deficit left (inactive), flow 0 sends
     d2 = depart(d.queues, s, 2)
     np.testing.assert_array_equal(np.asarray(d2.records[:, qm.FLOW]), [0, 0, 0, 0])
-    assert int(d2.fq.lst[2]) == fqcodel.INACTIVE and int(d2.served[0]) == 4
+    assert int(d2.fq.lst[2]) == fq_codel.INACTIVE and int(d2.served[0]) == 4
     # two backlogged queues share the packets equally (within a quantum)
     q = _fill(p, [200, 200, 0, 0])
-    s = fqcodel.activate(fqcodel.init(p), jnp.arange(2), jnp.asarray([200, 200]), jnp.arange(2), 1500)
+    s = fq_codel.activate(fq_codel.init(p), jnp.arange(2), jnp.asarray([200, 200]), jnp.arange(2), 1500)
     sent = np.zeros(2, int)
     for i in range(25):
         d = depart(q, s, i)
@@ -97,7 +98,7 @@ def test_one_flow_is_codel():
     ps = [make_params(**{**scenarios.long_flows(1, 2.0, tcp="cubic", warmup_s=1.0), "policy": pol, "ecn": ecn})
           for ecn in (False, True) for pol in ("codel", "fq-codel")]
     n = sim.ticks_for(4.0, ps[0])
-    s = jax.jit(jax.vmap(lambda p: sim.run(sim.init(jax.random.PRNGKey(0), p), p, n, backend="jax")[0]))(
+    s = jax.jit(jax.vmap(lambda p: backends.run(sim.init(jax.random.PRNGKey(0), p), p, n, backend="jax")[0]))(
         stack_params(ps))
     m = jax.tree.map(np.asarray, s.metrics)
     out = np.stack([m.tx_total, m.drop_total, m.mark_total, m.deq_total, m.queue_sum[:, 0]], axis=1)
@@ -143,7 +144,7 @@ def _sojourns(policy, seconds=6.0, warm=3.0, n=4, seed=0):
     p = make_params(**{**scenarios.long_flows(n, 2.0, tcp="newreno", long_flow_start_spread_s=0.5, warmup_s=warm),
                        "policy": policy, "pkts_per_tick": 2, "load": 0.0016, "cdf": sparse, "num_flow_slots": 12})
     T, L = sim.ticks_for(seconds, p), p.delay_line_ticks
-    run = jax.jit(lambda k: sim.run(sim.init(k, p), p, T, trace_fn=lambda s: s.wire[(s.tick - 1) % L], backend="jax"))
+    run = jax.jit(lambda k: backends.run(sim.init(k, p), p, T, trace_fn=lambda s: s.wire[(s.tick - 1) % L], backend="jax"))
     _, recs = run(jax.random.PRNGKey(seed))
     recs = np.asarray(recs)
     t = np.arange(T)[:, None] + np.zeros((1, p.pkts_per_tick), int)
@@ -170,7 +171,7 @@ def test_memory_only_where_flow_queues_are_used():
     p = make_params(policy="droptail")
     s = jax.eval_shape(lambda: sim.init(jax.random.PRNGKey(0), p))
     assert p.flow_queue_capacity_pkts == 0  # a placeholder: one queue of one run, 18 numbers in all
-    assert sum(x.size for x in jax.tree.leaves((s.flowq, s.fq))) == 18
+    assert sum(x.size for x in jax.tree.leaves((s.flowq, s.aqm.fq_codel))) == 18
     q = make_params(policy="fq-codel", buffer_per_class_pkts=50, num_classes=1, num_flow_slots=8, num_senders=2)
     assert q.flow_queue_capacity_pkts == 51
     assert jax.eval_shape(lambda: sim.init(jax.random.PRNGKey(0), q)).flowq.runs.shape == (8, 51, qm.RUN_FIELDS)

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlbm_jax.env import buffer, fqcodel, queue as qm, sim, tcp
+from rlbm_jax.env import backends, buffer, queue as qm, sim, tcp
+from rlbm_jax.env.disciplines import fq_codel
 from tests.conftest import random_configs
 
 SECONDS = 3.0
@@ -15,7 +16,7 @@ def _flow_queues(s, num_classes):
     """Per class, the packets the per-flow queues' runs hold; per flow, whether its queue's
     counter agrees with its runs and a queue that holds packets is on a list of FQ-CoDel;
     and whether each list's positions are 0..n-1 (zeros and True without flow queues)."""
-    fq, st = s.flowq, s.fq
+    fq, st = s.flowq, s.aqm.fq_codel
     n, cap = fq.runs.shape[0], fq.runs.shape[1]
     if n != s.flows.ints.shape[1]:  # no per-flow queues (a placeholder)
         return jnp.zeros((num_classes,), jnp.int32), jnp.asarray(True)
@@ -24,8 +25,8 @@ def _flow_queues(s, num_classes):
     held = jnp.sum(jnp.where(j[None, :] < fq.nruns[:, None], cnt, 0), axis=1)  # [F]
     cls = tcp.column(s.flows, "cls")
     by_cls = jnp.zeros((num_classes,), jnp.int32).at[cls].add(held)
-    ok = jnp.all(held == fq.pkts) & jnp.all((fq.pkts == 0) | (st.lst != fqcodel.INACTIVE))
-    for lst in (fqcodel.NEW, fqcodel.OLD):
+    ok = jnp.all(held == fq.pkts) & jnp.all((fq.pkts == 0) | (st.lst != fq_codel.INACTIVE))
+    for lst in (fq_codel.NEW, fq_codel.OLD):
         on = st.lst == lst
         seen = jnp.zeros((n + 1,), jnp.int32).at[jnp.where(on, jnp.clip(st.pos, 0, n), n)].add(1)[:n]
         ok = ok & jnp.all(seen == (jnp.arange(n) < jnp.sum(on)).astype(jnp.int32))
@@ -55,7 +56,9 @@ def _trace(s):
     )
 
 
-@pytest.fixture(scope="module", params=[(1, False), (4, False), (2, True)], ids=["k1", "k4", "aqm-k2"])
+# the quick tier (python -m pytest -m quick) checks conservation and the rest on k = 1
+@pytest.fixture(scope="module", params=[pytest.param((1, False), marks=pytest.mark.quick), (4, False), (2, True)],
+                ids=["k1", "k4", "aqm-k2"])
 def batch(request):
     k, aqm = request.param
     # aqm: each of the five AQMs with ECN off and on
@@ -70,7 +73,7 @@ def batch(request):
             d["on_wire"] = sim.on_wire(s, p)
             return d
 
-        s, trace = sim.run(s0, p, n, trace_fn=tr)
+        s, trace = backends.run(s0, p, n, trace_fn=tr)
         return s, trace
 
     keys = jax.random.split(jax.random.PRNGKey(7), len(configs))

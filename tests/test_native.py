@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rlbm_jax import scenarios
-from rlbm_jax.env import buffer, native, sim, traffic
+from rlbm_jax.env import backends, buffer, native, sim, traffic
 from rlbm_jax.env.params import make_params
 from tests.conftest import random_configs
 
@@ -27,8 +27,8 @@ def _split(state):
 
 def _run_both(stacked, keys, n):
     init = jax.vmap(sim.init)(keys, stacked)
-    ref = jax.jit(jax.vmap(lambda s, p: sim.run(s, p, n, backend="jax")[0]))(init, stacked)
-    nat = jax.jit(jax.vmap(lambda s, p: sim.run(s, p, n, backend="native")[0]))(init, stacked)
+    ref = jax.jit(jax.vmap(lambda s, p: backends.run(s, p, n, backend="jax")[0]))(init, stacked)
+    nat = jax.jit(jax.vmap(lambda s, p: backends.run(s, p, n, backend="native")[0]))(init, stacked)
     return ref, nat
 
 
@@ -93,7 +93,7 @@ def test_native_conserves_packets_and_is_deterministic():
     n = 3000
 
     def one(s, p):
-        s = sim.run(s, p, n, backend="native")[0]
+        s = backends.run(s, p, n, backend="native")[0]
         return s, sim.on_wire(s, p)
 
     s, wire = jax.jit(jax.vmap(one))(init, stacked)
@@ -117,7 +117,7 @@ def test_native_results_do_not_depend_on_threads(monkeypatch):
     out = []
     for threads in ("1", "3"):
         monkeypatch.setenv(native.THREADS_VAR, threads)
-        out.append(jax.jit(jax.vmap(lambda s, p: sim.run(s, p, 1500, backend="native")[0]))(init, stacked))
+        out.append(jax.jit(jax.vmap(lambda s, p: backends.run(s, p, 1500, backend="native")[0]))(init, stacked))
     for (name, a), (_, b) in zip(native.state_leaves(out[0]), native.state_leaves(out[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
     monkeypatch.setenv(native.THREADS_VAR, "none")
@@ -131,7 +131,7 @@ def test_native_run_compiles_once():
 
     def advance(s):
         traces.append(1)
-        return sim.run(s, p, 50, backend="native")[0]
+        return backends.run(s, p, 50, backend="native")[0]
 
     f = jax.jit(advance)
     s = sim.init(jax.random.PRNGKey(0), p)
@@ -143,17 +143,17 @@ def test_native_run_compiles_once():
 def test_auto_backend_choice_and_refusals():
     p = scenarios.params("thesis")
     s = sim.init(jax.random.PRNGKey(0), p)
-    assert sim.resolve_backend("auto", p) == "native"
+    assert backends.resolve("auto", p) == "native"
     # a per-tick trace needs the JAX tick: auto takes it, native refuses
-    assert sim.resolve_backend("auto", p, trace=True) == "jax"
+    assert backends.resolve("auto", p, trace=True) == "jax"
     with pytest.raises(ValueError, match="trace_fn"):
-        sim.run(s, p, 5, trace_fn=lambda s: s.tick, backend="native")
+        backends.run(s, p, 5, trace_fn=lambda s: s.tick, backend="native")
     with pytest.raises(ValueError, match="backend"):
-        sim.run(s, p, 5, backend="fortran")
+        backends.run(s, p, 5, backend="fortran")
     big = make_params(pkts_per_tick=native.MAX_PKTS_PER_TICK + 1)
-    assert sim.resolve_backend("auto", big) == "jax"
-    with pytest.raises(ValueError, match="packets per tick"):
-        sim.run(sim.init(jax.random.PRNGKey(0), big), big, 1, backend="native")
+    assert backends.resolve("auto", big) == "jax"
+    with pytest.raises(ValueError, match=f"pkts_per_tick={native.MAX_PKTS_PER_TICK + 1}"):
+        backends.run(sim.init(jax.random.PRNGKey(0), big), big, 1, backend="native")
 
 
 def test_a_registered_policy_runs_on_the_jax_tick(monkeypatch):
@@ -162,11 +162,11 @@ def test_a_registered_policy_runs_on_the_jax_tick(monkeypatch):
     monkeypatch.setattr(buffer, "DEFAULT_ALPHA", dict(buffer.DEFAULT_ALPHA))
     buffer.register_policy("half-cap", lambda v, p: 0.5 * p.class_cap_pkts.astype(jnp.float32))
     p = make_params(policy="half-cap", load=0.9)
-    assert sim.resolve_backend("auto", p) == "jax"
+    assert backends.resolve("auto", p) == "jax"
     with pytest.raises(ValueError, match="half-cap"):
-        sim.run(sim.init(jax.random.PRNGKey(0), p), p, 1, backend="native")
+        backends.run(sim.init(jax.random.PRNGKey(0), p), p, 1, backend="native")
     # traced params that might name it: auto keeps to the JAX tick, and the result is its
-    s = jax.jit(lambda p: sim.run(sim.init(jax.random.PRNGKey(0), p), p, 300)[0])(p)
+    s = jax.jit(lambda p: backends.run(sim.init(jax.random.PRNGKey(0), p), p, 300)[0])(p)
     assert int(s.tick) == 300 and int(jnp.max(s.queue.pkts)) <= 50
 
 
@@ -188,14 +188,14 @@ def test_simulate_backend_flag_and_record(tmp_path, monkeypatch):
 
     from rlbm_jax.cli import simulate
 
-    monkeypatch.setattr(sim, "_default_backend", None)  # the flag sets the process default: undone after
+    monkeypatch.setattr(backends, "_default", None)  # the flag sets the process default: undone after
     out = {}
     for b in ("jax", "native"):
         path = tmp_path / f"{b}.json"
         assert simulate.main(["--scenario", "thesis", "--seconds", "3", "--seeds", "2", "--load", "0.9",
                               "--backend", b, "--json", str(path), "--no-progress"]) == 0
         out[b] = json.loads(path.read_text())
-        assert out[b]["backend"] == b and sim.default_backend() == b
+        assert out[b]["backend"] == b and backends.default() == b
     # simulate.py folds the params in as constants, where XLA rounds a few divisions of the
     # JAX tick otherwise than with params passed in (docs/DESIGN.md, "Backends"): the two
     # runs are the same scenario, the same flows, to within rounding

@@ -3,18 +3,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.env import long_flow_params, metrics as mx, sim, tcp as tcp_mod
+from rlbm_jax.env import backends, long_flow_params, metrics as mx, sim, stack_params, tcp as tcp_mod
 
 SECONDS, WARMUP = 30.0, 5.0
 
 
 def _run_batch(configs, seconds=SECONDS):
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *configs)
+    stacked = stack_params(configs)
     n = sim.ticks_for(seconds, configs[0])
     keys = jax.random.split(jax.random.PRNGKey(0), len(configs))
 
     def one(p, k):
-        s, _ = sim.run(sim.init(k, p), p, n)
+        s, _ = backends.run(sim.init(k, p), p, n)
         return mx.summarize(s.metrics, p)
 
     return jax.tree.map(np.asarray, jax.jit(jax.vmap(one))(stacked, keys))
@@ -79,7 +79,7 @@ def test_slow_start_growth_per_round_trip_with_delayed_acks():
     for tcp in ("newreno", "cubic"):
         p = long_flow_params(1, 4.0, tcp=tcp, delayed_ack=2, hystart=False, long_flow_start_spread_s=0.0)
         rtt_ticks = int(round(float(p.base_rtt_s) / float(p.tick_s)))
-        advance = jax.jit(lambda s: sim.run(s, p, rtt_ticks)[0])
+        advance = jax.jit(lambda s: backends.run(s, p, rtt_ticks)[0])
         state, cwnd = sim.init(jax.random.PRNGKey(0), p), []
         for _ in range(12):
             state = advance(state)

@@ -12,7 +12,7 @@ import pytest
 
 from rlbm_jax import queuepilot as qp
 from rlbm_jax import scenarios
-from rlbm_jax.env import aqm, formulations, metrics as mx, sim
+from rlbm_jax.env import backends, formulations, metrics as mx, sim
 from rlbm_jax.env.formulations.queuepilot import MARK_LEVELS, QUEUEPILOT
 from rlbm_jax.env.params import make_params
 
@@ -23,7 +23,7 @@ def _marker_run(mark_prob, seconds=3.0, buffer_pkts=400, seed=0):
     p = make_params(**kw)
     s = sim.apply_knobs(sim.init(jax.random.PRNGKey(seed), p), {"mark_prob": mark_prob})
     n = int(seconds / float(p.tick_s))
-    s, _ = jax.jit(lambda s: sim.run(s, p, n))(s)
+    s, _ = jax.jit(lambda s: backends.run(s, p, n))(s)
     return s.metrics, p
 
 
@@ -57,7 +57,7 @@ def test_the_action_sets_the_marking_probability():
     rec = s.interval
     for i, level in enumerate(MARK_LEVELS):
         s2 = sim.apply_knobs(s, QUEUEPILOT.knobs(jnp.asarray(i), rec, None))
-        assert np.allclose(np.asarray(s2.aqm.mark_p), level)
+        assert np.allclose(np.asarray(s2.aqm.mark.mark_p), level)
     assert QUEUEPILOT.action_space(1).n == len(MARK_LEVELS)
 
 

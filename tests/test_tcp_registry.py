@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlbm_jax.env import metrics as mx, native, sim, tcp
-from rlbm_jax.env.params import jax_only, make_params, stack_params
+from rlbm_jax.env import backends, metrics as mx, model, native, sim, tcp
+from rlbm_jax.env.params import make_params, stack_params
 from rlbm_jax.scenarios import long_flow_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,14 +35,14 @@ def test_the_registry_is_what_params_the_table_and_native_read():
         p = make_params(tcp=v.name)
         assert int(p.tcp_id) == i and tcp.by_name(v.name) is v
         assert bool(p.ecn) == v.ecn_always  # DCTCP turns ECN on by itself
-        assert bool(p.needs_jax_tick) == (not v.native) == jax_only("droptail", False, v.name)
+        assert bool(p.needs_jax_tick) == (not v.native) == (f"tcp={v.name}" in model.missing("native", p))
     with pytest.raises(ValueError, match="registered: newreno, cubic, dctcp"):
         tcp.by_name("vegas")
     with pytest.raises(ValueError, match="tcp"):
         make_params(tcp="vegas")
     # the native refusal names the variants the registry marks as not native
     p = make_params(tcp="newreno").replace(tcp_id=jnp.asarray(tcp.DCTCP, jnp.int32))
-    with pytest.raises(ValueError, match="tcp dctcp has no native implementation"):
+    with pytest.raises(ValueError, match="the native backend does not implement tcp=dctcp"):
         native.check_params(p)
     assert "TCP_cubic" in native.layout_header() and "TCP_NATIVE[] = {true, true, false}" in native.layout_header()
 
@@ -56,7 +56,7 @@ def test_a_run_writes_only_its_own_variants_columns():
                                 red_max_th_pkts=15.0)]
     stacked = stack_params(configs)
     keys = jax.random.split(jax.random.PRNGKey(3), 3)
-    state = jax.jit(jax.vmap(lambda k, p: sim.run(sim.init(k, p), p, TICKS, backend="jax")[0]))(keys, stacked)
+    state = jax.jit(jax.vmap(lambda k, p: backends.run(sim.init(k, p), p, TICKS, backend="jax")[0]))(keys, stacked)
     fresh = tcp.init_flows(configs[0].num_flow_slots)
     for i, v in enumerate(tcp.VARIANTS):
         fl = tcp.unpack(jax.tree.map(lambda x: x[i], state.flows))
@@ -100,13 +100,13 @@ VARIANT = Scalable(name="scalable", counts_segments=True, fields=Fields(ints={"s
 RUN = '''
 import json, sys
 import jax, jax.numpy as jnp, numpy as np
-from rlbm_jax.env import metrics as mx, sim, tcp
+from rlbm_jax.env import backends, metrics as mx, sim, tcp
 from rlbm_jax.env.params import make_params
 from rlbm_jax.scenarios import long_flow_params
 out = {"names": list(tcp.TCP_NAMES)}
 for name in ("newreno", "scalable"):
     p = long_flow_params(1, 0.25, tcp=name)
-    s = jax.jit(lambda k: sim.run(sim.init(k, p), p, %d, backend="auto")[0])(jax.random.PRNGKey(1))
+    s = jax.jit(lambda k: backends.run(sim.init(k, p), p, %d, backend="auto")[0])(jax.random.PRNGKey(1))
     fl = tcp.unpack(s.flows)
     out[name] = {"util": float(mx.summarize(s.metrics, p)["util_wire"]), "drops": int(jnp.sum(s.metrics.drop_total)),
                  "cwnd": np.asarray(fl.cwnd).tolist(), "ack_cnt": np.asarray(fl.scalable_ack_cnt).tolist(),
@@ -140,7 +140,7 @@ def test_a_new_variant_is_one_module_and_one_line(tmp_path):
     assert sc["util"] > nr["util"] + 0.1, (sc["util"], nr["util"])  # 0.91 against 0.79
     # the registered variants' runs are unchanged by the addition, bit for bit
     p = long_flow_params(1, 0.25, tcp="newreno")
-    s = jax.jit(lambda k: sim.run(sim.init(k, p), p, TICKS, backend="auto")[0])(jax.random.PRNGKey(1))
+    s = jax.jit(lambda k: backends.run(sim.init(k, p), p, TICKS, backend="auto")[0])(jax.random.PRNGKey(1))
     assert np.asarray(tcp.unpack(s.flows).cwnd).tolist() == nr["cwnd"]
     assert int(jnp.sum(s.metrics.drop_total)) == nr["drops"]
     assert float(mx.summarize(s.metrics, p)["util_wire"]) == nr["util"]

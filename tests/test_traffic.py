@@ -3,7 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.env import make_params, sim, thesis_params, traffic
+from rlbm_jax.env import backends, make_params, sim, thesis_params, traffic
 
 
 def test_inverse_cdf_sampling_matches_table_mean():
@@ -29,7 +29,7 @@ def test_hash_uniforms_are_uniform_and_seeded():
 
 def _run(p, seconds, seed=0):
     n = sim.ticks_for(seconds, p)
-    s, _ = jax.jit(lambda s: sim.run(s, p, n))(sim.init(jax.random.PRNGKey(seed), p))
+    s, _ = jax.jit(lambda s: backends.run(s, p, n))(sim.init(jax.random.PRNGKey(seed), p))
     return s
 
 

@@ -1,6 +1,7 @@
 """scripts/train.py (run dir, checkpoints, --stop-after/--resume equals a straight
 run) and scripts/evaluate.py (files, pairing, refusal of a mismatched policy)."""
 import csv
+import json
 
 import numpy as np
 
@@ -25,6 +26,9 @@ def test_train_stop_and_resume_equals_straight_run(tmp_path, capsys):
     assert train_cli.main(["--run-dir", str(a), *TINY]) == 0
     err = capsys.readouterr().err
     assert "train [" in err and "warning" not in err  # a short CPU run is not warned about
+    # the tick that ran, not "auto", in the config and the banner
+    ran = json.loads((a / "config.json").read_text())["backend"]
+    assert ran in ("jax", "native") and f"simulator backend {ran}" in err
     # without the bar's callback the two halves compile one program, which XLA's persistent
     # cache (tests/conftest.py) keeps for the second
     assert train_cli.main(["--run-dir", str(b), *TINY, "--stop-after", "2", "--no-progress"]) == 0

@@ -3,6 +3,8 @@ import pytest
 
 from rlbm_jax.env import make_params, thesis_params, traffic, validate
 
+pytestmark = pytest.mark.quick  # the whole file is in the quick tier
+
 
 @pytest.mark.parametrize("kwargs, field", [
     (dict(bottleneck_rate_bps=0), "bottleneck_rate_bps"),

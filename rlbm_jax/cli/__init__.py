@@ -12,11 +12,23 @@ import sys
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The module docstring as written, and "(default: X)" after every option's help."""
+    """The module docstring as written, and "(default: X)" after every option's help that
+    has a default of its own (an option left unset, None, says in its help what applies)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def parser(doc: str, prog: str | None = None) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(description=doc, formatter_class=HelpFormatter, prog=prog)
+    """The parser of a script: its docstring as the description, and --version."""
+    from rlbm_jax import __version__
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=HelpFormatter, prog=prog)
+    ap.add_argument("--version", action="version", version=f"%(prog)s (rlbm_jax {__version__})",
+                    help="print the script's name and rlbm_jax's version, and exit")
+    return ap
 
 
 def flag_of(ap: argparse.ArgumentParser) -> dict:
@@ -46,65 +58,100 @@ def name_flags(message: str, fields: dict) -> str:
     return message
 
 
-# the simulator's TCP-model choices (rlbm_jax.env.params), as flags of the scripts that
-# build the thesis scenario; unset, a flag keeps the simulator's default (ns-3.37's)
-MODEL_FLAGS = ("rto_recovery", "rtt_samples", "prr", "prr_ssrb", "ecn_cwr")
+def add_param_args(ap, names=None, *, groups=None, exclude=(), title: str | None = None) -> None:
+    """One option per declared parameter (`rlbm_jax.env.model.PARAMS`; `names` or the
+    `groups` given, less `exclude`), each left unset (None) unless given, so that the
+    scenario's value applies; `param_kw` reads them back.  Flags, types, choices and help
+    come from the declaration, so a new parameter is an option of every script that takes
+    its group."""
+    from rlbm_jax.env import model
+
+    chosen = [p for p in model.PARAMS if (names is None or p.name in names) and (groups is None or p.group in groups)
+              and p.name not in exclude]
+    by_group = {}
+    for p in chosen:
+        by_group.setdefault(p.group, []).append(p)
+    for group, params in by_group.items():
+        g = ap.add_argument_group(title or f"{group} (unset: the scenario's value, else the simulator's default)")
+        for p in params:
+            default = p.derived if p.default is None else model._text(p.default)
+            help_ = f"{p.doc} (simulator default: {default})"
+            kw = dict(dest=p.name, default=None, help=help_)
+            if p.kind == "bool":
+                g.add_argument(p.option, action=argparse.BooleanOptionalAction, **kw)
+            elif p.kind == "choice":
+                typ = int if p.keeps_value else str
+                g.add_argument(p.option, type=typ, choices=list(p.values()), **kw)
+            elif p.kind in ("floats", "ints"):
+                g.add_argument(p.option, type=float if p.kind == "floats" else int, nargs="+", **kw)
+            else:
+                g.add_argument(p.option, type={"float": float, "int": int}.get(p.kind, str), **kw)
+
+
+def param_kw(a, names=None) -> dict:
+    """The declared parameters given on the command line (`add_param_args`), as make_params
+    keyword arguments (a per-class list of one value as that value)."""
+    from rlbm_jax.env import model
+
+    out = {}
+    for p in model.PARAMS:
+        v = getattr(a, p.name, None)
+        if v is None or (names is not None and p.name not in names):
+            continue
+        out[p.name] = v[0] if isinstance(v, list) and len(v) == 1 else v
+    return out
+
+
+def param_flags() -> dict:
+    """{parameter name: its option} of every declared parameter (errors name the option)."""
+    from rlbm_jax.env import model
+
+    return {p.name: p.option for p in model.PARAMS}
+
+
+# the simulator's TCP-model choices (`model`'s "tcp-model" group), as flags of the scripts
+# that build a scenario; unset, a flag keeps the simulator's default (ns-3.37's)
+def _model_flags() -> tuple:
+    from rlbm_jax.env import model
+
+    return tuple(p.name for p in model.PARAMS if p.group == "tcp-model")
+
+
+MODEL_FLAGS = _model_flags()
 
 
 def add_model_args(ap) -> None:
-    """--rto-recovery, --rtt-samples, --prr, --prr-ssrb, --ecn-cwr (`model_kw` reads them back)."""
-    from rlbm_jax.env import params as P
-
-    g = ap.add_argument_group("TCP model (unset: the simulator's default, which follows ns-3.37)")
-    g.add_argument("--rto-recovery", choices=list(P.RTO_RECOVERY_NAMES), default=None,
-                   help="after a timeout resend everything not yet ACKed or SACKed (go-back-n) or only the losses "
-                        "(sack)")
-    g.add_argument("--rtt-samples", choices=list(P.RTT_SAMPLES_NAMES), default=None,
-                   help="RTT samples from cumulative ACKs of data sent once (cumulative) or every ACK (every-ack)")
-    g.add_argument("--prr", choices=list(P.PRR_NAMES), default=None,
-                   help="PRR's send count in fast recovery and CWR: exact (RFC 6937), or as ns-3.37 computes it, "
-                        "whose 32-bit product wraps for windows above ~65 kB and silences the sender until its "
-                        "flight falls to ssthresh (ns-3.37)")
-    g.add_argument("--prr-ssrb", choices=list(P.PRR_SSRB_NAMES), default=None,
-                   help="PRR once the flight is at or below ssthresh: every ACK sends what it delivered plus one "
-                        "segment (rfc6937), or the extra segment only on an ACK of retransmitted data (ns-3.37, "
-                        "as Linux)")
-    g.add_argument("--ecn-cwr", choices=list(P.ECN_CWR_NAMES), default=None,
-                   help="with ECN, which states an echoed CE mark cuts the window from: OPEN only (open), or every "
-                        "state but CWR, so that an echo during fast recovery or after a timeout cuts again and the "
-                        "receiver echoes across a loss's cut (ns-3.37)")
+    """One option per TCP-model choice (--rto-recovery, --prr, ...; `model_kw` reads them back)."""
+    add_param_args(ap, MODEL_FLAGS, title="TCP model (unset: the simulator's default, which follows ns-3.37)")
 
 
 def model_kw(a, complete: bool = False) -> dict:
     """The TCP-model flags that were given, as make_params keyword arguments; with
     `complete`, every choice, the simulator's default where a flag is unset."""
-    import inspect
+    from rlbm_jax.env import model
 
-    from rlbm_jax.env.params import make_params
-
-    out = {k: getattr(a, k) for k in MODEL_FLAGS if getattr(a, k, None) is not None}
+    out = param_kw(a, MODEL_FLAGS)
     if complete:
-        defaults = inspect.signature(make_params).parameters
-        out = {k: out.get(k, defaults[k].default) for k in MODEL_FLAGS}
+        out = {k: out.get(k, model.DEFAULTS[k]) for k in MODEL_FLAGS}
     return out
 
 
 def add_backend_arg(ap) -> None:
     """--backend: which tick runs the simulator (`apply_backend` sets it)."""
-    from rlbm_jax.env import sim
+    from rlbm_jax.env import backends
 
-    ap.add_argument("--backend", choices=list(sim.BACKENDS), default=None,
+    ap.add_argument("--backend", choices=list(backends.NAMES), default=None,
                     help="the simulator's tick: native (C++, compiled on first use), jax (the reference), or auto "
                          "(native where it can run); unset: $RLBM_JAX_BACKEND, else auto")
 
 
 def apply_backend(a) -> str:
     """Make --backend the simulator's default for this process; returns the backend in force."""
-    from rlbm_jax.env import sim
+    from rlbm_jax.env import backends
 
     if getattr(a, "backend", None):
-        sim.set_default_backend(a.backend)
-    return sim.default_backend()
+        backends.set_default(a.backend)
+    return backends.default()
 
 
 def fail(prog: str, message: str, code: int = 2) -> int:

@@ -14,19 +14,17 @@ RLBM_JAX_HOST_DEVICES says otherwise: `rlbm_jax.devices`).
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
 import time
-from pathlib import Path
 
 import jax
 
-from rlbm_jax import ns3, scenarios
+from rlbm_jax import jsonio, ns3, scenarios
 from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, model_kw, parser
 from rlbm_jax.devices import batched, env_sharding, is_main_process
-from rlbm_jax.env import sim
+from rlbm_jax.env import backends, sim
 
 PROG = "bench_env.py"
 # what each scenario is benchmarked on: the thesis cell as given, 16 long flows in a quarter BDP, the
@@ -49,7 +47,7 @@ def bench(params, num_envs: int, seconds: float, repeats: int = 2):
     n = sim.ticks_for(seconds, params)
     keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
     state = batched(lambda k: sim.init(k, params), num_envs)(keys)
-    step = batched(lambda s: sim.run(s, params, n)[0], num_envs)  # envs over the devices
+    step = batched(lambda s: backends.run(s, params, n)[0], num_envs)  # envs over the devices
     t0 = time.perf_counter()
     compiled = step.lower(state).compile()
     compile_s = time.perf_counter() - t0
@@ -95,7 +93,7 @@ def main(argv=None):
         p = scenario_params(a.scenario, k, **model_kw(a))
         for n in a.num_envs:
             r = bench(p, n, a.seconds)
-            r["backend"] = sim.resolve_backend(None, p)
+            r["backend"] = backends.resolve(None, p)
             if ref:
                 r["x_ns3"] = r["sim_seconds_per_wall_s"] / ref["ns3_sim_seconds_per_wall_s"]
             rows.append(r)
@@ -108,11 +106,7 @@ def main(argv=None):
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "command": " ".join(["python", "scripts/bench_env.py"] + (argv if argv is not None else sys.argv[1:]))}
     if a.json and is_main_process():  # a multi-process run: process 0 writes for all
-        text = json.dumps({"meta": meta, "results": rows, **({"ns3": ref} if ref else {})}, indent=2)
-        if a.json == "-":
-            print(text)
-        else:
-            Path(a.json).write_text(text + "\n")
+        jsonio.write(a.json, {"meta": meta, "results": rows, **({"ns3": ref} if ref else {})})
     return 0
 
 

@@ -5,27 +5,30 @@ and updates per second after compilation, for several env counts.
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
 import time
-from pathlib import Path
 
 import jax
 
-from rlbm_jax.cli import add_backend_arg, apply_backend, parser
+from rlbm_jax import jsonio
+from rlbm_jax.cli import add_backend_arg, apply_backend, fail, flag_of, name_flags, parser
 from rlbm_jax.cli.train import TRAIN_ENV
 from rlbm_jax.env.randomize import thesis_randomized_env
-from rlbm_jax.ppo import PPO, THESIS_PPO, PPOConfig
+from rlbm_jax.ppo import PPO, THESIS_PPO, PPOConfig, memory
 
 PROG = "bench_train.py"
 
 
-def bench(num_envs: int, num_steps: int, updates: int, network: str, pkts_per_tick: int):
+def make_ppo(num_envs: int, num_steps: int, network: str, pkts_per_tick: int):
     env, ep = thesis_randomized_env(pkts_per_tick=pkts_per_tick, formulation=TRAIN_ENV)
-    ppo = PPO(env, ep, PPOConfig(**THESIS_PPO, num_envs=num_envs, num_steps=num_steps, network=network))
-    ts = ppo.init(jax.random.PRNGKey(0))
+    return PPO(env, ep, PPOConfig(**THESIS_PPO, num_envs=num_envs, num_steps=num_steps, network=network)), ep
+
+
+def bench(num_envs: int, num_steps: int, updates: int, network: str, pkts_per_tick: int):
+    ppo, ep = make_ppo(num_envs, num_steps, network, pkts_per_tick)
+    ts = jax.block_until_ready(ppo.init(jax.random.PRNGKey(0)))  # an allocation that fails is reported here
     t0 = time.perf_counter()
     ts, _ = ppo.run(ts, updates)  # compiles; the timed call continues the same run
     jax.block_until_ready(ts)
@@ -52,6 +55,13 @@ def main(argv=None):
     add_backend_arg(ap)
     a = ap.parse_args(argv)
     backend = apply_backend(a)
+    try:  # every size checked before the first is compiled
+        for n in a.num_envs:
+            note = memory.check(make_ppo(n, a.num_steps, a.network, a.pkts_per_tick)[0])
+            if note:
+                print(note, file=sys.stderr)
+    except ValueError as e:
+        return fail(PROG, name_flags(str(e), flag_of(ap)))
     rows = []
     for n in a.num_envs:
         r = bench(n, a.num_steps, a.updates, a.network, a.pkts_per_tick)
@@ -62,8 +72,7 @@ def main(argv=None):
             "jax": jax.__version__,
             "command": " ".join(["python", "scripts/bench_train.py"] + (argv if argv is not None else sys.argv[1:]))}
     if a.json:
-        text = json.dumps({"meta": meta, "results": rows}, indent=2)
-        print(text) if a.json == "-" else Path(a.json).write_text(text + "\n")
+        jsonio.write(a.json, {"meta": meta, "results": rows})
     return 0
 
 

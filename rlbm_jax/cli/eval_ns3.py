@@ -8,7 +8,7 @@ The ONNX file is checked first (`rlbm_jax.onnx_policy.load_checked`: format, met
 formulation and layout, widths, class count, agent interval); a mismatched file is
 refused, status 2, before anything is simulated.  Then, for every cell (TCP x per-class
 buffer N x load) and held-out seed:
-  - ns-3 (`calibration/ns3/rlbm_scenario.cc`): the policy runs as the scenario's rl
+  - ns-3 (`rlbm_jax/ns3data/rlbm_scenario.cc`): the policy runs as the scenario's rl
     buffer policy, the scenario and this process in lock-step over a pipe
     (`rlbm_jax.ns3.drive`): ns-3 sends each interval's raw record, this process computes
     the formulation's observation from it, asks onnxruntime for the action and sends
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlbm_jax import ns3 as harness, scenarios
+from rlbm_jax import jsonio, ns3 as harness, scenarios
 from rlbm_jax.cli import add_backend_arg, apply_backend, fail, model_kw, parser
 from rlbm_jax.devices import single_process_only
 from rlbm_jax.env.params import make_params
@@ -132,7 +132,7 @@ def main(argv=None):
     for t in a.tcp:
         grid_plot(rows, t, a.buffer_pkts, policies, out / f"grid_{t}.png")
     print(text)
-    print(json.dumps({"out": str(out), "cells": len(grid), "seeds": len(seeds), "ns3_wall_s": round(t_ns3, 1),
+    print(jsonio.dumps({"out": str(out), "cells": len(grid), "seeds": len(seeds), "ns3_wall_s": round(t_ns3, 1),
                       "jax_wall_s": round(t_jax, 1)}))
     return 0
 

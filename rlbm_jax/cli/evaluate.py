@@ -15,14 +15,13 @@ buffer size, one figure per TCP) and command.txt.
 from __future__ import annotations
 
 import csv
-import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from rlbm_jax import scenarios
+from rlbm_jax import jsonio, scenarios
 from rlbm_jax.cli import add_backend_arg, apply_backend, fail, model_kw, parser
 from rlbm_jax.devices import single_process_only
 from rlbm_jax.env.rlbm_env import RLBMEnv
@@ -98,7 +97,7 @@ def main(argv=None):
     for t in a.tcp:
         plot(rows, t, a.buffer_pkts, runs, out / f"grid_{t}.png")
     print(summary)
-    print(json.dumps({"out": str(out), "cells": len(grid), "seeds": len(seeds),
+    print(jsonio.dumps({"out": str(out), "cells": len(grid), "seeds": len(seeds),
                       "wall_s": round(time.perf_counter() - t0, 1)}))
     return 0
 

@@ -29,7 +29,6 @@ JAX per policy).
 from __future__ import annotations
 
 import csv
-import json
 import sys
 import time
 from pathlib import Path
@@ -38,16 +37,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax import queuepilot as qp
+from rlbm_jax import jsonio, queuepilot as qp
 from rlbm_jax.cli import add_model_args, fail, parser
 from rlbm_jax.env.params import make_params
 from rlbm_jax.progress import Progress, fmt_s
+from rlbm_jax.queuepilot import DEFAULT_VARIANTS, load_trained
 
 PROG = "queuepilot.py"
-# ns3: the default test configurations (long flows, RTT ms, TCP) and the classic AQMs'
-# variants when the run's results.json has chosen none
+# ns3: the default test configurations (long flows, RTT ms, TCP); its classic AQMs' variants
+# when the run's results.json has chosen none are `rlbm_jax.queuepilot.DEFAULT_VARIANTS`
 NS3_CONFIGS = ("20:40:cubic", "20:40:newreno")
-DEFAULT_VARIANTS = ("ared-r0.1", "pie-15ms", "codel-5ms")
 
 
 def build_parser():
@@ -101,14 +100,6 @@ def build_parser():
 
 
 # ---- training --------------------------------------------------------------------------
-def _ppo(cfg_dict: dict, episode_s: float):
-    from rlbm_jax.ppo import PPO, PPOConfig
-
-    env, env_params = qp.train_env(episode_s)
-    cfg = PPOConfig.from_dict(cfg_dict)
-    return PPO(env, env_params, cfg), cfg
-
-
 def train(a) -> int:
     from flax import serialization
 
@@ -123,14 +114,14 @@ def train(a) -> int:
             raise ValueError("--num-seeds and --chunk must be >= 1")
         if a.time_budget_s is not None and not a.time_budget_s > 0:
             raise ValueError(f"--time-budget-s must be positive, got {a.time_budget_s}")
-        ppo, cfg = _ppo(cfg_dict, a.episode_s)
+        ppo, cfg = qp.make_ppo(cfg_dict, a.episode_s)
     except ValueError as e:
         return fail(PROG, str(e))
     run.mkdir(parents=True, exist_ok=True)
     seeds = list(range(a.seed, a.seed + a.num_seeds))
-    (run / "config.json").write_text(json.dumps({"ppo": cfg.to_dict(), "episode_s": a.episode_s, "seeds": seeds,
-                                                 "configs": qp.train_configs(), "device": jax.devices()[0].device_kind,
-                                                 "backend": jax.default_backend()}, indent=2, default=str) + "\n")
+    jsonio.write(run / "config.json", {"ppo": cfg.to_dict(), "episode_s": a.episode_s, "seeds": seeds,
+                                       "configs": qp.train_configs(), "device": jax.devices()[0].device_kind,
+                                       "backend": jax.default_backend()})
     steps_per_update = cfg.batch_size * a.num_seeds
     bar = Progress(a.updates, unit=" updates", label="train ")
     seen = {"u": 0}
@@ -191,23 +182,9 @@ def train(a) -> int:
     summary = {"run_dir": str(run), "updates": u, "init_from_updates": u0, "env_steps_per_seed": u * cfg.batch_size,
                "first_chunk_s": round(t_first or 0.0, 1), "wall_s": round(time.perf_counter() - t0, 1),
                "env_steps_per_s_after_first_chunk": round(per_s, 1), "device": jax.devices()[0].device_kind}
-    (run / "train_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary))
+    jsonio.write(run / "train_summary.json", summary)
+    print(jsonio.dumps(summary))
     return 0
-
-
-def load_trained(run: Path):
-    """(ppo, params [seeds], obs_stats [seeds], seeds) of a training run."""
-    from flax import serialization
-
-    cfg = json.loads((run / "config.json").read_text())
-    ppo, _ = _ppo(cfg["ppo"], cfg["episode_s"])
-    seeds = cfg["seeds"]
-    tmpl = jax.eval_shape(ppo.init_seeds, jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
-    zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), {"params": tmpl.params, "obs_stats": tmpl.obs_stats})
-    zeros["updates"] = 0
-    state = serialization.from_bytes(zeros, (run / "trained.msgpack").read_bytes())
-    return ppo, state["params"], state["obs_stats"], seeds, int(state["updates"])
 
 
 # ---- evaluation ------------------------------------------------------------------------
@@ -291,7 +268,7 @@ def evaluate(a) -> int:
             x["_cfg"] = cfg
     report = _report(table, test_cfgs, test_seeds, train_seeds, chosen, sel, names, updates, a)
     report["wall_s"] = round(time.perf_counter() - t0, 1)
-    (out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    jsonio.write(out / "results.json", report)
     (out / "RESULTS.md").write_text(_markdown(report))
     _plots(report, out)
     print(f"wrote {out / 'results.json'}, {out / 'RESULTS.md'} ({fmt_s(report['wall_s'])})", file=sys.stderr)

@@ -13,12 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax import queuepilot as qp
+from rlbm_jax import jsonio, queuepilot as qp
 from rlbm_jax.cli import fail, model_kw
-from rlbm_jax.cli.queuepilot import DEFAULT_VARIANTS, load_trained
 from rlbm_jax.env.formulations.queuepilot import MARK_LEVELS, QUEUEPILOT
 from rlbm_jax.env.params import make_params
 from rlbm_jax.progress import fmt_s
+from rlbm_jax.queuepilot import DEFAULT_VARIANTS, load_trained
 
 PROG = "queuepilot.py"
 CHECK_STEPS, CHECK_BATCH = 40, 8  # the export check: carried-state sequences, reset halfway
@@ -307,7 +307,7 @@ def ns3(a, argv) -> int:
     report["command"] = command
     report["ns3_runs"] = {**cached, "cache": str(workdir.relative_to(run)) if workdir.is_relative_to(run) else None}
     report["wall_s"] = {"ns3": round(t_ns3, 1), **wall, "total": round(time.perf_counter() - t0, 1)}
-    (out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    jsonio.write(out / "results.json", report)
     (out / "RESULTS.md").write_text(markdown(report))
     print(markdown(report))
     print(f"wrote {out / 'results.json'}, {out / 'RESULTS.md'} ({fmt_s(report['wall_s']['total'])})", file=sys.stderr)

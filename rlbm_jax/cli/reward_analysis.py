@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import sys
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax import scenarios
+from rlbm_jax import jsonio, scenarios
 from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, model_kw, parser
 from rlbm_jax.env import formulations, metrics as mx, tcp
 from rlbm_jax.env.params import stack_params
@@ -401,7 +400,7 @@ def main(argv=None):
     summary, pairs = analyse(grid, seeds, per_cell, score_arrays(out, n_steps, cap))
     text = write(out_dir, grid, seeds, out, per_run, per_cell, summary, pairs, a, argv, time.perf_counter() - t0)
     print(text)
-    print(json.dumps({"out": str(out_dir), "wall_s": round(time.perf_counter() - t0, 1)}))
+    print(jsonio.dumps({"out": str(out_dir), "wall_s": round(time.perf_counter() - t0, 1)}))
     return 0
 
 

@@ -21,37 +21,20 @@ report fields, and so are CE marks (`mark_rate`, `marks_c<c>`).
 """
 from __future__ import annotations
 
-import json
-import math
 import sys
 from pathlib import Path
 
-from rlbm_jax import scenarios
-from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, name_flags, parser
+from rlbm_jax import jsonio, scenarios
+from rlbm_jax.cli import (MODEL_FLAGS, add_backend_arg, add_model_args, add_param_args, apply_backend, fail,
+                          name_flags, param_flags, param_kw, parser)
 from rlbm_jax.devices import is_main_process
 from rlbm_jax.env import buffer, formulations, traffic
-from rlbm_jax.env.params import TCP_NAMES, make_params
+from rlbm_jax.env.params import config_record, make_params
 from rlbm_jax.simulate import AQMS, BASELINES, run_scenario, with_policy
 
 PROG = "simulate.py"
-# flag dest -> make_params field
-FIELDS = {"tcp": "tcp", "senders": "num_senders", "classes": "num_classes", "flow_slots": "num_flow_slots",
-          "access_bps": "access_rate_bps", "access_delay_s": "access_delay_s",
-          "bottleneck_bps": "bottleneck_rate_bps", "bottleneck_delay_s": "bottleneck_delay_s",
-          "buffer_pkts": "buffer_per_class_pkts", "shared_buffer_pkts": "buffer_pkts",
-          "scheduler": "scheduler", "class_threshold_bytes": "class_threshold_bytes", "mss_bytes": "mss_bytes",
-          "initial_cwnd": "initial_cwnd_pkts", "min_rto_s": "min_rto_s", "delayed_ack": "delayed_ack",
-          "load": "load", "arrival": "arrival", "arrival_stop_s": "arrival_stop_s", "cdf": "cdf",
-          "long_flows": "long_flows", "warmup_s": "warmup_s", "cubic_beta": "cubic_beta",
-          "cubic_c": "cubic_c", "dupthresh": "dupthresh", "max_rto_s": "max_rto_s",
-          "syn_timeout_s": "syn_timeout_s", "alpha": "alpha", "beta": "beta",
-          "long_flow_start_spread_s": "long_flow_start_spread_s", "flow_log_size": "completion_log_size",
-          "pkts_per_tick": "pkts_per_tick", "rto_recovery": "rto_recovery", "rtt_samples": "rtt_samples",
-          "red_min_th_pkts": "red_min_th_pkts", "red_max_th_pkts": "red_max_th_pkts", "red_max_p": "red_max_p",
-          "red_weight": "red_weight", "pie_target_s": "pie_target_s", "pie_tupdate_s": "pie_tupdate_s",
-          "pie_max_burst_s": "pie_max_burst_s", "pie_mark_threshold": "pie_mark_threshold",
-          "codel_target_s": "codel_target_s", "codel_interval_s": "codel_interval_s", "dctcp_g": "dctcp_g",
-          "fq_quantum_bytes": "fq_quantum_bytes"}
+# the scenario builders' own arguments, besides make_params keywords
+SCENARIO_ONLY = ("policy",)  # --policy also takes a policy directory
 
 
 def build_parser():
@@ -60,58 +43,8 @@ def build_parser():
                     help="; ".join(f"{k}: {t}" for k, (_, t) in scenarios.SCENARIOS.items()))
     ap.add_argument("--policy", default="sb-naive",
                     help=f"buffer policy ({'|'.join(BASELINES)}), AQM ({'|'.join(AQMS)}) or a policy directory")
-    g = ap.add_argument_group("scenario parameters (unset: the scenario's value)")
-    g.add_argument("--tcp", choices=TCP_NAMES, help="TCP of every sender (dctcp turns --ecn on)")
-    g.add_argument("--senders", type=int, help="number of senders")
-    g.add_argument("--classes", type=int, help="priority classes at the bottleneck")
-    g.add_argument("--flow-slots", type=int, help="flow slots per env (a full table refuses and counts arrivals)")
-    g.add_argument("--access-bps", type=float, help="access link rate (bit/s)")
-    g.add_argument("--access-delay-s", type=float, help="access link one-way delay (s)")
-    g.add_argument("--bottleneck-bps", type=float, help="bottleneck rate (bit/s)")
-    g.add_argument("--bottleneck-delay-s", type=float, help="bottleneck one-way delay (s)")
-    g.add_argument("--buffer-pkts", type=int, help="FIFO cap of each class; the shared buffer is their sum")
-    g.add_argument("--shared-buffer-pkts", type=int, help="shared buffer size B (default: sum of class caps)")
-    g.add_argument("--scheduler", choices=["rr", "strict"], help="round robin or strict priority between classes")
-    g.add_argument("--class-threshold-bytes", type=float, help="flow size above which a flow is in class 1")
-    g.add_argument("--mss-bytes", type=int, help="payload per data packet (bytes)")
-    g.add_argument("--initial-cwnd", type=int, help="initial congestion window (segments)")
-    g.add_argument("--min-rto-s", type=float, help="minimum retransmission timeout (s)")
-    g.add_argument("--delayed-ack", type=int, choices=[1, 2], help="segments per ACK")
-    g.add_argument("--no-hystart", action="store_true", help="CUBIC without HyStart")
-    g.add_argument("--cubic-beta", type=float, help="CUBIC multiplicative decrease")
-    g.add_argument("--cubic-c", type=float, help="CUBIC scaling constant")
-    g.add_argument("--dupthresh", type=int, help="duplicate ACKs that declare a loss")
-    g.add_argument("--max-rto-s", type=float, help="maximum retransmission timeout (s)")
-    g.add_argument("--syn-timeout-s", type=float, help="wait after a lost SYN (ns-3 ConnTimeout, s)")
-    g.add_argument("--alpha", type=float, nargs="+", help="policy weights per class (SB, DT, ABM)")
-    g.add_argument("--beta", type=float, nargs="+", help="RL threshold weights per class")
-    g.add_argument("--long-flow-start-spread-s", type=float, help="long flows start uniformly in [0, this)")
-    g.add_argument("--flow-log-size", type=int, help="completed flows kept per run (overflow is counted)")
-    g.add_argument("--load", type=float, help="offered load (fraction of the bottleneck)")
-    g.add_argument("--arrival", choices=["load", "thesis-code"],
-                   help="load: lambda = load*C/(8E[size]); thesis-code: 5*load flows/s per sender")
-    g.add_argument("--arrival-stop-s", type=float, help="no new flows after this time (s)")
-    g.add_argument("--cdf", help="flow sizes: websearch, datamining or a CSV of size_bytes,cdf rows")
-    g.add_argument("--long-flows", type=int, help="long-lived flows started at t = 0")
-    g.add_argument("--pkts-per-tick", type=int, default=1, help="bottleneck packets per tick (fidelity/speed dial)")
-    g.add_argument("--warmup-s", type=float, help="excluded from time-averaged metrics (s)")
-    g = ap.add_argument_group("ECN and AQM (unset: ns-3.37's queue-disc defaults)")
-    g.add_argument("--ecn", action="store_true", help="ECN-capable senders (RFC 3168); the AQM marks instead of drops")
-    g.add_argument("--red-min-th-pkts", type=float, help="RED/ARED: average queue where early drops start "
-                   "(default 5; ared: max(5, 5 ms of link packets / 2))")
-    g.add_argument("--red-max-th-pkts", type=float, help="RED/ARED: average queue of max_p (default 15; ared: 3 min)")
-    g.add_argument("--red-max-p", type=float, help="RED: drop probability at max_th (ARED's start; default 0.02)")
-    g.add_argument("--red-weight", type=float, help="RED: EWMA weight per packet (default 0.002; ared: 1-exp(-1/C))")
-    g.add_argument("--no-red-gentle", action="store_true", help="RED without the gentle region above max_th")
-    g.add_argument("--pie-target-s", type=float, help="PIE: queueing delay reference (default 0.015)")
-    g.add_argument("--pie-tupdate-s", type=float, help="PIE: probability update period (default 0.015)")
-    g.add_argument("--pie-max-burst-s", type=float, help="PIE: burst allowance (default 0.15)")
-    g.add_argument("--pie-mark-threshold", type=float, help="PIE: marks only below this probability (default 0.1)")
-    g.add_argument("--codel-target-s", type=float, help="CoDel, FQ-CoDel: target sojourn (default 0.005)")
-    g.add_argument("--codel-interval-s", type=float, help="CoDel, FQ-CoDel: interval (default 0.1)")
-    g.add_argument("--fq-quantum-bytes", type=int, help="FQ-CoDel: deficit round robin quantum in bytes, at least one "
-                   "data packet (MSS + 52; default 1500, ns-3's device MTU)")
-    g.add_argument("--dctcp-g", type=float, help="DCTCP: weight of a window's marked fraction in alpha (default 1/16)")
+    # one option per declared simulator parameter (rlbm_jax.env.model), the TCP model's last
+    add_param_args(ap, exclude=(*SCENARIO_ONLY, *MODEL_FLAGS))
     add_model_args(ap)
     add_backend_arg(ap)
     g = ap.add_argument_group("run")
@@ -125,17 +58,8 @@ def build_parser():
 
 
 def params_from_args(a):
-    kw = {}
-    for arg, field in FIELDS.items():
-        v = getattr(a, arg)
-        if v is not None:
-            kw[field] = v
-    if a.no_hystart:
-        kw["hystart"] = False
-    if a.ecn:
-        kw["ecn"] = True
-    if a.no_red_gentle:
-        kw["red_gentle"] = False
+    """(SimParams, the make_params keyword arguments) of the scenario with every given flag."""
+    kw = {k: v for k, v in param_kw(a).items() if k not in SCENARIO_ONLY}  # --policy is read below
     if a.scenario == "long":
         n = kw.pop("long_flows", 1)
         kw = scenarios.kw("long", long_flows=n, **kw)
@@ -161,8 +85,8 @@ def main(argv=None):
     ap = build_parser()
     a = ap.parse_args(argv)
     apply_backend(a)
-    flags = {field: "--" + arg.replace("_", "-") for arg, field in FIELDS.items()}
-    flags["class_cap_pkts"] = "--buffer-pkts"
+    flags = {**param_flags(), "class_cap_pkts": "--buffer-pkts", "seconds": "--seconds", "seeds": "--seeds",
+             "agent_interval_s": "--agent-interval-s"}
     try:
         if a.seeds < 1:
             raise ValueError("--seeds must be at least 1")
@@ -186,16 +110,12 @@ def main(argv=None):
     except ValueError as e:
         return fail(PROG, name_flags(str(e), flags))
     res = {"scenario": a.scenario, "policy": policy_name, "cdf": cdf,
-           "config": {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in kw.items()},
+           "config": config_record(kw, params),
            **res}
-    text = json.dumps(res, indent=2, default=float)
     if not is_main_process():  # a multi-process run: process 0 reports for all
         return 0
-    if a.json == "-":
-        print(text)
-    else:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(text + "\n")
+    jsonio.write(a.json, res)  # strict JSON: a statistic with no sample (NaN) is written as null
+    if a.json != "-":
         print(f"wrote {a.json}", file=sys.stderr)
     return 0
 

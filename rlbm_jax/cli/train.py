@@ -16,7 +16,10 @@ The run directory gets config.json, metrics.csv (one row per seed and update),
 curves.png, orbax checkpoints every --checkpoint-every updates, and one deployable
 policy per seed (policy_seed<i>/) plus policy/ = the seed with the best final reward.
 The progress bar moves every update with env steps/s and the ETA; on a machine without
-an accelerator a run whose estimate exceeds --warn-after-min minutes says so.
+an accelerator a run whose estimate exceeds --warn-after-min minutes says so.  Before
+anything is compiled, the memory one update needs is estimated (`rlbm_jax.ppo.memory`):
+a run that needs more than the device has is refused, one that needs more than half of
+it is noted.
 `python scripts/evaluate.py --policy RUN/policy` scores the policy against the baselines.
 """
 from __future__ import annotations
@@ -31,13 +34,13 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from rlbm_jax import scenarios
+from rlbm_jax import jsonio, scenarios
 from rlbm_jax.cli import MODEL_FLAGS, add_backend_arg, add_model_args, apply_backend, fail, flag_of, model_kw, name_flags, parser
 from rlbm_jax.devices import single_process_only
 from rlbm_jax.env import formulations
 from rlbm_jax.env.params import LEGACY_TCP_MODEL, TCP_NAMES
 from rlbm_jax.env.randomize import BUFFER_DISTS, thesis_randomized_env
-from rlbm_jax.ppo import PPO, THESIS_PPO, PPOConfig
+from rlbm_jax.ppo import PPO, THESIS_PPO, PPOConfig, memory
 from rlbm_jax.ppo.checkpoint import Checkpointer
 from rlbm_jax.ppo.export import export_policy
 from rlbm_jax.progress import Progress, fmt_s
@@ -187,6 +190,17 @@ def plot_curves(rows, path: Path):
     plt.close(fig)
 
 
+def sim_backend(env_params) -> str:
+    """The simulator tick ("jax" or "native") that runs the env of `env_params` under the
+    process's --backend: a ValueError when the backend asked for cannot run it."""
+    from rlbm_jax.env import backends
+
+    p = env_params
+    while not hasattr(p, "sim"):  # the randomised env's params wrap the env's
+        p = p.env
+    return backends.resolve(None, p.sim)
+
+
 def _flags(ap) -> dict:
     """Library field names -> the option that sets them, for error messages."""
     flags = flag_of(ap)
@@ -217,15 +231,20 @@ def main(argv=None):
             seed, num_seeds = a.seed, a.num_seeds
         env, env_params = make_env(env_cfg)
         ppo = PPO(env, env_params, cfg)  # refuses a config this env cannot take (e.g. init_action's length)
+        note = memory.check(ppo, num_seeds)  # refuses a run too large for the device, before compiling
+        ran = sim_backend(env_params)  # (builds the native tick on its first use)
     except ValueError as e:
         return fail(PROG, name_flags(str(e), _flags(ap)))
+    if note:
+        print(note, file=sys.stderr)
+    made_run_dir = not run.exists()
     run.mkdir(parents=True, exist_ok=True)
     if not a.resume:
         if (run / "checkpoints").exists():
             shutil.rmtree(run / "checkpoints")
-        (run / "config.json").write_text(json.dumps({"ppo": cfg.to_dict(), "env": env_cfg, "seed": seed,
-                                                      "num_seeds": num_seeds, "backend": backend},
-                                                     indent=2) + "\n")
+        # "backend": the tick that runs (jax or native); "backend_asked": --backend (or auto)
+        jsonio.write(run / "config.json", {"ppo": cfg.to_dict(), "env": env_cfg, "seed": seed, "num_seeds": num_seeds,
+                                           "backend": ran, "backend_asked": backend})
 
     keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
     t0 = time.perf_counter()
@@ -242,9 +261,12 @@ def main(argv=None):
     print(f"{env.name}{' (reward ' + env_cfg['reward'] + ')' if env_cfg.get('reward') else ''}: "
           f"{num_seeds} seed(s) x {cfg.num_envs} envs x {cfg.num_steps} steps per update, "
           f"{cfg.total_updates} updates ({cfg.total_updates * steps_per_update:,} env steps) on "
-          f"{jax.default_backend()} (simulator backend {backend}); run dir {run}", file=sys.stderr)
+          f"{jax.default_backend()} (simulator backend {ran}{'' if backend == ran else ', asked ' + backend}); "
+          f"run dir {run}", file=sys.stderr)
+    print("TCP model: " + ", ".join(f"{k}={v}" for k, v in tcp_model(env_cfg).items()), file=sys.stderr)
     stop = cfg.total_updates if a.stop_after is None else min(a.stop_after, cfg.total_updates)
-    bar = Progress(cfg.total_updates, unit=" updates", label="train ")
+    bar = Progress(cfg.total_updates, unit=" updates", label="train ", rate_unit="env-steps/s",
+                   rate_scale=steps_per_update)
     bar.enabled = not a.no_progress
     seen = {"update": start, "warned": False}
 
@@ -256,8 +278,6 @@ def main(argv=None):
         seen["update"] = update
         bar.update(update, extra=f"reward {float(reward):+.4f}")  # the first one starts the clock
         rate = bar.rate() * steps_per_update
-        if rate == rate:
-            bar.update(update, extra=f"{rate:,.0f} env-steps/s reward {float(reward):+.4f}")
         eta_min = bar.eta_s() / 60
         if not seen["warned"] and eta_min == eta_min and jax.default_backend() == "cpu" and eta_min > a.warn_after_min:
             seen["warned"] = True
@@ -267,27 +287,40 @@ def main(argv=None):
                      "split it.")
 
     ppo = PPO(env, env_params, cfg, on_update=None if a.no_progress else on_update)
-    ts = ppo.init_seeds(keys)
-    if start:
-        ts = ckpt.restore(ts)
-        start = int(np.asarray(ts.update)[0])
-        print(f"resumed {run} at update {start}/{cfg.total_updates}", file=sys.stderr)
-    bar.update(start, extra="compiling", measure=False)
     u = start
-    while u < stop:
-        n = min(a.checkpoint_every, stop - u)
-        ts, m = ppo.run_seeds(ts, n)
-        m = jax.device_get(m)
-        wall = wall0 + time.perf_counter() - t0
-        for s in range(num_seeds):
-            for i in range(n):
-                row = {"seed": s, "update": u + i + 1, "env_steps": (u + i + 1) * cfg.batch_size,
-                       "wall_s": f"{wall:.2f}"}
-                row.update({k: f"{float(v[s, i]):.6g}" for k, v in sorted(m.items())})
-                rows.append(row)
-        u += n
-        ckpt.save(u, ts)
-        write_rows(run / "metrics.csv", rows)
+    try:
+        # waited for here: XLA:CPU reports an allocation that fails in this asynchronous call
+        # only to whoever waits on its result, not to the update that reads it (which would
+        # then wait for ever)
+        ts = jax.block_until_ready(ppo.init_seeds(keys))
+        if start:
+            ts = ckpt.restore(ts)
+            start = u = int(np.asarray(ts.update)[0])
+            print(f"resumed {run} at update {start}/{cfg.total_updates}", file=sys.stderr)
+        bar.update(start, extra="compiling", measure=False)
+        while u < stop:
+            n = min(a.checkpoint_every, stop - u)
+            ts, m = ppo.run_seeds(ts, n)
+            m = jax.device_get(m)
+            wall = wall0 + time.perf_counter() - t0
+            for s in range(num_seeds):
+                for i in range(n):
+                    row = {"seed": s, "update": u + i + 1, "env_steps": (u + i + 1) * cfg.batch_size,
+                           "wall_s": f"{wall:.2f}"}
+                    row.update({k: f"{float(v[s, i]):.6g}" for k, v in sorted(m.items())})
+                    rows.append(row)
+            u += n
+            ckpt.save(u, ts)
+            write_rows(run / "metrics.csv", rows)
+    except jax.errors.JaxRuntimeError as e:
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        bar.close()
+        ckpt.close()
+        if made_run_dir and u == start:  # nothing saved: leave no run directory behind
+            shutil.rmtree(run)
+        kept = "" if u == start else f"; {run} keeps updates 1-{u} (--resume continues them)"
+        return fail(PROG, f"out of memory ({str(e).splitlines()[0]}): lower --num-envs{kept}")
     bar.close()
     ckpt.close()
     plot_curves(rows, run / "curves.png")
@@ -318,7 +351,7 @@ def main(argv=None):
         print(f"final reward per seed {np.round(finals, 4).tolist()}; policy/ = seed {best}", file=sys.stderr)
     total_s = time.perf_counter() - t0
     steps = (cfg.total_updates - start) * steps_per_update
-    print(json.dumps({"run_dir": str(run), "updates": cfg.total_updates, "env_steps_this_call": steps,
+    print(jsonio.dumps({"run_dir": str(run), "updates": cfg.total_updates, "env_steps_this_call": steps,
                       "wall_s": round(total_s, 1), "env_steps_per_s": round(steps / max(total_s, 1e-9), 1)}))
     return 0
 

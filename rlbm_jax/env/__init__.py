@@ -1,13 +1,16 @@
 """Simulator (params -> state -> tick) and the gymnax environment built on it."""
 from rlbm_jax.env.params import SimParams, make_params, validate, stack_params, pad_params, STATIC_FIELDS
-from rlbm_jax.env.sim import SimState, init, tick, run, ticks_for, KNOBS
+from rlbm_jax.env.sim import SimState, init, tick, ticks_for, KNOBS
+from rlbm_jax.env.backends import run
+from rlbm_jax.env import backends, model
 from rlbm_jax.env import buffer, formulations, metrics, queue, scheduler, tcp, traffic
 from rlbm_jax.env.rlbm_env import (RLBMEnv, EnvParams, EnvState, NotDifferentiableError, make_env_params,
                                    DEFAULT_FORMULATION)
-from rlbm_jax.env.wrappers import SymmetricActions
-from rlbm_jax.scenarios import THESIS_BETA, long_flow_params, thesis_params
+from rlbm_jax.env.wrappers import FiveValueStep, SymmetricActions
+from rlbm_jax.env.presets import THESIS_BETA, long_flow_params, thesis_params
 
 __all__ = ["SimParams", "SimState", "make_params", "thesis_params", "long_flow_params", "validate", "stack_params", "pad_params", "THESIS_BETA",
            "STATIC_FIELDS", "init", "tick", "run", "ticks_for", "KNOBS", "RLBMEnv", "EnvParams", "EnvState",
-           "NotDifferentiableError", "make_env_params", "DEFAULT_FORMULATION", "SymmetricActions", "buffer",
-           "formulations", "metrics", "queue", "scheduler", "tcp", "traffic"]
+           "NotDifferentiableError", "make_env_params", "DEFAULT_FORMULATION", "SymmetricActions", "FiveValueStep",
+           "backends", "model",
+           "buffer", "formulations", "metrics", "queue", "scheduler", "tcp", "traffic"]

@@ -7,13 +7,13 @@ buffer size B.  Policies live in a registry; `params.policy_id` picks one at run
 time (`lax.switch`), so a batch of simulators can mix policies.  A new policy
 plugs in with `register_policy` and nothing else changes.
 
-A policy may also name an AQM (`rlbm_jax.env.aqm`: RED, ARED, PIE, CoDel) that drops or
-marks packets below its thresholds; "red", "ared", "pie" and "codel" are the droptail
-limit (each class's FIFO cap within the shared buffer) with that AQM in front;
-"rl-mark" the droptail limit with a marker whose probability an agent sets (ECN only).
-"fq-codel" queues each flow apart (`rlbm_jax.env.fqcodel`, over `flowqueue`): it takes every
-arrival and keeps the shared buffer B by dropping from the fattest flow, so its thresholds
-are not used.
+A policy may also name a queueing discipline (`Policy.aqm`, a name of the registry
+`rlbm_jax.env.disciplines`) that drops or marks packets below its thresholds; "red",
+"ared", "pie" and "codel" are the droptail limit (each class's FIFO cap within the shared
+buffer) with that AQM in front; "rl-mark" the droptail limit with a marker whose
+probability an agent sets (ECN only).  "fq-codel" queues each flow apart
+(`disciplines/fq_codel.py`, over `flowqueue`): it takes every arrival and keeps the shared
+buffer B by dropping from the fattest flow, so its thresholds are not used.
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from rlbm_jax.env.disciplines import registry as disciplines
 
 
 class BufferView(NamedTuple):
@@ -71,17 +73,18 @@ class Policy(NamedTuple):
     name: str
     thresholds: Callable
     default_alpha: tuple
-    aqm: str = "none"  # a name of aqm.AQM_NAMES
+    aqm: str = "none"  # the name of a registered discipline (`disciplines.names()`)
+    native: bool = False  # the native (C++) tick implements it too (`model`'s manifest reads this)
 
 
 _REGISTRY: list[Policy] = [
-    Policy("droptail", _droptail, (1.0,)),
-    Policy("sb-naive", _static, (1.0, 1.0)),
-    Policy("sb-sophisticated", _static, (8.0, 1.0)),
-    Policy("dt", _dynamic_thresholds, (1.0, 1.0)),
-    Policy("abm", _abm, (1.0, 1.0)),
-    Policy("rl", _rl, (1.0, 1.0)),
-    Policy("static-bdp", _static_bdp, (1e6, 1e6)),
+    Policy("droptail", _droptail, (1.0,), native=True),
+    Policy("sb-naive", _static, (1.0, 1.0), native=True),
+    Policy("sb-sophisticated", _static, (8.0, 1.0), native=True),
+    Policy("dt", _dynamic_thresholds, (1.0, 1.0), native=True),
+    Policy("abm", _abm, (1.0, 1.0), native=True),
+    Policy("rl", _rl, (1.0, 1.0), native=True),
+    Policy("static-bdp", _static_bdp, (1e6, 1e6), native=True),
     Policy("red", _droptail, (1.0,), "red"),
     Policy("ared", _droptail, (1.0,), "ared"),
     Policy("pie", _droptail, (1.0,), "pie"),
@@ -95,13 +98,28 @@ DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
 DEFAULT_AQM = {p.name: p.aqm for p in _REGISTRY}
 
 
-# AQMs that queue each flow apart (rlbm_jax.env.flowqueue)
-FLOW_QUEUE_AQMS = ("fq-codel",)
+# disciplines that queue each flow apart (rlbm_jax.env.flowqueue): they own departure
+FLOW_QUEUE_AQMS = tuple(d.name for d in disciplines.DISCIPLINES if d.owns_departure)
+
+
+def discipline(policy: str) -> disciplines.Discipline:
+    """The discipline `policy` names."""
+    return disciplines.by_name(DEFAULT_AQM.get(policy, "none"))
 
 
 def needs_flow_queues(policy: str) -> bool:
     """Whether `policy` queues each flow apart (its params need `flow_queue_capacity_pkts`)."""
-    return DEFAULT_AQM.get(policy, "none") in FLOW_QUEUE_AQMS
+    return discipline(policy).owns_departure
+
+
+def needs_ecn(policy: str) -> bool:
+    """Whether `policy`'s discipline only marks (its runs need ECN senders)."""
+    return discipline(policy).needs_ecn
+
+
+def native_policies() -> tuple:
+    """The policies the native tick implements (a policy registered at run time is not one)."""
+    return tuple(p.name for p in _REGISTRY if p.native)
 
 
 def default_alpha(policy: str, num_classes: int) -> tuple:
@@ -111,15 +129,14 @@ def default_alpha(policy: str, num_classes: int) -> tuple:
 
 
 def register_policy(name: str, thresholds: Callable, default_alpha=(1.0, 1.0), aqm_name: str = "none") -> int:
-    """Add a buffer policy (with an AQM of `aqm.AQM_NAMES` in front, if named); returns its
-    id.  Call before building params and jitting."""
+    """Add a buffer policy (with a registered discipline in front, if named: `aqm_name`, a
+    name of `disciplines.names()`); returns its id.  Call before building params and jitting."""
     global POLICY_NAMES, DEFAULT_ALPHA, DEFAULT_AQM
-    from rlbm_jax.env import aqm
 
     if name in POLICY_NAMES:
         raise ValueError(f"policy {name!r} is already registered")
-    if aqm_name not in aqm.AQM_NAMES:
-        raise ValueError(f"unknown aqm {aqm_name!r}; choose one of {', '.join(aqm.AQM_NAMES)}")
+    if aqm_name not in disciplines.names():
+        raise ValueError(f"unknown aqm {aqm_name!r}; choose one of {', '.join(disciplines.names())}")
     _REGISTRY.append(Policy(name, thresholds, tuple(default_alpha), aqm_name))
     POLICY_NAMES = tuple(p.name for p in _REGISTRY)
     DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
@@ -128,10 +145,8 @@ def register_policy(name: str, thresholds: Callable, default_alpha=(1.0, 1.0), a
 
 
 def aqm_id(params) -> jnp.ndarray:
-    """The AQM code (aqm.AQM_NAMES index) of the selected policy."""
-    from rlbm_jax.env import aqm
-
-    codes = jnp.asarray([aqm.AQM_NAMES.index(p.aqm) for p in _REGISTRY], jnp.int32)
+    """The id (position in the discipline registry) of the selected policy's discipline."""
+    codes = jnp.asarray([disciplines.index(p.aqm) for p in _REGISTRY], jnp.int32)
     return codes[params.policy_id]
 
 

@@ -1,5 +1,6 @@
-"""Per-flow queues at the switch: one FIFO per flow slot, for the buffer policies that
-queue each flow apart (FQ-CoDel, `fqcodel.py`; a per-flow cap would reuse it).
+"""Per-flow queues at the switch: one FIFO per flow slot, for the disciplines that queue
+each flow apart (FQ-CoDel, `disciplines/fq_codel.py`; a per-flow cap would reuse them).
+They are the switch's, not one discipline's: `SimState.flowq`.
 
 Each flow slot's FIFO is a ring of packet runs, the record of `queue.py` (flow, packets,
 retransmissions, first transmission id, enqueue tick, spurious copies, CE-marked packets).
@@ -130,3 +131,33 @@ def drop_head(q: FlowQueues, f, n_pkts, max_pkts: int):
                   pkts=q.pkts.at[f].add(-dropped))
     return q, HeadDrop(pkts=dropped, new=jnp.sum(t_new, dtype=jnp.int32), retx=jnp.sum(t_retx, dtype=jnp.int32),
                        spur=jnp.sum(t_spur, dtype=jnp.int32), first_new_tx=first_new)
+
+
+class Drops(NamedTuple):
+    """Packets the switch dropped from the flow queues, per flow slot [Q] (for the senders,
+    `tcp.on_queue_drops`) and per class [P] (for the counters)."""
+    new: jnp.ndarray  # [Q] new data
+    retx: jnp.ndarray  # [Q] retransmissions of lost packets
+    first_new_tx: jnp.ndarray  # [Q] transmission id of the first new packet dropped
+    by_class: jnp.ndarray  # [P] all packets
+    retx_spur: jnp.ndarray  # [] retransmissions and spurious copies
+
+
+def no_drops(n, num_classes) -> Drops:
+    """Nothing dropped from n queues of num_classes classes."""
+    z = jnp.zeros((n,), jnp.int32)
+    return Drops(new=z, retx=z, first_new_tx=z + jnp.iinfo(jnp.int32).max,
+                 by_class=jnp.zeros((num_classes,), jnp.int32), retx_spur=jnp.zeros((), jnp.int32))
+
+
+def add_drop(d: Drops, f, hd: HeadDrop, cls) -> Drops:
+    """`d` with what `drop_head` (or a head packet's drop) removed from queue f ([] index) of class cls."""
+    return d._replace(new=d.new.at[f].add(hd.new), retx=d.retx.at[f].add(hd.retx),
+                      first_new_tx=d.first_new_tx.at[f].min(jnp.where(hd.new > 0, hd.first_new_tx,
+                                                                      jnp.iinfo(jnp.int32).max)),
+                      by_class=d.by_class.at[cls].add(hd.pkts), retx_spur=d.retx_spur + hd.retx + hd.spur)
+
+
+def merge_drops(a: Drops, b: Drops) -> Drops:
+    return Drops(new=a.new + b.new, retx=a.retx + b.retx, first_new_tx=jnp.minimum(a.first_new_tx, b.first_new_tx),
+                 by_class=a.by_class + b.by_class, retx_spur=a.retx_spur + b.retx_spur)

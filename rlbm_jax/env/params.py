@@ -19,46 +19,21 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rlbm_jax.env import traffic
+from rlbm_jax.env import model, traffic
 from rlbm_jax.env.tcp.variants import TCP_NAMES, VARIANTS as TCP_VARIANTS  # the TCP registry: tcp_id indexes it
 
-# Integer codes of the categorical choices (dynamic, so they can be vmapped).
-# what a sender does after a retransmission timeout (tcp.on_timeouts): "go-back-n" resends
-# every segment not yet ACKed or SACKed, those still in flight too, as ns-3.37 does; "sack"
-# resends only the lost segments
-RTO_RECOVERY_NAMES = ("go-back-n", "sack")
-# PRR's proportional send count in fast recovery and CWR (tcp.on_acks, RFC 6937): "exact", or
-# "ns-3.37" as ns-3.37's TcpPrrRecovery::DoRecovery computes it: prr_delivered x ssthresh in
-# bytes is a 32-bit unsigned product that wraps once it reaches 2^32 (both above ~65 kB), and
-# the send count it gives then falls below what was sent, so the sender goes silent until
-# its flight falls to ssthresh (calibration/REPORT.md, section 6)
-PRR_NAMES = ("exact", "ns-3.37")
-# PRR's slow-start reduction bound, once the flight is at or below ssthresh in fast recovery
-# (tcp.on_acks): "rfc6937" lets every ACK send what it delivered plus one segment (RFC 6937's
-# SSRB); "ns-3.37" adds the segment only on an ACK of retransmitted data in fast recovery (never
-# in CWR) and lets any other ACK send just what it delivered (ns-3.37's TcpPrrRecovery with
-# m_isRetransDataAcked, as Linux's tcp_cwnd_reduction), so duplicate ACKs refill a window cut
-# below its flight one for one
-# (calibration/REPORT.md, section 6)
-PRR_SSRB_NAMES = ("rfc6937", "ns-3.37")
-# which states an echoed CE mark (ECE on an ACK that moves the cumulative ACK) cuts the window
-# from, entering CWR (tcp.on_acks, RFC 3168): "open" only from OPEN, the echo of a mark on a
-# packet sent after the last window reduction, loss or ECN; "ns-3.37" as ns-3.37's
-# TcpSocketBase::ReceivedAck, from every state but CWR: an echo that arrives during fast
-# recovery or after a timeout cuts again (ssthresh from the current window) and ends the
-# recovery, and a loss's cut does not stop the receiver's echo (only CWR's flag does)
-ECN_CWR_NAMES = ("open", "ns-3.37")
-# which ACKs give the RTT estimator a sample (tcp.on_acks): "cumulative" as ns-3.37 (with
-# timestamps, Karn's rule and a history emptied at every timeout): an ACK that moves the
-# cumulative ACK over data sent once, in OPEN; not a SACK, not a retransmission's ACK, not
-# during recovery; "every-ack": every ACK of the tick (the RTO then follows the queue that
-# SACKed packets meet during a recovery)
-RTT_SAMPLES_NAMES = ("cumulative", "every-ack")
+# The names of the categorical choices, in leaf-index order, as `model` declares them (each
+# choice's doc is there; calibration/REPORT.md section 6 measures the TCP-model ones).
+RTO_RECOVERY_NAMES = model.BY_NAME["rto_recovery"].values()
+PRR_NAMES = model.BY_NAME["prr"].values()
+PRR_SSRB_NAMES = model.BY_NAME["prr_ssrb"].values()
+ECN_CWR_NAMES = model.BY_NAME["ecn_cwr"].values()
+RTT_SAMPLES_NAMES = model.BY_NAME["rtt_samples"].values()
 # the TCP model of rlbm_jax 0.2, before go-back-N (the committed results of that version
 # were made with it; a run config that names no model choice predates them)
 LEGACY_TCP_MODEL = dict(rto_recovery="sack", rtt_samples="every-ack")
-SCHEDULER_NAMES = ("rr", "strict")
-ARRIVAL_NAMES = ("load", "thesis-code")
+SCHEDULER_NAMES = model.BY_NAME["scheduler"].values()
+ARRIVAL_NAMES = model.BY_NAME["arrival"].values()
 
 DATA_HEADER_BYTES = 54  # TCP with timestamps (32) + IPv4 (20) + PPP (2)
 ACK_BYTES = 54
@@ -107,7 +82,7 @@ class SimParams:
     hystart_delay_max_s: jnp.ndarray  # []
     ecn: jnp.ndarray  # [] bool: senders mark data ECT and react to echoed CE marks (RFC 3168; always with DCTCP)
     dctcp_g: jnp.ndarray  # [] DCTCP: weight of a window's marked fraction in alpha (ns-3 DctcpShiftG)
-    # ---- AQM (the policy's `aqm`, rlbm_jax.env.aqm; ns-3.37 queue-disc names) --------
+    # ---- AQM (the policy's `aqm`, rlbm_jax.env.disciplines; ns-3.37 queue-disc names) --
     red_min_th_pkts: jnp.ndarray  # [] RED/ARED: average queue where early drops start
     red_max_th_pkts: jnp.ndarray  # [] ... where the probability reaches max_p (gentle: rises to 1 at 2x)
     red_max_p: jnp.ndarray  # [] ... drop probability at max_th (ARED's starting value)
@@ -144,11 +119,17 @@ class SimParams:
     # per-flow queues (rlbm_jax.env.flowqueue, FQ-CoDel): runs each flow slot's ring holds; 0
     # allocates none (policies without per-flow queues), and the tick then leaves their code out
     flow_queue_capacity_pkts: int = struct.field(pytree_node=False, default=0)
-    # the run needs the JAX tick (an AQM policy, ECN or DCTCP: what the native tick lacks);
-    # static, so that `sim.run` can choose its backend when the params are traced
-    needs_jax_tick: bool = struct.field(pytree_node=False, default=False)
+    # the run's model choices, ((name, value), ...) for every choice `model` declares (a batch
+    # holds the union): static, so that a backend's refusal (`model.missing`) holds for traced
+    # and batched params alike
+    model_choices: tuple = struct.field(pytree_node=False, default=())
 
     # ---- derived quantities (pure functions of the leaves) ---------------
+    @property
+    def needs_jax_tick(self) -> bool:
+        """Whether the run asks for something the native tick does not implement."""
+        return bool(model.missing("native", self))
+
     @property
     def data_pkt_bits(self):
         return (self.mss_bytes + DATA_HEADER_BYTES) * 8.0
@@ -207,76 +188,97 @@ def _as_i32(x):
     return jnp.asarray(x, dtype=jnp.int32)
 
 
-def make_params(
-    *,
-    num_senders: int = 10,
-    num_classes: int = 2,
-    num_flow_slots: int = 64,
-    pkts_per_tick: int = 1,
-    access_rate_bps: float = 100e6,
-    access_delay_s: float = 0.1e-3,
-    bottleneck_rate_bps: float = 10e6,
-    bottleneck_delay_s: float = 10e-3,
-    buffer_per_class_pkts: int | Sequence[int] = 100,
-    buffer_pkts: int | None = None,
-    queue_capacity_pkts: int | None = None,
-    policy: str = "sb-naive",
-    alpha: Sequence[float] | None = None,
-    beta: Sequence[float] | None = None,
-    scheduler: str = "rr",
-    class_threshold_bytes: float | Sequence[float] = 2_000_000,
-    tcp: str = "cubic",
-    mss_bytes: int = 1000,
-    initial_cwnd_pkts: int = 10,
-    min_rto_s: float = 0.010,
-    max_rto_s: float = 60.0,
-    syn_timeout_s: float = 3.0,
-    rto_granularity_s: float = 0.001,
-    delayed_ack: int = 1,
-    dupthresh: int = 3,
-    rto_recovery: str = "go-back-n",
-    prr: str = "exact",
-    prr_ssrb: str = "rfc6937",
-    ecn_cwr: str = "open",
-    rtt_samples: str = "cumulative",
-    cubic_beta: float = 0.7,
-    cubic_c: float = 0.4,
-    cubic_fast_convergence: bool = True,
-    hystart: bool = True,
-    hystart_low_window_pkts: int = 16,
-    hystart_min_samples: int = 8,
-    hystart_ack_delta_s: float = 0.002,
-    hystart_delay_min_s: float = 0.004,
-    hystart_delay_max_s: float = 1.0,
-    ecn: bool = False,
-    dctcp_g: float = 0.0625,
-    red_min_th_pkts: float | None = None,
-    red_max_th_pkts: float | None = None,
-    red_max_p: float = 0.02,
-    red_weight: float | None = None,
-    red_gentle: bool = True,
-    pie_target_s: float = 0.015,
-    pie_tupdate_s: float = 0.015,
-    pie_a: float = 0.125,
-    pie_b: float = 1.25,
-    pie_max_burst_s: float = 0.15,
-    pie_mark_threshold: float = 0.1,
-    codel_target_s: float = 0.005,
-    codel_interval_s: float = 0.1,
-    fq_quantum_bytes: int = 1500,
-    flow_queue_capacity_pkts: int | None = None,
-    arrival: str = "load",
-    load: float = 0.7,
-    arrival_stop_s: float = math.inf,
-    long_flows: int = 0,
-    long_flow_start_spread_s: float = 0.0,
-    cdf: str | traffic.SizeTable = "websearch",
-    warmup_s: float = 0.0,
-    delay_line_ticks: int | None = None,
-    completion_log_size: int = 1024,
-    interval_log_size: int = 16,
-) -> SimParams:
-    """Build validated `SimParams`.
+def resolve(**kw) -> dict:
+    """Every declared parameter (`model.PARAMS`) of a run: `kw` over the declared defaults,
+    checked (a ValueError names the parameter), with the derived defaults filled in: the
+    shared buffer, the ring sizes, the policy's alphas, RED's thresholds, the delay line."""
+    from rlbm_jax.env import buffer  # local: buffer imports nothing from here
+
+    model.check_names(kw)
+    r = {**model.DEFAULTS, **kw}
+    for p in model.PARAMS:
+        p.check(r[p.name])
+    num_classes, num_senders, num_flow_slots = int(r["num_classes"]), int(r["num_senders"]), int(r["num_flow_slots"])
+    if num_flow_slots < num_senders:
+        raise ValueError(f"num_flow_slots must be >= num_senders ({num_senders}), got {num_flow_slots}")
+    if r["long_flows"] > num_flow_slots:
+        raise ValueError(f"long_flows ({r['long_flows']}) must not exceed num_flow_slots ({num_flow_slots})")
+    caps = _per_class("buffer_per_class_pkts", r["buffer_per_class_pkts"], num_classes).astype(np.int64)
+    r["buffer_per_class_pkts"] = caps
+    if r["buffer_pkts"] is None:
+        r["buffer_pkts"] = int(caps.sum())
+    if r["queue_capacity_pkts"] is None:
+        r["queue_capacity_pkts"] = int(caps.max())
+    if caps.max() > r["queue_capacity_pkts"]:
+        raise ValueError(f"buffer_per_class_pkts ({int(caps.max())}) exceeds queue_capacity_pkts "
+                         f"({r['queue_capacity_pkts']}), the static ring size; raise queue_capacity_pkts")
+    policy = r["policy"]
+    variant = TCP_VARIANTS[TCP_NAMES.index(r["tcp"])]
+    r["ecn"] = bool(r["ecn"]) or variant.ecn_always  # DCTCP turns ECN on itself (ns-3.37 TcpDctcp::Init)
+    if buffer.needs_ecn(policy) and not r["ecn"]:
+        raise ValueError(f"ecn: policy {policy!r} only marks (CE), so it needs ECN senders (ecn=True or tcp='dctcp')")
+    alpha = buffer.default_alpha(policy, num_classes) if r["alpha"] is None else r["alpha"]
+    r["alpha"] = _per_class("alpha", alpha, num_classes)
+    r["beta"] = _per_class("beta", np.ones(num_classes) if r["beta"] is None else r["beta"], num_classes)
+    r["red_min_th_pkts"], r["red_max_th_pkts"], r["red_weight"] = _red_thresholds(
+        policy, r["red_min_th_pkts"], r["red_max_th_pkts"], r["red_weight"], r["bottleneck_rate_bps"], r["mss_bytes"])
+    for name in ("red_min_th_pkts", "red_max_th_pkts", "red_weight"):
+        model.BY_NAME[name].check(r[name])
+    if r["red_min_th_pkts"] >= r["red_max_th_pkts"]:
+        raise ValueError(f"red_min_th_pkts ({r['red_min_th_pkts']}) must be below red_max_th_pkts "
+                         f"({r['red_max_th_pkts']})")
+    r["flow_queue_capacity_pkts"] = flow_queue_capacity(policy, r["buffer_pkts"], r["flow_queue_capacity_pkts"])
+    if buffer.needs_flow_queues(policy) and r["fq_quantum_bytes"] < r["mss_bytes"] + 52:
+        raise ValueError(f"fq_quantum_bytes ({r['fq_quantum_bytes']}) must be at least one data packet at the queue "
+                         f"(mss_bytes + 52 = {r['mss_bytes'] + 52} bytes)")
+    thr = np.asarray(r["class_threshold_bytes"], dtype=np.float64).reshape(-1)
+    if thr.size not in (1, num_classes - 1) and num_classes > 1:
+        raise ValueError(f"class_threshold_bytes must have one value or num_classes - 1 ({num_classes - 1}) values, "
+                         f"got {thr.tolist()}")
+    r["class_threshold_bytes"] = np.broadcast_to(thr[:1] if thr.size == 1 else thr, (max(num_classes - 1, 0),))
+    cdf = r["cdf"]
+    if isinstance(cdf, str):
+        r["cdf"] = traffic.load_table(cdf)
+    elif isinstance(cdf, traffic.SizeTable):
+        traffic.check_cdf(cdf.size_bytes, cdf.cdf, name=cdf.name)
+    else:
+        raise ValueError(f"cdf must be a table name, a CSV path or a SizeTable, got {type(cdf).__name__}")
+    rate, delays = r["bottleneck_rate_bps"], r["access_delay_s"] + r["bottleneck_delay_s"]
+    data_pkt_bits = (r["mss_bytes"] + DATA_HEADER_BYTES) * 8.0
+    tick_s = r["pkts_per_tick"] * data_pkt_bits / rate
+    base_rtt = (2 * delays + data_pkt_bits / r["access_rate_bps"] + data_pkt_bits / rate
+                + ACK_BYTES * 8 * (1 / r["access_rate_bps"] + 1 / rate))
+    need = int(math.ceil(base_rtt / tick_s)) + 3
+    if r["delay_line_ticks"] is None:
+        r["delay_line_ticks"] = need
+    if r["delay_line_ticks"] < need:
+        raise ValueError(f"delay_line_ticks ({r['delay_line_ticks']}) must be >= {need} for a base RTT of "
+                         f"{base_rtt * 1e3:.2f} ms")
+    return r
+
+
+def config_record(kw: dict, params: SimParams | None = None) -> dict:
+    """Every declared parameter of a run as JSON holds it: `kw` resolved (`resolve`: the
+    defaults and derived values filled in), and where the built `params` are given, the
+    model choices read back from them (what ran, e.g. the "rl" policy an agent drives)."""
+    r = resolve(**kw)
+    if params is not None:
+        for name, value in choices_of(params):
+            r[name] = value
+    return {p.name: model.json_value(r[p.name]) for p in model.PARAMS}
+
+
+def _per_class(name, value, num_classes):
+    """A per-class vector: one value for every class, or one per class (a ValueError names `name`)."""
+    a = np.asarray(value, dtype=np.float64).reshape(-1)
+    if a.size not in (1, num_classes):
+        raise ValueError(f"{name} must have one value or num_classes ({num_classes}) values, got {a.tolist()}")
+    return np.broadcast_to(a, (num_classes,)).copy()
+
+
+def make_params(**kw) -> SimParams:
+    """Build validated `SimParams` from keyword arguments named as `model.PARAMS` declares
+    them (each has its default there; an unknown name is refused).
 
     `buffer_per_class_pkts` is each class's FIFO cap (a list gives one per class);
     the shared buffer `buffer_pkts` defaults to their sum, as in the thesis.
@@ -287,192 +289,56 @@ def make_params(
     ("fq-codel"): None gives buffer_pkts + 1 there (a flow may hold the whole buffer plus
     the tick's run before the overflow drops) and 0 elsewhere.
     """
-    from rlbm_jax.env import buffer  # local: buffer imports nothing from here
+    return build(resolve(**kw))
 
-    _check_int("num_senders", num_senders, 1)
-    _check_int("num_classes", num_classes, 1)
-    _check_int("pkts_per_tick", pkts_per_tick, 1)
-    _check_int("num_flow_slots", num_flow_slots, 1)
-    if num_flow_slots < num_senders:
-        raise ValueError(
-            f"num_flow_slots must be >= num_senders ({num_senders}), got {num_flow_slots}"
-        )
-    for name, val in (
-        ("access_rate_bps", access_rate_bps),
-        ("bottleneck_rate_bps", bottleneck_rate_bps),
-        ("mss_bytes", mss_bytes),
-        ("min_rto_s", min_rto_s),
-        ("max_rto_s", max_rto_s),
-        ("syn_timeout_s", syn_timeout_s),
-        ("cubic_c", cubic_c),
-    ):
-        if not (np.isfinite(val) and val > 0):
-            raise ValueError(f"{name} must be a positive finite number, got {val!r}")
-    for name, val in (("access_delay_s", access_delay_s), ("bottleneck_delay_s", bottleneck_delay_s),
-                      ("warmup_s", warmup_s), ("long_flow_start_spread_s", long_flow_start_spread_s)):
-        if not (np.isfinite(val) and val >= 0):
-            raise ValueError(f"{name} must be a non-negative finite number, got {val!r}")
-    if not (0 < dctcp_g <= 1):
-        raise ValueError(f"dctcp_g must be in (0, 1], got {dctcp_g!r}")
-    if not (0 < cubic_beta < 1):
-        raise ValueError(f"cubic_beta must be in (0, 1), got {cubic_beta!r}")
-    if not (np.isfinite(load) and load >= 0):
-        raise ValueError(f"load must be a non-negative number, got {load!r}")
-    if not (arrival_stop_s >= 0):
-        raise ValueError(f"arrival_stop_s must be >= 0, got {arrival_stop_s!r}")
-    _check_int("initial_cwnd_pkts", initial_cwnd_pkts, 1)
-    _check_int("dupthresh", dupthresh, 1)
-    if delayed_ack not in (1, 2):
-        raise ValueError(f"delayed_ack must be 1 or 2 segments per ACK, got {delayed_ack!r}")
-    _check_int("long_flows", long_flows, 0)
-    if long_flows > num_flow_slots:
-        raise ValueError(f"long_flows ({long_flows}) must not exceed num_flow_slots ({num_flow_slots})")
-    _check_int("completion_log_size", completion_log_size, 1)
-    _check_int("interval_log_size", interval_log_size, 1)
 
-    caps = np.broadcast_to(np.asarray(buffer_per_class_pkts), (num_classes,)).astype(np.int64)
-    if np.any(caps <= 0):
-        raise ValueError(f"buffer_per_class_pkts must be positive, got {buffer_per_class_pkts!r}")
-    if buffer_pkts is None:
-        buffer_pkts = int(caps.sum())
-    _check_int("buffer_pkts", buffer_pkts, 1)
-    if queue_capacity_pkts is None:
-        queue_capacity_pkts = int(caps.max())
-    if caps.max() > queue_capacity_pkts:
-        raise ValueError(
-            f"buffer_per_class_pkts ({int(caps.max())}) exceeds queue_capacity_pkts ({queue_capacity_pkts}),"
-            " the static ring size; raise queue_capacity_pkts"
-        )
+def choices_of(p: SimParams) -> tuple:
+    """The model choices that concrete params hold in their leaves ((name, value), ...; a
+    batch: the union), read back through `model`'s declarations."""
+    recs = []
+    for c in model.CHOICES:
+        for v in np.unique(np.asarray(getattr(p, c.field)).reshape(-1)):
+            recs.append((c.name, bool(v) if c.kind == "bool" else int(v) if c.keeps_value else c.values()[int(v)]))
+    return model.merge_choices(recs)
 
-    tcp_id = _lookup("tcp", tcp, TCP_NAMES)
-    tcp_variant = TCP_VARIANTS[tcp_id]
-    ecn_on = bool(ecn) or tcp_variant.ecn_always  # DCTCP turns ECN on itself (ns-3.37 TcpDctcp::Init)
-    rto_recovery_id = _lookup("rto_recovery", rto_recovery, RTO_RECOVERY_NAMES)
-    rtt_samples_id = _lookup("rtt_samples", rtt_samples, RTT_SAMPLES_NAMES)
-    prr_id = _lookup("prr", prr, PRR_NAMES)
-    prr_ssrb_id = _lookup("prr_ssrb", prr_ssrb, PRR_SSRB_NAMES)
-    ecn_cwr_id = _lookup("ecn_cwr", ecn_cwr, ECN_CWR_NAMES)
-    sched_id = _lookup("scheduler", scheduler, SCHEDULER_NAMES)
-    arrival_id = _lookup("arrival", arrival, ARRIVAL_NAMES)
-    policy_id = _lookup("policy", policy, buffer.POLICY_NAMES)
-    if buffer.DEFAULT_AQM[buffer.POLICY_NAMES[policy_id]] == "mark" and not ecn_on:
-        raise ValueError(f"ecn: policy {buffer.POLICY_NAMES[policy_id]!r} only marks (CE), so it needs ECN "
-                         "senders (ecn=True or tcp='dctcp')")
-    if alpha is None:  # the policy's defaults, cut or extended (last value) to num_classes
-        alpha = buffer.default_alpha(buffer.POLICY_NAMES[policy_id], num_classes)
-    elif np.ndim(alpha) and np.size(alpha) not in (1, num_classes):
-        raise ValueError(f"alpha must have one value or num_classes ({num_classes}) values, got {list(alpha)}")
-    alpha = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (num_classes,))
-    if np.any(alpha < 0) or not np.all(np.isfinite(alpha)):
-        raise ValueError(f"alpha must be non-negative, got {alpha.tolist()}")
-    if beta is None:
-        beta = np.ones(num_classes)
-    beta = np.broadcast_to(np.asarray(beta, dtype=np.float64), (num_classes,))
-    if np.any(beta < 0):
-        raise ValueError(f"beta must be non-negative, got {beta.tolist()}")
-    red_min_th_pkts, red_max_th_pkts, red_weight = _red_thresholds(
-        buffer.POLICY_NAMES[policy_id], red_min_th_pkts, red_max_th_pkts, red_weight, bottleneck_rate_bps,
-        mss_bytes)
-    _check_aqm(red_min_th_pkts=red_min_th_pkts, red_max_th_pkts=red_max_th_pkts, red_max_p=red_max_p,
-               red_weight=red_weight, pie_target_s=pie_target_s, pie_tupdate_s=pie_tupdate_s, pie_a=pie_a,
-               pie_b=pie_b, pie_max_burst_s=pie_max_burst_s, pie_mark_threshold=pie_mark_threshold,
-               codel_target_s=codel_target_s, codel_interval_s=codel_interval_s)
-    fq_cap = flow_queue_capacity(buffer.POLICY_NAMES[policy_id], buffer_pkts, flow_queue_capacity_pkts)
-    if buffer.needs_flow_queues(buffer.POLICY_NAMES[policy_id]):
-        _check_int("fq_quantum_bytes", fq_quantum_bytes, 1)
-        if fq_quantum_bytes < mss_bytes + 52:
-            raise ValueError(f"fq_quantum_bytes ({fq_quantum_bytes}) must be at least one data packet at the queue "
-                             f"(mss_bytes + 52 = {mss_bytes + 52} bytes)")
-    thr = np.broadcast_to(np.asarray(class_threshold_bytes, dtype=np.float64), (max(num_classes - 1, 0),))
 
-    table = traffic.load_table(cdf) if isinstance(cdf, str) else cdf
-    if not isinstance(cdf, str):
-        traffic.check_cdf(table.size_bytes, table.cdf, name=table.name)
-    sizes, probs = traffic.pad_table(table)
+def rederive(p: SimParams, *extra_choices) -> SimParams:
+    """`p` with its static derived fields recomputed from its (concrete) leaves: the record of
+    model choices (`choices_of`, with `extra_choices` records joined, e.g. the values a traced
+    draw may take) and the per-flow queues' ring.  Whatever edits leaves by hand calls this,
+    so that no backend runs params whose record understates what they ask for."""
+    from rlbm_jax.env import buffer
 
-    data_pkt_bits = (mss_bytes + DATA_HEADER_BYTES) * 8.0
-    tick_s = pkts_per_tick * data_pkt_bits / bottleneck_rate_bps
-    base_rtt = (2 * (access_delay_s + bottleneck_delay_s) + data_pkt_bits / access_rate_bps
-                + data_pkt_bits / bottleneck_rate_bps + ACK_BYTES * 8 * (1 / access_rate_bps + 1 / bottleneck_rate_bps))
-    need = int(math.ceil(base_rtt / tick_s)) + 3
-    if delay_line_ticks is None:
-        delay_line_ticks = need
-    if delay_line_ticks < need:
-        raise ValueError(
-            f"delay_line_ticks ({delay_line_ticks}) must be >= {need} for a base RTT of {base_rtt * 1e3:.2f} ms"
-        )
+    names = {buffer.POLICY_NAMES[int(i)] for i in np.unique(np.asarray(p.policy_id).reshape(-1))}
+    buf = int(np.max(np.asarray(p.buffer_pkts)))
+    fq = max([p.flow_queue_capacity_pkts] + [flow_queue_capacity(n, buf) for n in names])
+    return p.replace(model_choices=model.merge_choices(choices_of(p), *extra_choices), flow_queue_capacity_pkts=fq)
 
-    return SimParams(
-        access_rate_bps=_as_f32(access_rate_bps),
-        access_delay_s=_as_f32(access_delay_s),
-        bottleneck_rate_bps=_as_f32(bottleneck_rate_bps),
-        bottleneck_delay_s=_as_f32(bottleneck_delay_s),
-        buffer_pkts=_as_i32(buffer_pkts),
-        class_cap_pkts=_as_i32(caps),
-        policy_id=_as_i32(policy_id),
-        alpha=_as_f32(alpha),
-        beta=_as_f32(beta),
-        scheduler_id=_as_i32(sched_id),
-        class_threshold_bytes=_as_f32(thr),
-        tcp_id=_as_i32(tcp_id),
-        mss_bytes=_as_f32(mss_bytes),
-        initial_cwnd_pkts=_as_f32(initial_cwnd_pkts),
-        min_rto_s=_as_f32(min_rto_s),
-        max_rto_s=_as_f32(max_rto_s),
-        syn_timeout_s=_as_f32(syn_timeout_s),
-        rto_granularity_s=_as_f32(rto_granularity_s),
-        delayed_ack=_as_i32(delayed_ack),
-        dupthresh=_as_i32(dupthresh),
-        rto_recovery_id=_as_i32(rto_recovery_id),
-        prr_id=_as_i32(prr_id),
-        prr_ssrb_id=_as_i32(prr_ssrb_id),
-        ecn_cwr_id=_as_i32(ecn_cwr_id),
-        rtt_samples_id=_as_i32(rtt_samples_id),
-        cubic_beta=_as_f32(cubic_beta),
-        cubic_c=_as_f32(cubic_c),
-        cubic_fast_convergence=jnp.asarray(bool(cubic_fast_convergence)),
-        hystart=jnp.asarray(bool(hystart)),
-        hystart_low_window_pkts=_as_f32(hystart_low_window_pkts),
-        hystart_min_samples=_as_i32(hystart_min_samples),
-        hystart_ack_delta_s=_as_f32(hystart_ack_delta_s),
-        hystart_delay_min_s=_as_f32(hystart_delay_min_s),
-        hystart_delay_max_s=_as_f32(hystart_delay_max_s),
-        ecn=jnp.asarray(ecn_on),
-        dctcp_g=_as_f32(dctcp_g),
-        red_min_th_pkts=_as_f32(red_min_th_pkts),
-        red_max_th_pkts=_as_f32(red_max_th_pkts),
-        red_max_p=_as_f32(red_max_p),
-        red_weight=_as_f32(red_weight),
-        red_gentle=jnp.asarray(bool(red_gentle)),
-        pie_target_s=_as_f32(pie_target_s),
-        pie_tupdate_s=_as_f32(pie_tupdate_s),
-        pie_a=_as_f32(pie_a),
-        pie_b=_as_f32(pie_b),
-        pie_max_burst_s=_as_f32(pie_max_burst_s),
-        pie_mark_threshold=_as_f32(pie_mark_threshold),
-        codel_target_s=_as_f32(codel_target_s),
-        codel_interval_s=_as_f32(codel_interval_s),
-        fq_quantum_bytes=_as_i32(fq_quantum_bytes),
-        arrival_id=_as_i32(arrival_id),
-        load=_as_f32(load),
-        arrival_stop_s=_as_f32(min(arrival_stop_s, 3.0e38)),
-        long_flows=_as_i32(long_flows),
-        long_flow_start_spread_s=_as_f32(long_flow_start_spread_s),
-        cdf_size_bytes=_as_f32(sizes),
-        cdf_prob=_as_f32(probs),
-        warmup_s=_as_f32(warmup_s),
-        num_senders=int(num_senders),
-        num_classes=int(num_classes),
-        num_flow_slots=int(num_flow_slots),
-        queue_capacity_pkts=int(queue_capacity_pkts),
-        pkts_per_tick=int(pkts_per_tick),
-        delay_line_ticks=int(delay_line_ticks),
-        completion_log_size=int(completion_log_size),
-        interval_log_size=int(interval_log_size),
-        flow_queue_capacity_pkts=fq_cap,
-        needs_jax_tick=jax_only(buffer.POLICY_NAMES[policy_id], ecn_on, tcp) or prr_id != 0 or prr_ssrb_id != 0
-        or ecn_cwr_id != 0,
-    )
+
+# integer parameters the tick reads as float32 leaves
+FLOAT_LEAVES = ("mss_bytes", "initial_cwnd_pkts")
+
+
+def build(r: dict) -> SimParams:
+    """SimParams of a resolved parameter dict (`resolve`): each declared parameter to its
+    leaf (a choice as its index), the flow-size table padded, the choices' static record."""
+    sizes, probs = traffic.pad_table(r["cdf"])
+    out = {}
+    for p in model.PARAMS:
+        if not p.field or p.static:
+            continue
+        v = r[p.name]
+        if p.kind == "choice" and not p.keeps_value:
+            out[p.field] = _as_i32(p.values().index(v))
+        elif p.kind == "bool":
+            out[p.field] = jnp.asarray(bool(v))
+        elif p.kind in ("int", "ints", "choice") and p.field not in FLOAT_LEAVES:
+            out[p.field] = _as_i32(v)
+        else:
+            out[p.field] = _as_f32(min(v, 3.0e38) if p.allow_inf else v)
+    statics = {p.name: int(r[p.name]) for p in model.PARAMS if p.static}
+    return SimParams(**out, cdf_size_bytes=_as_f32(sizes), cdf_prob=_as_f32(probs), **statics,
+                     model_choices=model.used_choices(r))
 
 
 def validate(params: SimParams) -> None:
@@ -536,15 +402,6 @@ def flow_queue_capacity(policy: str, buffer_pkts: int, requested: int | None = N
     return int(requested)
 
 
-def jax_only(policy: str, ecn: bool, tcp: str = "newreno") -> bool:
-    """Whether a run of `policy` (with ECN when `ecn`) and TCP `tcp` needs the JAX tick (what
-    the native tick lacks: AQMs, ECN, and the TCP variants it does not implement)."""
-    from rlbm_jax.env import buffer
-
-    native_tcp = TCP_VARIANTS[TCP_NAMES.index(tcp)].native if tcp in TCP_NAMES else False
-    return bool(ecn) or buffer.DEFAULT_AQM.get(policy, "none") != "none" or not native_tcp
-
-
 ARED_TARGET_DELAY_S = 0.005  # ns-3.37 RedQueueDisc TargetDelay
 
 
@@ -562,27 +419,9 @@ def _red_thresholds(policy, lo, hi, weight, rate_bps, mss_bytes):
     return (auto[0] if lo is None else lo), (auto[1] if hi is None else hi), (auto[2] if weight is None else weight)
 
 
-def _check_aqm(**vals):
-    for name, val in vals.items():
-        if not (np.isfinite(val) and val > 0):
-            raise ValueError(f"{name} must be a positive finite number, got {val!r}")
-    if vals["red_min_th_pkts"] >= vals["red_max_th_pkts"]:
-        raise ValueError(f"red_min_th_pkts ({vals['red_min_th_pkts']}) must be below red_max_th_pkts "
-                         f"({vals['red_max_th_pkts']})")
-    for name in ("red_max_p", "red_weight", "pie_mark_threshold"):
-        if vals[name] > 1:
-            raise ValueError(f"{name} must be a probability in (0, 1], got {vals[name]!r}")
-
-
 def _check_int(name, val, lo):
     if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < lo:
         raise ValueError(f"{name} must be an integer >= {lo}, got {val!r}")
-
-
-def _lookup(field, name, names):
-    if name not in names:
-        raise ValueError(f"unknown {field} {name!r}; choose one of {', '.join(names)}")
-    return names.index(name)
 
 
 # ---------------------------------------------------------------------------
@@ -594,7 +433,7 @@ STATIC_FIELDS = tuple(f.name for f in dataclasses.fields(SimParams)
 # static fields that only size buffers: a larger value changes no result (rings are
 # indexed modulo their size; logs only get more room), so a batch takes the largest
 PADDABLE_FIELDS = ("queue_capacity_pkts", "delay_line_ticks", "completion_log_size", "interval_log_size",
-                   "flow_queue_capacity_pkts", "needs_jax_tick")  # (a batch with one run that needs the JAX tick runs it)
+                   "flow_queue_capacity_pkts", "model_choices")  # (a batch's choices: the union of its runs')
 
 
 def pad_params(items: Sequence) -> list:
@@ -611,6 +450,9 @@ def pad_params(items: Sequence) -> list:
         raise TypeError("stack_params takes SimParams, or env params with a .sim field")
     common = {}
     for f in STATIC_FIELDS:
+        if f == "model_choices":
+            common[f] = model.merge_choices(*(s.model_choices for s in sims))
+            continue
         vals = sorted({getattr(s, f) for s in sims})
         if len(vals) > 1 and f not in PADDABLE_FIELDS:
             raise ValueError(f"cannot batch params whose static field {f} differs ({vals}): it fixes array "

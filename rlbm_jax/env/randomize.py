@@ -18,7 +18,9 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment
 
+from rlbm_jax.env import model
 from rlbm_jax.env.params import TCP_NAMES, TCP_VARIANTS, SimParams, stack_params
+from rlbm_jax.env.presets import THESIS_RANDOM, thesis_params
 from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, EnvParams, EnvState, RLBMEnv
 
 
@@ -45,8 +47,9 @@ BUFFER_DISTS = ("uniform", "log-uniform")
 def make_randomized_params(env_params: EnvParams, *, buffer_pkts=(100, 1000), load=(0.1, 0.9),
                            tcp=("newreno", "cubic"), buffer_dist: str = "uniform") -> RandomizedParams:
     """Ranges checked against the wrapped env (the ring must hold the largest buffer).
-    A range that allows a TCP the native tick lacks (DCTCP) marks the wrapped sim as needing
-    the JAX tick (the draw is traced); drawing DCTCP turns ECN on, as its `make_params` does."""
+    The wrapped sim's record of model choices gains every TCP the range allows (the draw is
+    traced), so a backend that lacks one (native: DCTCP) is not chosen; drawing DCTCP turns
+    ECN on, as its `make_params` does."""
     lo, hi = (int(b) for b in buffer_pkts)
     if not 1 <= lo <= hi:
         raise ValueError(f"buffer_pkts range must satisfy 1 <= lo <= hi, got {buffer_pkts!r}")
@@ -63,8 +66,11 @@ def make_randomized_params(env_params: EnvParams, *, buffer_pkts=(100, 1000), lo
     if buffer_dist not in BUFFER_DISTS:
         raise ValueError(f"buffer_dist must be one of {BUFFER_DISTS}, got {buffer_dist!r}")
     mask = jnp.asarray([n in tcp for n in TCP_NAMES])
-    if any(not TCP_VARIANTS[TCP_NAMES.index(t)].native for t in tcp) and not env_params.sim.needs_jax_tick:
-        env_params = env_params.replace(sim=env_params.sim.replace(needs_jax_tick=True))
+    # the draw is traced: the sim's record of choices names every TCP it may draw (and ECN, if
+    # one of them turns it on), so that a backend that lacks one refuses the env
+    drawn = [("tcp", t) for t in tcp] + [("ecn", True) for t in tcp if TCP_VARIANTS[TCP_NAMES.index(t)].ecn_always]
+    env_params = env_params.replace(sim=env_params.sim.replace(
+        model_choices=model.merge_choices(env_params.sim.model_choices, drawn)))
     return RandomizedParams(env=env_params, buffer_lo_pkts=lo, buffer_hi_pkts=hi, load_lo=llo, load_hi=lhi,
                             tcp_allowed=mask, buffer_log_uniform=jnp.asarray(buffer_dist == "log-uniform"),
                             max_steps_in_episode=env_params.max_steps_in_episode)
@@ -141,20 +147,30 @@ class RandomizedEnv(environment.Environment[RandomizedState, RandomizedParams]):
         return jnp.asarray(False)
 
 
+def thesis_random_ranges(**ranges) -> tuple[dict, dict]:
+    """(ranges, ring): the ranges a randomised env draws from, `THESIS_RANDOM` with any of
+    buffer_pkts, load, tcp and buffer_dist replaced, and the simulator overrides that size
+    the ring (and the configured buffer) for the largest buffer drawn."""
+    ranges = dict(THESIS_RANDOM, **ranges)
+    hi_pkts = int(ranges["buffer_pkts"][1])
+    return ranges, {"queue_capacity_pkts": hi_pkts, "buffer_per_class_pkts": hi_pkts}
+
+
 def thesis_randomized_env(*, buffer_pkts=None, load=None, tcp=None, buffer_dist: str | None = None,
                           episode_s: float = 60.0, agent_interval_s: float = 0.1, pkts_per_tick: int = 1,
                           formulation=DEFAULT_FORMULATION, **sim_overrides):
     """The thesis scenario (flows start during the first 45 s of each 60 s episode),
     "rl" policy, a ring that holds the largest buffer, and every episode's N, load and
-    TCP drawn at reset from `scenarios.THESIS_RANDOM` (or the ranges given): what
+    TCP drawn at reset from `THESIS_RANDOM` (or the ranges given): what
     `rlbm_jax.make(formulation, randomize=...)` builds, with a 16-flow completion log
     (training reads no whole-run statistics).  Returns (env, params)."""
-    from rlbm_jax.registry import make
-
-    ranges = {k: v for k, v in dict(buffer_pkts=buffer_pkts, load=load, tcp=tcp, buffer_dist=buffer_dist).items()
-              if v is not None}
-    return make(formulation, randomize=ranges or True, episode_s=episode_s, agent_interval_s=agent_interval_s,
-                pkts_per_tick=pkts_per_tick, **{"completion_log_size": 16, **sim_overrides})
+    ranges, ring = thesis_random_ranges(**{k: v for k, v in dict(buffer_pkts=buffer_pkts, load=load, tcp=tcp,
+                                                                 buffer_dist=buffer_dist).items() if v is not None})
+    sim_params = thesis_params(**{"policy": "rl", **ring, "pkts_per_tick": pkts_per_tick, "completion_log_size": 16,
+                                  **sim_overrides})
+    env = RandomizedEnv(RLBMEnv(sim_params, formulation=formulation, agent_interval_s=agent_interval_s,
+                                episode_s=episode_s), **ranges)
+    return env, env.default_params
 
 
 @struct.dataclass
@@ -174,6 +190,8 @@ class MixtureEnv(RandomizedEnv):
         sims = list(sims)
         if not sims:
             raise ValueError("MixtureEnv needs at least one configuration")
+        merged = model.merge_choices(*(s.model_choices for s in sims))  # the mix asks for every one's choices
+        sims = [s.replace(model_choices=merged) for s in sims]
         ref = jax.tree.structure(sims[0])
         for i, s in enumerate(sims[1:], 1):
             if jax.tree.structure(s) != ref:

@@ -33,8 +33,9 @@ import numpy as np
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from rlbm_jax.env import formulations, sim
+from rlbm_jax.env import backends, formulations, sim
 from rlbm_jax.env.params import SimParams
+from rlbm_jax.env.presets import thesis_params
 
 DEFAULT_FORMULATION = "RLBM-v0"
 
@@ -88,8 +89,6 @@ def make_env_params(sim_params: SimParams | None = None, *, agent_interval_s: fl
                     episode_s: float = 60.0, flows_scale: float = 10.0) -> EnvParams:
     """EnvParams for a simulator configuration (default: the thesis scenario, "rl" policy)."""
     if sim_params is None:
-        from rlbm_jax.scenarios import thesis_params
-
         sim_params = thesis_params(policy="rl")
     if not agent_interval_s > 0:
         raise ValueError(f"agent_interval_s must be positive, got {agent_interval_s!r}")
@@ -162,7 +161,7 @@ class RLBMEnv(environment.Environment[EnvState, EnvParams]):
         # the action answers the record of the interval that just ended (still in the state)
         s = sim.apply_knobs(state.sim, f.knobs(action, state.sim.interval, params))
         s = sim.open_interval(s, params.sim)
-        s, _ = sim.run(s, params.sim, params.ticks_per_step)
+        s, _ = backends.run(s, params.sim, params.ticks_per_step)
         s = sim.close_interval(s, params.sim)
         new = EnvState(sim=s, time=(state.time + 1).astype(jnp.int32))
         reward, parts = f.reward_of(s.interval, params)

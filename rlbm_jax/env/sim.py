@@ -10,20 +10,23 @@ these phases in order (docs/DESIGN.md), each a function of this module:
   4. arrival_phase: the buffer policy sets this tick's class thresholds (buffer); at
      most one new flow starts (traffic)
   5. transmit_phase: senders transmit what cwnd and the access link allow (tcp.wanted)
-  6. admit_phase: arrivals are admitted or dropped against the thresholds and enqueued
-     (buffer, queue), the senders book them (tcp.on_sent), a new flow's SYN may be lost
-  7. depart_phase: the scheduler picks up to k packets; they leave the class FIFOs
-     (scheduler, queue) and enter the delay line that carries them to the sink and
-     their ACKs back
+  6. admit_phase: the run's queueing discipline decides on the arrivals, which are
+     admitted or dropped against the thresholds and enqueued (disciplines, buffer,
+     queue), the senders book them (tcp.on_sent), a new flow's SYN may be lost
+  7. depart_phase: the scheduler picks up to `service_pkts` packets; they leave the class
+     FIFOs (scheduler, queue), or a discipline that owns departure picks them from its
+     own queues, and enter the delay line that carries them to the sink and their ACKs
+     back
   8. record_phase: metrics, the agent interval's record, the drain-rate window
 What flows from one phase to the next is a small named tuple (`Clock`, `Sink`,
-`Events`, `Arrival`, `Transmit`, `Admission`, `Departure`, `Record`).
+`Events`, `Arrival`, `Transmit`, `Admission`, `Departure`, `Record`).  The queueing
+disciplines (`disciplines`: RED, PIE, CoDel, the marker, FQ-CoDel) enter through the
+registry's hooks and flags alone; the tick's code names none of them.
 Senders run on the switch's clock shifted by the (uncongested) access-path delay,
 so a packet a sender emits in tick t is at the switch in tick t.
 """
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import jax
@@ -31,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rlbm_jax.env import aqm, buffer, flowqueue, fqcodel, metrics as mx, queue as qm, scheduler, tcp, traffic
+from rlbm_jax.env import buffer, disciplines, flowqueue, metrics as mx, queue as qm, scheduler, tcp, traffic
 from rlbm_jax.env.params import SimParams
 
 # Fields of a delay-line record: the queue's run record (FLOW, COUNT, NRETX, TX0, ENQ, NSPUR, NCE).
@@ -55,18 +58,20 @@ class SimState:
     drain_window: jnp.ndarray  # [P] dequeues in the current window
     drain_window_start: jnp.ndarray  # [] tick
     thresholds: jnp.ndarray  # [P] admission thresholds used in the last tick
-    aqm: aqm.AqmState  # [P] the AQM's state of each class FIFO (the policy's `aqm`)
+    aqm: disciplines.States  # every discipline's own state (`aqm.red`, ...); the run's is the policy's `aqm`
     metrics: mx.Metrics
     interval: mx.Interval
     flowq: flowqueue.FlowQueues  # per-flow queues (FQ-CoDel); a one-run placeholder without them
-    fq: fqcodel.FqState  # FQ-CoDel's lists, deficits and per-flow CoDel; likewise
 
 
 # The switch's knobs that an agent sets (a formulation's action maps onto them), and the
 # SimState field each one is held in.  class_alpha [P]: the "rl" buffer policy admits a
-# class-c packet while its queue is below class_alpha_c * beta_c * (B - Q).
+# class-c packet while its queue is below class_alpha_c * beta_c * (B - Q); the
+# disciplines declare theirs (`Discipline.knobs`: mark_prob [P], the marker's probability,
+# held in `aqm.mark.mark_p`).
 # knob -> the state field it sets (a dotted path names a field of a sub-state)
-KNOBS = {"class_alpha": "rl_alpha", "mark_prob": "aqm.mark_p"}
+KNOBS = {"class_alpha": "rl_alpha",
+         **{knob: f"aqm.{d.key}.{field}" for d in disciplines.DISCIPLINES for knob, field in d.knobs}}
 
 
 def apply_knobs(state: SimState, knobs: dict) -> SimState:
@@ -119,27 +124,35 @@ def init(key, params: SimParams) -> SimState:
         drain_window=jnp.zeros((P,), jnp.int32),
         drain_window_start=jnp.zeros((), jnp.int32),
         thresholds=jnp.zeros((P,), jnp.float32),
-        aqm=aqm.init_aqm(params),
+        aqm=disciplines.init(params),
         metrics=m,
         interval=mx.init_interval(P, params.interval_log_size),
         flowq=flowqueue.init(params),
-        fq=fqcodel.init(params),
     )
 
 
-def _fq_on(params: SimParams):
-    """Whether this run queues each flow apart (FQ-CoDel): Python False when the params
-    allocate no per-flow queues (the tick then leaves that code out), else a traced bool."""
-    if not flowqueue.used(params):
-        return False
-    return buffer.aqm_id(params) == aqm.FQ_CODEL
+def _discipline(params: SimParams):
+    """The id of the run's queueing discipline (the registry's, named by its buffer policy)."""
+    return buffer.aqm_id(params)
 
 
-def _fq_where(on, a, b):
-    """a where the run queues each flow apart, else b (pytrees)."""
+def _flag(params: SimParams, name: str):
+    """The run's discipline's flag `name` (`disciplines.flag`): Python False when no
+    discipline these params can run has it (the tick then leaves that code out)."""
+    return disciplines.flag(params, _discipline(params), name)
+
+
+def _where(on, a, b):
+    """a where `on` (a flag of `_flag`), else b (pytrees)."""
     if on is False:
         return b
     return jax.tree.map(lambda x, y: jnp.where(on, x, y), a, b)
+
+
+def service_pkts(clk: "Clock", params: SimParams):
+    """The packets the bottleneck can send in this tick (its packet slots): the one place
+    the tick reads the link's service rate for its departures."""
+    return params.pkts_per_tick
 
 
 def _rotated_exclusive_cumsum(x, offset):
@@ -389,7 +402,7 @@ def arrival_phase(state: SimState, clk: Clock, sink: Sink, ev: Events, fl: tcp.F
     size_b, sender, gap_s = traffic.arrival_draw(u, traffic.arrival_rate_per_s(params), params)
     cls = jnp.minimum(traffic.flow_class(size_b, params.class_threshold_bytes), P - 1)
     qdelay_s = state.queue.pkts[cls].astype(jnp.float32) * params.data_pkt_bits / params.bottleneck_rate_bps
-    qdelay_s = _fq_where(_fq_on(params), 0.0, qdelay_s)  # FQ-CoDel: the SYN is a new flow's first packet
+    qdelay_s = _where(_flag(params, "syn_skips_queue"), 0.0, qdelay_s)  # (FQ-CoDel: a new queue, served first)
     hs_rtt_s = params.base_rtt_s + qdelay_s
     t_arr_s = state.next_arrival_s
     fl = tcp.start_flow(
@@ -442,24 +455,24 @@ class Admission(NamedTuple):
     spur_admitted_pkts: jnp.ndarray  # [E] go-back-N resends admitted
     syn_lost: jnp.ndarray  # [] bool: the new flow's SYN was dropped
     marks_pkts: jnp.ndarray  # [P] admitted packets CE-marked by the AQM
-    aqm: aqm.AqmState  # after the enqueue AQM's decisions
+    aqm: disciplines.States  # after the discipline's enqueue decisions (and its `enqueue_flows`)
     flowq: flowqueue.FlowQueues  # the per-flow queues, admitted runs enqueued (FQ-CoDel)
-    fq: fqcodel.FqState  # FQ-CoDel, the queues that became active on its new list
 
 
 def _aqm_at_enqueue(state: SimState, clk: Clock, fl: tcp.FlowState, tx: Transmit, by_cls, arr_c, before,
                     params: SimParams):
-    """The enqueue AQM's decisions (aqm.on_enqueue) on the event flows' packets, placed
-    at their positions in their class's arrival order (`before` [E]: the packets of the
-    class ahead of each flow's).  With ECN every data packet is ECT (ns-3.37's classic
-    ECN marks retransmissions ECT too) and a decision marks it where the AQM marks.
+    """The discipline's enqueue decisions (`Discipline.on_enqueue`) on the event flows'
+    packets, placed at their positions in their class's arrival order (`before` [E]: the
+    packets of the class ahead of each flow's).  With ECN every data packet is ECT
+    (ns-3.37's classic ECN marks retransmissions ECT too) and a decision marks it where
+    the discipline marks.
     Returns (state, early drops [E], marks [E], the chance a SYN arriving now is dropped
     [P])."""
     u = traffic.hash_uniform(state.seed ^ jnp.uint32(0x3C6EF372), clk.t, params.num_classes)
-    s, hits = aqm.on_enqueue(state.aqm, buffer.aqm_id(params), arr_c, state.queue.pkts, u, clk.now_s, params)
-    h = aqm.Hits(*(x[fl.cls] for x in hits))  # [E]: each flow's class's decisions
+    s, hits = disciplines.on_enqueue(state.aqm, _discipline(params), arr_c, state.queue.pkts, u, clk.now_s, params)
+    h = disciplines.Hits(*(x[fl.cls] for x in hits))  # [E]: each flow's class's decisions
     end = before + tx.sent_pkts
-    decided = aqm.hits_below(end, h) - aqm.hits_below(before, h)
+    decided = disciplines.hits_below(end, h) - disciplines.hits_below(before, h)
     marks = jnp.where(params.ecn & h.may_mark, decided, 0)
     drops = jnp.where(h.forced, tx.sent_pkts, decided - marks)
     # SYNs of a variant that turns ECN on itself (DCTCP) are ECT too: marked, not dropped,
@@ -470,12 +483,13 @@ def _aqm_at_enqueue(state: SimState, clk: Clock, fl: tcp.FlowState, tx: Transmit
 
 def _enqueue_arrivals(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx: Transmit, params: SimParams):
     """The event flows' packets reach the switch, this tick's senders in a random cyclic
-    order; the AQM drops or marks some (`_aqm_at_enqueue`), each class admits the rest up
-    to its threshold within the shared buffer, the tail of each class's burst is dropped,
-    and every flow's admitted packets join its class FIFO as one run (a flow's dropped
-    packets are taken as its burst's last).  Returns (queue, arrivals [P], admitted [P],
-    admitted per flow [E], of which retransmissions [E], of which go-back-N resends [E],
-    marked packets admitted [P], AQM state, SYN drop chance [P])."""
+    order; the discipline drops or marks some (`_aqm_at_enqueue`), each class admits the
+    rest up to its threshold within the shared buffer, the tail of each class's burst is
+    dropped, and every flow's admitted packets join its class FIFO as one run (a flow's
+    dropped packets are taken as its burst's last), or its flow's queue where the
+    discipline owns departure.  Returns (queue, arrivals [P], admitted [P], admitted per
+    flow [E], of which retransmissions [E], of which go-back-N resends [E], marked packets
+    admitted [P], discipline states, SYN drop chance [P], per-flow queues)."""
     P, F, E = params.num_classes, params.num_flow_slots, params.event_slots
     t = clk.t
     q = state.queue
@@ -492,24 +506,26 @@ def _enqueue_arrivals(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx:
     adm_c = buffer.admit(jnp.sum(o_ec, axis=0), q.pkts, arr.thresholds_pkts, params.buffer_pkts - arr.occupancy_pkts)
     before_o = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(o_ec, offset), 0), axis=1)
     adm = jnp.clip(adm_c[fl.cls] - before_o, 0, offered)
-    fq = _fq_on(params)  # FQ-CoDel takes every arrival (and drops from the fattest flow at dequeue)
-    adm_c = _fq_where(fq, jnp.sum(o_ec, axis=0), adm_c)
-    adm = _fq_where(fq, offered, adm)
+    every = _flag(params, "takes_every_arrival")  # (FQ-CoDel: it drops from the fattest flow at dequeue)
+    adm_c = _where(every, jnp.sum(o_ec, axis=0), adm_c)
+    adm = _where(every, offered, adm)
+    own = _flag(params, "owns_departure")
     has_run = (adm > 0)[:, None] & by_cls
     rank = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(has_run.astype(jnp.int32), offset), 0), axis=1)
     adm_retx = jnp.minimum(tx.retx_pkts, adm)
     adm_spur = jnp.minimum(tx.spur_pkts, adm - adm_retx)
     nce = jnp.minimum(aqm_marks, adm)
-    queue = qm.enqueue(q, jnp.minimum(ev.slots, F - 1), fl.cls, _fq_where(fq, 0, adm), adm_retx, fl.tx_next, rank, t,
+    queue = qm.enqueue(q, jnp.minimum(ev.slots, F - 1), fl.cls, _where(own, 0, adm), adm_retx, fl.tx_next, rank, t,
                        nspur=adm_spur, nce=nce)
-    flowq, fqs = state.flowq, state.fq
-    if fq is not False:  # the runs go to their flows' queues; the class counts hold their totals
-        queue = queue.replace(pkts=queue.pkts + jnp.where(fq, adm_c, 0))
-        adm_f = jnp.where(fq, adm, 0)
+    flowq = state.flowq
+    if own is not False:  # the runs go to their flows' queues; the class counts hold their totals
+        queue = queue.replace(pkts=queue.pkts + jnp.where(own, adm_c, 0))
+        adm_f = jnp.where(own, adm, 0)
         flowq = flowqueue.enqueue(flowq, ev.slots, adm_f, adm_retx, fl.tx_next, t, adm_spur, nce)
-        fqs = fqcodel.activate(fqs, ev.slots, adm_f, (jnp.arange(E) - offset) % E, params.fq_quantum_bytes)
+        aqm_s = disciplines.enqueue_flows(aqm_s, _discipline(params), ev.slots, adm_f, (jnp.arange(E) - offset) % E,
+                                          params)
     marks_c = jnp.sum(jnp.where(by_cls, nce[:, None], 0), axis=0)
-    return queue, arr_c, adm_c, adm, adm_retx, adm_spur, marks_c, aqm_s, syn_p, flowq, fqs
+    return queue, arr_c, adm_c, adm, adm_retx, adm_spur, marks_c, aqm_s, syn_p, flowq
 
 
 def _syn_lost(state: SimState, clk: Clock, arr: Arrival, arr_c, adm_c, syn_p, params: SimParams):
@@ -519,8 +535,9 @@ def _syn_lost(state: SimState, clk: Clock, arr: Arrival, arr_c, adm_c, syn_p, pa
     u_syn = traffic.hash_uniform(state.seed ^ jnp.uint32(0x27D4EB2F), clk.t, 2)
     at_limit = buffer.syn_lost(u_syn[0], arr.cls, arr_c, adm_c, state.queue.pkts, arr.thresholds_pkts,
                                arr.occupancy_pkts, params.buffer_pkts)
-    # FQ-CoDel: the SYN is a new queue's one packet, never the fattest flow's while others queue
-    at_limit = _fq_where(_fq_on(params), False, at_limit)
+    # a discipline that takes every arrival admits it (FQ-CoDel: a new queue's one packet,
+    # never the fattest flow's while others queue)
+    at_limit = _where(_flag(params, "takes_every_arrival"), False, at_limit)
     return arr.started & (at_limit | (u_syn[1] < syn_p[arr.cls]))
 
 
@@ -529,7 +546,7 @@ def admit_phase(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx: Trans
     enqueued (`_enqueue_arrivals`), the senders book what they sent and what the switch
     took (tcp.on_sent), a new flow whose SYN is lost retries after `syn_timeout_s`
     (ns-3's ConnTimeout), once, and the event flows' rows go back into the flow table."""
-    queue, arr_c, adm_c, adm, adm_retx, adm_spur, marks_c, aqm_s, syn_p, flowq, fqs = _enqueue_arrivals(
+    queue, arr_c, adm_c, adm, adm_retx, adm_spur, marks_c, aqm_s, syn_p, flowq = _enqueue_arrivals(
         state, clk, ev, arr, tx, params)
     fl = tcp.on_sent(arr.flows, clk.t, tx.retx_pkts, tx.spur_pkts, tx.new_pkts, adm, params, clk.tick_s)
     syn_lost = _syn_lost(state, clk, arr, arr_c, adm_c, syn_p, params)
@@ -537,7 +554,7 @@ def admit_phase(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx: Trans
     fl = fl.replace(data_tick=jnp.where(arr.is_new & syn_lost, fl.data_tick + wait_ticks, fl.data_tick))
     return Admission(flows=state.flows.set_rows(ev.slots, tcp.pack(fl)), queue=queue, arrivals_pkts=arr_c,
                      drops_pkts=arr_c - adm_c, retx_admitted_pkts=adm_retx, spur_admitted_pkts=adm_spur,
-                     syn_lost=syn_lost, marks_pkts=marks_c, aqm=aqm_s, flowq=flowq, fq=fqs)
+                     syn_lost=syn_lost, marks_pkts=marks_c, aqm=aqm_s, flowq=flowq)
 
 
 class Departure(NamedTuple):
@@ -547,28 +564,27 @@ class Departure(NamedTuple):
     rr_next: jnp.ndarray  # [] next class for round robin
     wire: jnp.ndarray  # [L, k, WIRE_FIELDS] the delay line, this tick's departures written
     flows: tcp.FlowTable  # [F] the flow table, senders of packets dropped at the head told
-    drops_pkts: jnp.ndarray  # [P] packets the dequeue AQM dropped at the head
+    drops_pkts: jnp.ndarray  # [P] packets the discipline dropped at dequeue
     retx_drops_pkts: jnp.ndarray  # [] of which retransmissions or go-back-N resends
-    marks_pkts: jnp.ndarray  # [P] packets the dequeue AQM CE-marked
-    aqm: aqm.AqmState
+    marks_pkts: jnp.ndarray  # [P] packets the discipline CE-marked at dequeue
+    aqm: disciplines.States
     flowq: flowqueue.FlowQueues  # the per-flow queues after service (FQ-CoDel)
-    fq: fqcodel.FqState
 
 
 def _aqm_at_dequeue(state: SimState, clk: Clock, adm: Admission, params: SimParams):
-    """The dequeue AQM (aqm.on_dequeue, CoDel) on the head packet of each class about to
-    be served: it is dropped, or with ECN (every data packet ECT) marked.  A dropped packet
-    leaves the FIFO without using the link, and its sender books the loss
-    (tcp.on_queue_drop).  Returns (queue, flows, AQM state, dropped [P], of which
-    retransmissions [], marked [P], head sojourn [P])."""
+    """The discipline's dequeue decision (`Discipline.on_dequeue`, CoDel) on the head
+    packet of each class about to be served: it is dropped, or with ECN (every data packet
+    ECT) marked.  A dropped packet leaves the FIFO without using the link, and its sender
+    books the loss (tcp.on_queue_drop).  Returns (queue, flows, discipline states, dropped
+    [P], of which retransmissions [], marked [P], head sojourn [P])."""
     P, F = params.num_classes, params.num_flow_slots
     q = adm.queue
-    code = buffer.aqm_id(params)
     head = q.runs[jnp.arange(P), q.head]  # [P, RUN_FIELDS]
     sojourn_s = (clk.t - head[:, qm.ENQ]).astype(jnp.float32) * clk.tick_s
-    served0, _ = scheduler.serve(q.pkts, params.pkts_per_tick, state.rr_next, params.scheduler_id)
+    served0, _ = scheduler.serve(q.pkts, service_pkts(clk, params), state.rr_next, params.scheduler_id)
     ect = jnp.broadcast_to(params.ecn, (P,))
-    s, act = aqm.on_dequeue(adm.aqm, code, sojourn_s, q.pkts, served0 > 0, ect, clk.now_s, params)
+    s, act = disciplines.on_dequeue(adm.aqm, _discipline(params), sojourn_s, q.pkts, served0 > 0, ect, clk.now_s,
+                                    params)
     is_retx, is_spur = head[:, qm.NRETX] > 0, (head[:, qm.NRETX] == 0) & (head[:, qm.NSPUR] > 0)
     drop = act & ~ect
     q, _ = qm.dequeue(q, drop.astype(jnp.int32), 1)
@@ -581,15 +597,16 @@ def _aqm_at_dequeue(state: SimState, clk: Clock, adm: Admission, params: SimPara
 
 
 def depart_phase(state: SimState, clk: Clock, adm: Admission, params: SimParams) -> Departure:
-    """Phase 7: a dequeue AQM acts on the head packets (`_aqm_at_dequeue`); the
-    scheduler shares the bottleneck's k packet slots among the classes (round robin or
-    strict priority); the served packets leave the class FIFOs and, compacted to k
-    records, enter the delay line that carries them to the sink and their ACKs back to
-    the senders.  The AQMs see the tick's end: PIE the last packet's sojourn, RED
-    whether the queue went idle."""
+    """Phase 7: the discipline's dequeue decision acts on the head packets
+    (`_aqm_at_dequeue`); the scheduler shares the bottleneck's k packet slots
+    (`service_pkts`) among the classes (round robin or strict priority); the served packets
+    leave the class FIFOs and, compacted to k records, enter the delay line that carries
+    them to the sink and their ACKs back to the senders.  The discipline sees the tick's
+    end (`Discipline.on_tick_end`: PIE the last packet's sojourn, RED whether the queue
+    went idle).  A run whose discipline owns departure takes `_owned_depart` instead."""
     P, k = params.num_classes, params.pkts_per_tick
     queue, flows, aqm_s, drops, retx_drops, marks, sojourn_s = _aqm_at_dequeue(state, clk, adm, params)
-    served, rr_next = scheduler.serve(queue.pkts, k, state.rr_next, params.scheduler_id)
+    served, rr_next = scheduler.serve(queue.pkts, service_pkts(clk, params), state.rr_next, params.scheduler_id)
     if P == 1 and k == 1:
         # A barrier between the two dequeues: XLA's CPU compiler (jaxlib 0.10.2 and 0.11.2;
         # not CUDA) fused them wrongly in these shapes in one env or a batch of one, zeroing
@@ -601,31 +618,31 @@ def depart_phase(state: SimState, clk: Clock, adm: Admission, params: SimParams)
     departed = departed.at[:, 0, qm.NCE].set(first[:, qm.NCE] + jnp.minimum(marks, first[:, qm.COUNT]
                                                                              - first[:, qm.NCE]))
     wire = state.wire.at[clk.t % params.delay_line_ticks].set(_compact(departed.reshape(P * k, WIRE_FIELDS), k))
-    code = buffer.aqm_id(params)
     last = jnp.max(jnp.where(departed[:, :, qm.COUNT] > 0, departed[:, :, qm.ENQ], -1), axis=1)  # [P]
-    aqm_s = aqm.pie_measure(aqm_s, code, (clk.t - last).astype(jnp.float32) * clk.tick_s, served, queue.pkts)
-    aqm_s = aqm.on_idle(aqm_s, code, queue.pkts, served, clk.now_s + clk.tick_s)
+    aqm_s = disciplines.on_tick_end(aqm_s, _discipline(params), (clk.t - last).astype(jnp.float32) * clk.tick_s,
+                                    served, queue.pkts, clk.now_s + clk.tick_s, params)
     dep = Departure(queue=queue, served_pkts=served, rr_next=rr_next, wire=wire, flows=flows, drops_pkts=drops,
-                    retx_drops_pkts=retx_drops, marks_pkts=marks, aqm=aqm_s, flowq=adm.flowq, fq=adm.fq)
-    fq = _fq_on(params)
-    return dep if fq is False else _fq_where(fq, _fq_depart(state, clk, adm, params), dep)
+                    retx_drops_pkts=retx_drops, marks_pkts=marks, aqm=aqm_s, flowq=adm.flowq)
+    for i, d in disciplines.owners(params):  # (none unless the params allocate per-flow queues)
+        dep = _where(_discipline(params) == i, _owned_depart(state, clk, adm, d, params), dep)
+    return dep
 
 
-def _fq_depart(state: SimState, clk: Clock, adm: Admission, params: SimParams) -> Departure:
-    """Phase 7 with per-flow queues (FQ-CoDel, `fqcodel`): the overflow drops bring the
-    queues within the shared buffer (from the fattest flow), then the k dequeues of deficit
-    round robin with CoDel at each served queue's head.  The senders book the drops
-    (tcp.on_queue_drops); the class counts follow their flows' queues."""
+def _owned_depart(state: SimState, clk: Clock, adm: Admission, d: disciplines.Discipline,
+                  params: SimParams) -> Departure:
+    """Phase 7 of a discipline that owns departure (FQ-CoDel): its `depart` hook drops and
+    sends from the per-flow queues in the bottleneck's packet slots.  The senders book the
+    drops (tcp.on_queue_drops); the class counts follow their flows' queues."""
     flow_cls = tcp.column(adm.flows, "cls")
-    q, over = fqcodel.overflow(adm.flowq, flow_cls, params.buffer_pkts, params)
-    d = fqcodel.depart(q, adm.fq, flow_cls, clk.t, clk.now_s, clk.tick_s, params.ecn, params)
-    drops = fqcodel.merge_drops(over, d.drops)
-    flows = fqcodel.book_drops(adm.flows, drops)
-    queue = adm.queue.replace(pkts=adm.queue.pkts - drops.by_class - d.served)
-    wire = state.wire.at[clk.t % params.delay_line_ticks].set(d.records)
-    return Departure(queue=queue, served_pkts=d.served, rr_next=state.rr_next, wire=wire, flows=flows,
-                     drops_pkts=drops.by_class, retx_drops_pkts=drops.retx_spur, marks_pkts=d.marks, aqm=adm.aqm,
-                     flowq=d.queues, fq=d.fq)
+    out = d.depart(adm.aqm[d.key], adm.flowq, flow_cls, clk.t, clk.now_s, clk.tick_s, service_pkts(clk, params),
+                   params)
+    drops = out.drops
+    flows = tcp.on_queue_drops(adm.flows, drops.new, drops.retx, drops.first_new_tx)
+    queue = adm.queue.replace(pkts=adm.queue.pkts - drops.by_class - out.served)
+    wire = state.wire.at[clk.t % params.delay_line_ticks].set(out.records)
+    return Departure(queue=queue, served_pkts=out.served, rr_next=state.rr_next, wire=wire, flows=flows,
+                     drops_pkts=drops.by_class, retx_drops_pkts=drops.retx_spur, marks_pkts=out.marks,
+                     aqm=adm.aqm.replace(**{d.key: out.state}), flowq=out.queues)
 
 
 class Record(NamedTuple):
@@ -755,64 +772,14 @@ def tick_phases(state: SimState, params: SimParams) -> tuple[SimState, Phases]:
         queue=dep.queue, wire=dep.wire, next_arrival_s=arr.next_arrival_s, access_credit=tx.credit_pkts,
         rr_next=dep.rr_next, rl_alpha=state.rl_alpha, drain_norm=rec.drain_norm, drain_window=rec.drain_window,
         drain_window_start=rec.drain_window_start, thresholds=arr.thresholds_pkts, aqm=dep.aqm, metrics=rec.metrics,
-        interval=rec.interval, flowq=dep.flowq, fq=dep.fq,
+        interval=rec.interval, flowq=dep.flowq,
     ), Phases(clk=clk, sink=sink, ev=ev, fired=fired, arr=arr, tx=tx, adm=adm, dep=dep)
 
 
-BACKENDS = ("auto", "jax", "native")
-BACKEND_VAR = "RLBM_JAX_BACKEND"
-_default_backend: str | None = None
-
-
-def _checked(name: str, where: str = "backend") -> str:
-    if name not in BACKENDS:
-        raise ValueError(f"unknown {where} {name!r}; choose one of {', '.join(BACKENDS)}")
-    return name
-
-
-def set_default_backend(name: str) -> None:
-    """The backend `run` uses when none is named (in this process): "jax" (this module's
-    `tick`, the reference), "native" (`rlbm_jax.env.native`: the same tick in C++, one call
-    per run) or "auto" (native where it can run, else jax)."""
-    global _default_backend
-    _default_backend = _checked(name)
-
-
-def default_backend() -> str:
-    """`set_default_backend`'s choice, else `$RLBM_JAX_BACKEND`, else "auto"."""
-    return _checked(_default_backend or os.environ.get(BACKEND_VAR, "").strip() or "auto", f"{BACKEND_VAR} value")
-
-
-def resolve_backend(backend: str | None, params: SimParams, trace: bool = False) -> str:
-    """The backend that runs `params`: "jax" or "native".  "auto" takes native unless a
-    per-tick trace is asked for, the params need what the native tick lacks (a buffer
-    policy registered at run time, more packets per tick than it holds), or it cannot be
-    built here (no C++ compiler, not a CPU; a warning says why, once)."""
-    from rlbm_jax.env import native
-
-    name = default_backend() if backend is None else _checked(backend)
-    if name != "auto":
-        return name
-    if trace or not native.supports(params) or not native.available(warn=True):
-        return "jax"
-    return "native"
-
-
-def run(state: SimState, params: SimParams, num_ticks: int, trace_fn=None, backend: str | None = None):
-    """Advance `num_ticks` ticks (static).  With `trace_fn(state) -> pytree`, also return
-    its value after every tick (stacked), else None.  `backend` (default
-    `default_backend()`) picks the tick: the JAX `tick` of this module as a `lax.scan`, or
-    the native one (`rlbm_jax.env.native`), which gives the same integer state and float
-    state within a few float32 roundings for params passed in as arguments
-    (tests/test_native.py; docs/DESIGN.md "Backends" for params folded in as constants)."""
-    name = resolve_backend(backend, params, trace=trace_fn is not None)
-    if name == "native":
-        if trace_fn is not None:
-            raise ValueError("the native backend runs whole stretches of ticks: a per-tick trace_fn needs "
-                             "backend='jax'")
-        from rlbm_jax.env import native
-
-        return native.run(state, params, num_ticks), None
+def run(state: SimState, params: SimParams, num_ticks: int, trace_fn=None):
+    """Advance `num_ticks` ticks (static) of the JAX tick, the reference, in a `lax.scan`.
+    With `trace_fn(state) -> pytree`, also return its value after every tick (stacked),
+    else None.  `rlbm_jax.env.backends.run` runs the same ticks on any backend."""
 
     def body(s, _):
         s = tick(s, params)

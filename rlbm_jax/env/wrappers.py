@@ -7,6 +7,17 @@ from gymnax.environments import spaces
 from gymnax.wrappers.purerl import GymnaxWrapper
 
 
+def _forward(wrapper, name: str):
+    """The wrapped env's attribute `name`, for a wrapper's `__getattr__`.  It reads the
+    wrapped env from the instance's `__dict__`: while `copy.deepcopy` or `pickle` rebuilds
+    a wrapper, the new object has no `_env` yet, and asking for it through `__getattr__`
+    (as gymnax's wrappers do) recurses until Python gives up."""
+    env = vars(wrapper).get("_env")
+    if env is None:
+        raise AttributeError(f"{type(wrapper).__name__} has no attribute {name!r}")
+    return getattr(env, name)
+
+
 class SymmetricActions(GymnaxWrapper):
     """Actions in [-1, 1] mapped linearly onto the env's Box (for RLBMEnv's alphas,
     a = -1 -> 0, a = 0 -> 0.5, a = 1 -> 1).
@@ -27,6 +38,9 @@ class SymmetricActions(GymnaxWrapper):
             raise ValueError("SymmetricActions needs finite action bounds")
         self._shape = space.shape
 
+    def __getattr__(self, name):
+        return _forward(self, name)
+
     def action_space(self, params=None):
         return spaces.Box(-1.0, 1.0, self._shape, jnp.float32)
 
@@ -39,3 +53,32 @@ class SymmetricActions(GymnaxWrapper):
 
     def step_env(self, key, state, action, params):
         return self._env.step_env(key, state, self.to_env(action), params)
+
+
+class FiveValueStep:
+    """The env with gymnax's older `step`, which returns five values: (obs, state,
+    reward, done, info), done = terminated or truncated.  `info` keeps both flags
+    ("terminated", "truncated") and, as gymnax's `Environment.step` puts it there, the
+    observation the step ended on before an auto-reset ("final_observation").  Trainers
+    that unpack five values from `step` (rejax, purejaxrl and their kin) train on the env
+    through it:
+
+        env, params = rlbm_jax.make("QueuePilot-v0")
+        ppo = rejax.PPO.create(env=FiveValueStep(env), env_params=params, ...)
+
+    Every other attribute is the wrapped env's.  Unlike gymnax's `LegacyStepAPIWrapper`
+    it survives `copy.deepcopy` (rejax deep-copies its config, env included)."""
+
+    def __init__(self, env):
+        self._env = env
+
+    def __getattr__(self, name):
+        return _forward(self, name)
+
+    def reset(self, key, params=None):
+        return self._env.reset(key, params)
+
+    def step(self, key, state, action, params=None):
+        obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
+        done = jnp.logical_or(terminated, truncated)
+        return obs, state, reward, done, {**info, "terminated": terminated, "truncated": truncated}

@@ -11,6 +11,7 @@ from rlbm_jax.policy import ACTION_MAPS, map_inverse, map_reach
 NETWORKS = ("mlp", "lstm")
 ACTIONS = ("gaussian", "discrete")
 ACTIVATIONS = ("tanh", "relu")
+INT32_MAX = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +78,15 @@ class PPOConfig:
         for n in ("num_envs", "num_steps", "total_updates", "update_epochs", "num_minibatches", "lstm_size"):
             pos_int(n)
         pos_int("num_bins", 2)
+        # XLA indexes a batch with int32, and optax counts optimiser steps in int32
+        if self.batch_size > INT32_MAX:
+            raise ValueError(f"PPOConfig.num_envs x PPOConfig.num_steps = {self.batch_size:,} transitions per update "
+                             f"is more than {INT32_MAX:,} (2**31 - 1), the most an int32 index reaches")
+        opt_steps = self.total_updates * self.update_epochs * self.num_minibatches
+        if opt_steps > INT32_MAX:
+            raise ValueError(f"PPOConfig.total_updates x PPOConfig.update_epochs x PPOConfig.num_minibatches = "
+                             f"{opt_steps:,} optimiser steps is more than {INT32_MAX:,} (2**31 - 1), the most "
+                             "optax's int32 step count reaches")
         for n, lo, hi in (("gamma", 0.0, 1.0), ("gae_lambda", 0.0, 1.0)):
             v = getattr(self, n)
             if not (lo <= v <= hi):

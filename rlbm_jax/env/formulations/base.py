@@ -20,6 +20,8 @@ from typing import Any, Callable
 import jax.numpy as jnp
 
 from rlbm_jax.env import sim
+from rlbm_jax.env.formulations import rewards
+from rlbm_jax.env.formulations.rewards import capacity_pkts  # noqa: F401  (re-exported: observations scale by it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,12 +39,6 @@ class Field:
 def per_class(name: str, unit: str, text: str, num_classes: int) -> tuple:
     """One `Field` per class: `name_c0`, `name_c1`, ..."""
     return tuple(Field(f"{name}_c{c}", unit, text.format(c=c)) for c in range(num_classes))
-
-
-def capacity_pkts(params) -> int:
-    """Data packets the bottleneck carries in one agent interval (a Python int: both
-    factors are static)."""
-    return params.ticks_per_step * params.sim.pkts_per_tick
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +78,6 @@ class Formulation:
     def with_reward(self, reward) -> "Formulation":
         """The same observation and action with another reward (a name from
         `rewards.REWARDS`, or a reward object)."""
-        from rlbm_jax.env.formulations import rewards
-
         r = rewards.get(reward) if isinstance(reward, str) else reward
         return dataclasses.replace(self, reward=r)
 

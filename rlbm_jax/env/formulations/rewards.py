@@ -26,10 +26,14 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from rlbm_jax.env.formulations.base import capacity_pkts
-
 THROUGHPUT_TERMS = ("log", "linear")
 FLOW_TERMS = ("worst", "finished", "accrued")
+
+
+def capacity_pkts(params) -> int:
+    """Data packets the bottleneck carries in one agent interval (a Python int: both
+    factors are static)."""
+    return params.ticks_per_step * params.sim.pkts_per_tick
 
 
 @dataclasses.dataclass(frozen=True)

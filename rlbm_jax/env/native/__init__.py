@@ -1,7 +1,7 @@
 """The native backend: the whole tick as one C++ function per env, called through
 `jax.ffi` once per `run` (every tick of every env of the batch in one call).
 
-`run(state, params, num_ticks)` is a drop-in for `sim.run(state, params, num_ticks)[0]`:
+`run(state, params, num_ticks)` is a drop-in for `sim.run(state, params, num_ticks)[0]` (the JAX tick):
 same state in, same state out, computed by `tick.cc` with real branches (only the flows
 with work in a tick are touched) instead of XLA's every-path vector code.  The JAX tick
 in `sim.py` stays the reference: `tests/test_native.py` runs both on randomised params
@@ -11,7 +11,7 @@ The kernel is compiled on first use with the system's C++ compiler (`c++`, or `$
 against XLA's FFI headers that ship with jaxlib, and cached under
 `$RLBM_JAX_CACHE` (default `~/.cache/rlbm_jax`), keyed by the source, the layout and the
 JAX version.  `available()` says whether it can be used here; where it cannot (no
-compiler, a TPU or GPU array), `sim.run(..., backend="auto")` falls back to the JAX tick.
+compiler, a TPU or GPU array), `backends.run(..., backend="auto")` falls back to the JAX tick.
 
 Layout: the state's leaves are flattened (`jax.tree.flatten`) into one int32 buffer
 (int32, uint32 bit-cast, bool as 0/1) and one float32 buffer; the parameters the tick
@@ -37,13 +37,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.env import buffer, tcp, traffic
+from rlbm_jax.env import buffer, model, tcp, traffic
 
 TARGET = "rlbm_native_run"
-NATIVE_POLICIES = ("droptail", "sb-naive", "sb-sophisticated", "dt", "abm", "rl", "static-bdp")
-MAX_PKTS_PER_TICK = 61
-MAX_CLASSES = 16
-MAX_SENDERS = 1024
+# the sizes the kernel's fixed arrays hold (declared in `model` as this backend's bounds)
+MAX_PKTS_PER_TICK = model.BY_NAME["pkts_per_tick"].implemented("native")
+MAX_CLASSES = model.BY_NAME["num_classes"].implemented("native")
+MAX_SENDERS = model.BY_NAME["num_senders"].implemented("native")
 
 
 class NativeUnavailable(RuntimeError):
@@ -66,6 +66,11 @@ def state_leaves(state):
     """[(name, leaf)] of a SimState in flatten order."""
     flat, _ = jax.tree_util.tree_flatten_with_path(state)
     return [(_leaf_name(p), x) for p, x in flat]
+
+
+# the choice leaves the tick itself reads (listed by name in `param_leaves`)
+_READ_CHOICES = ("policy_id", "scheduler_id", "tcp_id", "delayed_ack", "rto_recovery_id", "rtt_samples_id",
+                 "cubic_fast_convergence", "hystart")
 
 
 def param_leaves(params):
@@ -96,7 +101,8 @@ def param_leaves(params):
         ("drain_win_ticks", jnp.maximum(jnp.round(p.base_rtt_s / tick_s).astype(jnp.int32), 1)),
         ("train_gap_ticks", jnp.maximum(1, jnp.floor(p.hystart_ack_delta_s / tick_s)).astype(jnp.int32)),
         ("mss_i", p.mss_bytes.astype(jnp.int32)),
-        ("ecn", i32(p.ecn)),  # refused by the kernel: no ECN there
+        # every declared model choice's leaf not named above (the kernel refuses a value it lacks)
+        *[(c.field, i32(getattr(p, c.field))) for c in model.CHOICES if c.field not in _READ_CHOICES],
         # float32
         ("tick_s", f32(tick_s)),
         ("warmup_s", f32(p.warmup_s)),
@@ -175,7 +181,28 @@ def layout_header() -> str:
             + enum("FI_", tcp.INT_FIELDS) + enum("FF_", tcp.FLOAT_FIELDS)
             + enum("TCP_", tcp.TCP_NAMES)  # the TCP registry's ids, and which of them tick.cc implements
             + "constexpr bool TCP_NATIVE[] = {" + ", ".join("true" if v.native else "false" for v in tcp.VARIANTS)
-            + "};\n")
+            + "};\n" + choice_tables())
+
+
+def _c_name(value) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in str(value).lower())
+
+
+def choice_tables() -> str:
+    """Every declared model choice for layout.h: an enum of its values' leaf codes
+    (`C_prr_ns_3_37`), and a table the kernel checks every env's choice leaves against,
+    refusing any value this backend does not implement (`model.Param.backends`)."""
+    out, rows = [], []
+    for c in model.CHOICES:
+        vals = c.values()
+        codes = [int(v) for v in vals] if c.keeps_value else list(range(len(vals)))
+        ok = c.implemented("native")
+        out.append("enum {\n" + "".join(f"  C_{c.name}_{_c_name(v)} = {k},\n" for v, k in zip(vals, codes)) + "};\n")
+        out.append(f"constexpr int32_t CODES_{c.name}[] = {{{', '.join(map(str, codes))}}};\n")
+        out.append(f"constexpr bool NATIVE_{c.name}[] = {{{', '.join('true' if v in ok else 'false' for v in vals)}}};\n")
+        rows.append(f'  {{PL_{c.field}, {len(vals)}, CODES_{c.name}, NATIVE_{c.name}, "{c.name}"}},\n')
+    return ("".join(out) + "struct ChoiceCheck { int leaf; int n; const int32_t* codes; const bool* native; "
+            "const char* name; };\nconstexpr ChoiceCheck CHOICE_CHECKS[] = {\n" + "".join(rows) + "};\n")
 
 
 # ---------------------------------------------------------------------------------------
@@ -239,9 +266,6 @@ def _register() -> None:
         if _error is not None:
             raise NativeUnavailable(_error)
         try:
-            if tuple(buffer.POLICY_NAMES[:len(NATIVE_POLICIES)]) != NATIVE_POLICIES:
-                raise NativeUnavailable("the buffer policy registry no longer starts with the policies the native "
-                                        f"tick implements, in its order ({', '.join(NATIVE_POLICIES)})")
             if not hasattr(jax, "ffi"):
                 raise NativeUnavailable(f"JAX {jax.__version__} has no jax.ffi (the native tick needs JAX >= 0.4.35)")
             lib = ctypes.cdll.LoadLibrary(str(build()))
@@ -280,14 +304,7 @@ def supports(params) -> bool:
         check_params(params)
     except ValueError:
         return False
-    # traced ids might name a policy registered at run time
-    return not _missing_policies() or _concrete(params.policy_id)
-
-
-def _missing_policies() -> list:
-    """Policies registered at run time that the native tick does not implement (the
-    built-in AQM policies are known from the params' static `needs_jax_tick`)."""
-    return [n for n in buffer.POLICY_NAMES if n not in NATIVE_POLICIES and buffer.DEFAULT_AQM[n] == "none"]
+    return True
 
 
 def _concrete(x) -> bool:
@@ -305,35 +322,28 @@ def threads() -> int:
     """Threads one native call spreads its batch over: `$RLBM_JAX_NATIVE_THREADS` ('auto' or
     a number), else one per core this process may use.  Envs are independent, so results
     never depend on it."""
-    from rlbm_jax.devices import parse_count, usable_cores
-
-    return parse_count(THREADS_VAR, os.environ.get(THREADS_VAR)) or usable_cores()
+    text = os.environ.get(THREADS_VAR, "").strip().lower()
+    if text in ("", "auto"):
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{THREADS_VAR} must be 'auto' or a positive whole number, got {text!r}")
+    return int(text)
 
 
 def check_params(params) -> None:
-    """Refuse, with a clear message, what the native tick does not implement."""
-    if params.pkts_per_tick > MAX_PKTS_PER_TICK:
-        raise ValueError(f"the native backend runs at most {MAX_PKTS_PER_TICK} packets per tick, "
-                         f"got {params.pkts_per_tick}; use backend='jax'")
-    if params.num_classes > MAX_CLASSES or params.num_senders > MAX_SENDERS:
-        raise ValueError(f"the native backend runs at most {MAX_CLASSES} classes and {MAX_SENDERS} senders; "
-                         "use backend='jax'")
-    no_tcp = [v.name for v in tcp.VARIANTS if not v.native]
-    if params.needs_jax_tick:
-        raise ValueError(f"the native backend has no AQM, ECN or {', '.join(no_tcp)}; use backend='jax'")
-    if _concrete(params.ecn) and np.any(np.asarray(params.ecn)):
-        raise ValueError("the native backend has no ECN; use backend='jax'")
-    if _concrete(params.tcp_id):
-        bad = sorted({tcp.TCP_NAMES[int(i)] for i in np.asarray(params.tcp_id).reshape(-1)} & set(no_tcp))
-        if bad:
-            raise ValueError(f"tcp {', '.join(bad)} has no native implementation; use backend='jax'")
-    extra = [n for n in buffer.POLICY_NAMES if n not in NATIVE_POLICIES]
-    if not _concrete(params.policy_id):
-        return  # traced: the kernel checks the id itself
-    ids = np.asarray(params.policy_id).reshape(-1)
-    bad = sorted({buffer.POLICY_NAMES[int(i)] for i in ids if buffer.POLICY_NAMES[int(i)] in extra})
-    if bad:
-        raise ValueError(f"buffer policy {', '.join(bad)} has no native implementation; use backend='jax'")
+    """Refuse, naming each value, what the native tick does not implement: the params' static
+    record of model choices against the model's manifest (`model.missing`), and where the
+    leaves are concrete, the choices they hold (a leaf edited by hand).  The kernel checks
+    the leaves once more itself."""
+    from rlbm_jax.env.params import choices_of
+
+    record = params.model_choices
+    if all(_concrete(getattr(params, c.field)) for c in model.CHOICES):
+        record = model.merge_choices(record, choices_of(params))
+    miss = model.missing("native", params.replace(model_choices=record))
+    if miss:
+        raise ValueError(f"the native backend does not implement {', '.join(miss)}; use backend 'jax' or 'auto' "
+                         "(--backend jax or auto)")
 
 
 def run(state, params, num_ticks: int):

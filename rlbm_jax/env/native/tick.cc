@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -29,7 +30,7 @@ namespace {
 
 constexpr int OPEN = 0, RECOVERY = 1, LOSS = 2;
 constexpr int CUBIC = TCP_cubic;  // (layout.h: the TCP registry)
-constexpr int GO_BACK_N = 0, RTT_CUMULATIVE = 0;
+constexpr int GO_BACK_N = C_rto_recovery_go_back_n, RTT_CUMULATIVE = C_rtt_samples_cumulative;  // (layout.h)
 // run record fields (queue.py)
 // NCE (CE-marked packets) stays 0: the native tick runs no AQM and no ECN (native.supports)
 constexpr int FLOW = 0, COUNT = 1, NRETX = 2, TX0 = 3, ENQ = 4, NSPUR = 5, NCE = 6, RUN_FIELDS = 7;
@@ -374,20 +375,20 @@ void thresholds(const Env& e, int32_t occ, float* thr) {
   const float* rl_alpha = e.Fl(L_rl_alpha);
   const int32_t free_i = B - occ;
   switch (e.Pi(PL_policy_id)) {
-    case 0:  // droptail
+    case C_policy_droptail:  // droptail
       for (int c = 0; c < P; ++c) thr[c] = static_cast<float>(e.Pi(PL_class_cap_pkts, c));
       break;
-    case 1:
-    case 2: {  // static partition
+    case C_policy_sb_naive:
+    case C_policy_sb_sophisticated: {  // static partition
       float s = 0.0f;
       for (int c = 0; c < P; ++c) s += alpha[c];
       for (int c = 0; c < P; ++c) thr[c] = div_b(alpha[c] * static_cast<float>(B), maxf(s, 1e-9f));
       break;
     }
-    case 3:  // dynamic thresholds
+    case C_policy_dt:  // dynamic thresholds
       for (int c = 0; c < P; ++c) thr[c] = alpha[c] * static_cast<float>(free_i);
       break;
-    case 4: {  // ABM
+    case C_policy_abm: {  // ABM
       float lo = 1.0f / static_cast<float>(P);
       for (int c = 0; c < P; ++c) {
         float mu = minf(maxf(drain[c], lo), 1.0f);
@@ -395,10 +396,10 @@ void thresholds(const Env& e, int32_t occ, float* thr) {
       }
       break;
     }
-    case 5:  // rl
+    case C_policy_rl:  // rl
       for (int c = 0; c < P; ++c) thr[c] = rl_alpha[c] * beta[c] * static_cast<float>(free_i);
       break;
-    case 6:  // static-bdp
+    case C_policy_static_bdp:  // static-bdp
       for (int c = 0; c < P; ++c) thr[c] = minf(alpha[c] * e.Pf(PL_bdp_pkts), static_cast<float>(free_i));
       break;
   }
@@ -1037,15 +1038,18 @@ ffi::Error RunImpl(ffi::Buffer<ffi::S32> si_in, ffi::Buffer<ffi::F32> sf_in, ffi
   if (so_i != si_in.typed_data()) std::memcpy(so_i, si_in.typed_data(), sizeof(int32_t) * si_in.element_count());
   if (so_f != sf_in.typed_data()) std::memcpy(so_f, sf_in.typed_data(), sizeof(float) * sf_in.element_count());
   const int32_t* pid_all = pi.typed_data();
+  // every model choice of every env against the values this kernel implements (layout.h,
+  // generated from the model's manifest): a value it lacks is refused, never run as another
   for (int64_t b = 0; b < batch; ++b) {
-    int32_t pid = pid_all[b * npi + p_off[PL_policy_id]];
-    if (pid < 0 || pid > 6)
-      return ffi::Error::InvalidArgument("rlbm native: the buffer policy has no native implementation");
-    if (pid_all[b * npi + p_off[PL_ecn]] != 0)
-      return ffi::Error::InvalidArgument("rlbm native: ECN has no native implementation");
-    int32_t tid = pid_all[b * npi + p_off[PL_tcp_id]];
-    if (tid < 0 || tid >= TCP_COUNT || !TCP_NATIVE[tid])
-      return ffi::Error::InvalidArgument("rlbm native: the TCP variant has no native implementation");
+    for (const ChoiceCheck& ch : CHOICE_CHECKS) {
+      const int32_t v = pid_all[b * npi + p_off[ch.leaf]];
+      int k = 0;
+      while (k < ch.n && ch.codes[k] != v) ++k;
+      if (k == ch.n || !ch.native[k]) {
+        return ffi::Error::InvalidArgument(std::string("rlbm native: model choice ") + ch.name +
+                                           " has a value the native tick does not implement");
+      }
+    }
   }
   // envs are independent: contiguous shares of the batch run on their own threads
   auto work = [&](int64_t lo, int64_t hi) {

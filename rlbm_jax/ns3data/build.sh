@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Build the ns-3.37 reference scenario.
 #
-#   calibration/ns3/build.sh [OUTPUT_BINARY]
+#   rlbm_jax/ns3data/build.sh [OUTPUT_BINARY]
 #
-# Default output: build/rlbm_scenario next to this script.  Installs Debian's
-# libns3-dev (with pkg-config and g++) when ns-3 is missing and apt-get is
-# available (as root, or through sudo).  Skips the compile when the binary is
-# newer than the source.  The last line of stdout is the binary's path.
+# Default output: build/rlbm_scenario next to this script.  Needs ns-3.37's
+# development files (Debian's libns3-dev) and pkg-config: the source tree's
+# scripts/install_ns3.sh installs them (the README's test command runs it); this
+# script installs nothing.  Skips the compile when the binary is newer than the
+# source.  The last line of stdout is the binary's path.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,33 +24,15 @@ have_ns3() {
     command -v pkg-config >/dev/null 2>&1 && pkg-config --exists "${modules[@]}"
 }
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    else
-        sudo "$@"
-    fi
-}
-
-# one build (and one apt-get) at a time: test workers and calibration runs may call this together
+# one build at a time: test workers and calibration runs may call this together
 mkdir -p "$here/build"
 if command -v flock >/dev/null 2>&1; then
     exec 9>"$here/build/.lock"
     flock 9
 fi
 
-if ! have_ns3; then
-    if command -v apt-get >/dev/null 2>&1; then
-        if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
-            die "ns-3 (pkg-config ${modules[0]}) not found; installing libns3-dev needs root or sudo"
-        fi
-        echo "build.sh: ns-3 not found; installing libns3-dev" >&2
-        install() { as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q libns3-dev pkg-config g++ >&2; }
-        # the package lists may already be there; refresh them only if the install fails
-        install || { as_root apt-get update -q >&2 && install; } || die "apt-get install libns3-dev failed"
-    fi
-    have_ns3 || die "ns-3 not found: install ns-3.37 development files (Debian: libns3-dev) and pkg-config"
-fi
+have_ns3 || die "ns-3 not found: install ns-3.37's development files (Debian: libns3-dev) and pkg-config; \
+scripts/install_ns3.sh in the source tree does"
 
 [ -f "$src" ] || die "source not found: $src"
 mkdir -p "$(dirname "$out")"

@@ -1,8 +1,11 @@
 """FQ-CoDel (ns-3.37's FqCoDelQueueDisc) over the per-flow queues of `flowqueue.py`.
 
-Every flow slot has its own queue (no hash collisions; ns-3 hashes 5-tuples into 1024
-buckets) running its own CoDel (`aqm.codel_step`: target, interval, ECN marking of ECT
-packets, CeThreshold off).  The scheduler is deficit round robin in bytes with two lists:
+A discipline that owns departure (`base.Discipline`): its packets wait in the switch's
+per-flow queues (`flowqueue`, `SimState.flowq`), its own state is the scheduler's lists
+and every queue's CoDel (`FqState`).  Every flow slot has its own queue (no hash
+collisions; ns-3 hashes 5-tuples into 1024 buckets) running its own CoDel
+(`codel.codel_step`: target, interval, ECN marking of ECT packets, CeThreshold off).  The
+scheduler is deficit round robin in bytes with two lists:
 
   - a queue that receives a packet while on neither list (inactive) joins the tail of the
     new list with a deficit of one quantum;
@@ -19,22 +22,27 @@ The lists are kept as a list tag and a dense position per queue (`FqState.lst`, 
 so moving the front of a list to the tail of another is O(flow slots) vector work: one
 packet's dequeue costs O(F), a tick's k dequeues O(k F), whatever the buffer holds.
 
-Per tick (docs/DESIGN.md): every arrival is enqueued, then the overflow drops run until the
-queues fit the limit (ns-3 drops at the packet that crosses it, so within a tick the
-fattest queue is judged after all of the tick's arrivals); then k dequeues, each with one
-CoDel decision on the served queue's head (a dropped head is followed by the next packet,
-which leaves; ns-3 may drop several in one dequeue).
+Per tick (docs/DESIGN.md): every arrival is enqueued (`takes_every_arrival`; a new flow's
+SYN is a new queue's one packet, served first: `syn_skips_queue`), then the overflow drops
+run until the queues fit the limit (ns-3 drops at the packet that crosses it, so within a
+tick the fattest queue is judged after all of the tick's arrivals); then k dequeues, each
+with one CoDel decision on the served queue's head (a dropped head is followed by the next
+packet, which leaves; ns-3 may drop several in one dequeue).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rlbm_jax.env import aqm, flowqueue, tcp
-from rlbm_jax.env.queue import ENQ, FLOW, NCE, RUN_FIELDS
+from rlbm_jax.env import flowqueue
+from rlbm_jax.env.disciplines.base import Discipline, FlowDeparture
+from rlbm_jax.env.disciplines.codel import CodelVars, codel_step
+from rlbm_jax.env.flowqueue import Drops, merge_drops
+from rlbm_jax.env.queue import ENQ, NCE, RUN_FIELDS
 
 INACTIVE, NEW, OLD = 0, 1, 2
 DROP_BATCH_PKTS = 64  # ns-3.37 FqCoDelQueueDisc DropBatchSize
@@ -85,29 +93,6 @@ def activate(s: FqState, slot, adm, order, quantum) -> FqState:
                      deficit=s.deficit.at[dst].set(quantum, mode="drop"))
 
 
-class Drops(NamedTuple):
-    """Packets the switch dropped from the flow queues, per flow slot [Q] (for the senders)
-    and per class [P] (for the counters)."""
-    new: jnp.ndarray  # [Q] new data
-    retx: jnp.ndarray  # [Q] retransmissions of lost packets
-    first_new_tx: jnp.ndarray  # [Q] transmission id of the first new packet dropped
-    by_class: jnp.ndarray  # [P] all packets
-    retx_spur: jnp.ndarray  # [] retransmissions and spurious copies
-
-
-def _no_drops(n, num_classes):
-    z = jnp.zeros((n,), jnp.int32)
-    return Drops(new=z, retx=z, first_new_tx=z + jnp.iinfo(jnp.int32).max,
-                 by_class=jnp.zeros((num_classes,), jnp.int32), retx_spur=jnp.zeros((), jnp.int32))
-
-
-def _add(d: Drops, f, hd: flowqueue.HeadDrop, cls) -> Drops:
-    return d._replace(new=d.new.at[f].add(hd.new), retx=d.retx.at[f].add(hd.retx),
-                      first_new_tx=d.first_new_tx.at[f].min(jnp.where(hd.new > 0, hd.first_new_tx,
-                                                                      jnp.iinfo(jnp.int32).max)),
-                      by_class=d.by_class.at[cls].add(hd.pkts), retx_spur=d.retx_spur + hd.retx + hd.spur)
-
-
 def overflow(q: flowqueue.FlowQueues, flow_cls, limit_pkts, params):
     """FqCoDelDrop until the queues hold at most `limit_pkts`: the fattest queue drops at its
     head until half its bytes are gone (ns-3: up to a length of floor(bytes / 2)), at most
@@ -124,9 +109,9 @@ def overflow(q: flowqueue.FlowQueues, flow_cls, limit_pkts, params):
         half = (q.pkts[g] * size) // 2
         batch = jnp.clip((half + size - 1) // size, 1, DROP_BATCH_PKTS)
         q, hd = flowqueue.drop_head(q, g, batch, DROP_BATCH_PKTS)
-        return q, _add(d, g, hd, flow_cls[g])
+        return q, flowqueue.add_drop(d, g, hd, flow_cls[g])
 
-    return jax.lax.while_loop(cond, body, (q, _no_drops(n, params.num_classes)))
+    return jax.lax.while_loop(cond, body, (q, flowqueue.no_drops(n, params.num_classes)))
 
 
 def _removed_before(flag, pos, n):
@@ -187,11 +172,13 @@ class Departure(NamedTuple):
     drops: Drops  # CoDel's drops
 
 
-def depart(q: flowqueue.FlowQueues, s: FqState, flow_cls, t, now_s, tick_s, ecn, params) -> Departure:
-    """The tick's k dequeues (the bottleneck's k packet slots), slot j at now_s + j/k tick:
-    select a queue, let its CoDel decide on the head packet (sojourn from its enqueue tick),
-    drop it (or, with ECN, mark it: every data packet is ECT), and send the head."""
-    k, P = params.pkts_per_tick, params.num_classes
+def depart(q: flowqueue.FlowQueues, s: FqState, flow_cls, t, now_s, tick_s, ecn, params, k=None) -> Departure:
+    """The tick's k dequeues (the bottleneck's k packet slots; default `pkts_per_tick`), slot
+    j at now_s + j/k tick: select a queue, let its CoDel decide on the head packet (sojourn
+    from its enqueue tick), drop it (or, with ECN, mark it: every data packet is ECT), and
+    send the head."""
+    k = params.pkts_per_tick if k is None else k
+    P = params.num_classes
     n = q.pkts.shape[0]
     size = pkt_bytes(params)
     quantum = params.fq_quantum_bytes
@@ -203,9 +190,9 @@ def depart(q: flowqueue.FlowQueues, s: FqState, flow_cls, t, now_s, tick_s, ecn,
         now_j = now_s + frac * tick_s
         run = flowqueue.head_run(q, f)
         sojourn = ((t - run[ENQ]).astype(jnp.float32) + frac) * tick_s
-        cv = aqm.CodelVars(s.codel_first_above_s[f], s.codel_drop_next_s[f], s.codel_dropping[f], s.codel_count[f],
-                           s.codel_last_count[f])
-        cv, act = aqm.codel_step(cv, sojourn, q.pkts[f], found, ecn, now_j, params)
+        cv = CodelVars(s.codel_first_above_s[f], s.codel_drop_next_s[f], s.codel_dropping[f], s.codel_count[f],
+                       s.codel_last_count[f])
+        cv, act = codel_step(cv, sojourn, q.pkts[f], found, ecn, now_j, params)
         drop, mark = act & ~ecn, act & ecn
         q, gone = flowqueue.pop(q, f, drop)
         q, rec = flowqueue.pop(q, f, found)  # a drop leaves at least one packet (CoDel's MinBytes)
@@ -220,22 +207,33 @@ def depart(q: flowqueue.FlowQueues, s: FqState, flow_cls, t, now_s, tick_s, ecn,
         cls = flow_cls[f]
         hd = flowqueue.HeadDrop(pkts=gone[1], new=gone[1] - gone[2] - gone[5], retx=gone[2], spur=gone[5],
                                 first_new_tx=gone[3])
-        d = _add(d, f, hd, cls)
+        d = flowqueue.add_drop(d, f, hd, cls)
         served = served.at[cls].add(rec[1])
         marks = marks.at[cls].add(mark.astype(jnp.int32))
         return q, s, recs.at[j].set(rec), served, marks, d
 
     zP = jnp.zeros((P,), jnp.int32)
-    init = (q, s, jnp.zeros((k, RUN_FIELDS), jnp.int32), zP, zP, _no_drops(n, P))
+    init = (q, s, jnp.zeros((params.pkts_per_tick, RUN_FIELDS), jnp.int32), zP, zP, flowqueue.no_drops(n, P))
     q, s, recs, served, marks, d = jax.lax.fori_loop(0, k, slot, init)
     return Departure(queues=q, fq=s, records=recs, served=served, marks=marks, drops=d)
 
 
-def book_drops(table: tcp.FlowTable, d: Drops) -> tcp.FlowTable:
-    """The senders learn of the flow queues' drops (tcp.on_queue_drops)."""
-    return tcp.on_queue_drops(table, d.new, d.retx, d.first_new_tx)
+@dataclasses.dataclass(frozen=True)
+class FqCoDel(Discipline):
+    def init(self, params) -> FqState:
+        return init(params)
+
+    def enqueue_flows(self, s: FqState, slots, adm_pkts, order, params) -> FqState:
+        return activate(s, slots, adm_pkts, order, params.fq_quantum_bytes)
+
+    def depart(self, s: FqState, flowq, flow_cls, t, now_s, tick_s, k, params) -> FlowDeparture:
+        """The overflow drops bring the queues within the shared buffer (from the fattest
+        flow), then the k dequeues of deficit round robin with CoDel at each served queue's
+        head."""
+        q, over = overflow(flowq, flow_cls, params.buffer_pkts, params)
+        d = depart(q, s, flow_cls, t, now_s, tick_s, params.ecn, params, k)
+        return FlowDeparture(queues=d.queues, state=d.fq, records=d.records, served=d.served, marks=d.marks,
+                             drops=merge_drops(over, d.drops))
 
 
-def merge_drops(a: Drops, b: Drops) -> Drops:
-    return Drops(new=a.new + b.new, retx=a.retx + b.retx, first_new_tx=jnp.minimum(a.first_new_tx, b.first_new_tx),
-                 by_class=a.by_class + b.by_class, retx_spur=a.retx_spur + b.retx_spur)
+FQ_CODEL = FqCoDel(name="fq-codel", owns_departure=True, takes_every_arrival=True, syn_skips_queue=True)

@@ -1,0 +1,91 @@
+"""The one-screen answer to "how close is rlbm_jax to ns-3.37?": the default model's verdict
+per grid, from the committed per-cell errors (`calibration/results/<grid>/errors.csv`).
+
+    python calibration/summary.py            # writes calibration/summary.png, prints the table
+
+For each default grid: the cell-metrics within tolerance, and per metric the share of cells
+within (utilisation 3 %, mean queue 15 %, drop and mark rate 25 %, median slowdown 15 %,
+per-run p99 25 %, pooled p99 of short flows 25 %).  The figure is that share per grid and
+metric, the number of cells on each square.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+# the grids run with the default model (the others under results/ are forensics)
+GRIDS = {"thesis": "thesis scenario: 10 Mbit/s, two classes, web search (30 seeds)",
+         "fast": "100 Mbit/s and 1 Gbit/s, web search and data mining (10 seeds)",
+         "long": "long-lived flows at 100 Mbit/s, 0.25-4 BDP (3 seeds)",
+         "aqm": "RED, ARED, PIE, CoDel, FQ-CoDel, ECN off and on (3 seeds)",
+         "dial": "1, 4, 16 packets per tick (10 seeds)"}
+METRICS = ("util_wire", "queue_mean_pkts", "drop_rate", "mark_rate", "slowdown_p50", "slowdown_p99",
+           "pooled_p99_short")
+LABELS = ("utilisation", "mean queue", "drop rate", "mark rate", "median slowdown", "per-run p99", "pooled p99\nshort")
+
+
+def verdicts(results: Path = HERE / "results") -> dict:
+    """{grid: {metric: (within, checked)}} from each grid's errors.csv."""
+    out = {}
+    for grid in GRIDS:
+        rows = list(csv.DictReader(open(results / grid / "errors.csv")))
+        out[grid] = {m: (sum(r["within"] == "True" for r in rows if r["metric"] == m),
+                         sum(r["within"] in ("True", "False") for r in rows if r["metric"] == m)) for m in METRICS}
+        out[grid]["cells"] = len({r["cell"] for r in rows})
+    return out
+
+
+def markdown(v: dict) -> str:
+    head = "| grid | cells | within tolerance | " + " | ".join(x.replace("\n", " ") for x in LABELS) + " |"
+    lines = [head, "|---|---:|---:|" + "---:|" * len(METRICS)]
+    for grid, per in v.items():
+        within = sum(per[m][0] for m in METRICS)
+        checked = sum(per[m][1] for m in METRICS)
+        cells = [f"{per[m][0]} / {per[m][1]}" if per[m][1] else "–" for m in METRICS]
+        lines.append(f"| {grid} | {per['cells']} | **{within} / {checked}** ({100 * within / checked:.0f} %) | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def figure(v: dict, path: Path) -> None:
+    share = np.full((len(v), len(METRICS)), np.nan)
+    for i, per in enumerate(v.values()):
+        for j, m in enumerate(METRICS):
+            if per[m][1]:
+                share[i, j] = per[m][0] / per[m][1]
+    fig, ax = plt.subplots(figsize=(9.5, 3.6))
+    im = ax.imshow(share, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+    for i, per in enumerate(v.values()):
+        for j, m in enumerate(METRICS):
+            text = f"{per[m][0]}/{per[m][1]}" if per[m][1] else "–"
+            ax.text(j, i, text, ha="center", va="center", fontsize=9)
+    ax.set_xticks(range(len(METRICS)), LABELS, fontsize=8)
+    ax.set_yticks(range(len(v)), [f"{g} ({per['cells']} cells)" for g, per in v.items()], fontsize=9)
+    ax.set_title("rlbm_jax against ns-3.37, default model: cells within tolerance per metric", fontsize=10)
+    fig.colorbar(im, ax=ax, label="share within tolerance")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", default=str(HERE / "results"), help="folder of the grids' results")
+    ap.add_argument("--png", default=str(HERE / "summary.png"), help="the figure")
+    a = ap.parse_args(argv)
+    v = verdicts(Path(a.results))
+    figure(v, Path(a.png))
+    print(markdown(v))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,152 @@
+"""The discipline registry: a discipline's position in `DISCIPLINES` is its id, the value
+`buffer.aqm_id(params)` gives for a run (its buffer policy names it, `buffer.Policy.aqm`).
+
+The switch keeps every registered discipline's state (`States`, one entry per discipline
+under its `key`: `state.aqm.red`, `state.aqm.mark.mark_p`, ...) and each run uses the one
+its id names.  The hooks are dispatched with `lax.switch` over the registry: each branch
+calls one discipline's hook on its own entry and leaves the others as they are, so a
+batch of runs with different disciplines is one `vmap`.
+
+A new discipline is one module (`base.Discipline`) and its line here (with its import).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.tree_util import GetAttrKey
+
+from rlbm_jax.env import flowqueue
+from rlbm_jax.env.disciplines import codel, fq_codel, mark, pie, red
+from rlbm_jax.env.disciplines.base import Discipline, FlowDeparture, Hits
+
+NONE = Discipline(name="none")  # the policy's thresholds alone
+DISCIPLINES = (NONE, red.RED, red.ARED, pie.PIE, codel.CODEL, mark.MARK, fq_codel.FQ_CODEL)
+
+
+def names() -> tuple:
+    """The registered disciplines' names, in id order."""
+    return tuple(d.name for d in DISCIPLINES)
+
+
+def index(name: str) -> int:
+    """The id of the discipline called `name` (ValueError naming the choices otherwise)."""
+    return names().index(by_name(name).name)
+
+
+def by_name(name: str) -> Discipline:
+    """The registered discipline called `name` (ValueError naming the choices otherwise)."""
+    for d in DISCIPLINES:
+        if d.name == name:
+            return d
+    raise ValueError(f"unknown aqm {name!r}; registered: {', '.join(names())}")
+
+
+class States:
+    """Every registered discipline's own state, one entry per discipline under its `key`
+    in registry order (`states.red`, `states.fq_codel`); a pytree whose leaves are named
+    by the entries (`aqm_red_red_avg`, as the native backend's layout names them)."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: dict):
+        object.__setattr__(self, "_entries", dict(entries))
+
+    def __getattr__(self, key):
+        try:
+            return object.__getattribute__(self, "_entries")[key]
+        except KeyError:
+            raise AttributeError(f"no discipline with key {key!r}; registered: "
+                                 f"{', '.join(object.__getattribute__(self, '_entries'))}") from None
+
+    def __setattr__(self, key, value):
+        raise AttributeError("States is immutable: use .replace")
+
+    def __getitem__(self, key):
+        return self._entries[key]
+
+    def keys(self):
+        return self._entries.keys()
+
+    def replace(self, **entries) -> "States":
+        """A copy with the named entries replaced."""
+        unknown = set(entries) - set(self._entries)
+        if unknown:
+            raise AttributeError(f"no discipline with key {', '.join(sorted(unknown))}")
+        return States({**self._entries, **entries})
+
+    def __repr__(self):
+        return f"States({', '.join(f'{k}={v!r}' for k, v in self._entries.items())})"
+
+
+jax.tree_util.register_pytree_with_keys(
+    States,
+    lambda s: ([(GetAttrKey(k), v) for k, v in s._entries.items()], tuple(s._entries)),
+    lambda keys, children: States(dict(zip(keys, children))),
+    lambda s: (list(s._entries.values()), tuple(s._entries)),
+)
+
+
+def init(params) -> States:
+    """Every registered discipline's state at t = 0."""
+    return States({d.key: d.init(params) for d in DISCIPLINES})
+
+
+def _can_run(d: Discipline, params) -> bool:
+    """Whether `d` can be a run's discipline with these params' shapes (static): one that
+    owns departure needs the per-flow queues."""
+    return not d.owns_departure or flowqueue.used(params)
+
+
+def flag(params, discipline_id, name: str):
+    """The run's discipline's flag `name` (`Discipline.owns_departure`, ...): Python False
+    when no discipline that can run with these params has it (the tick then leaves the
+    code it guards out of the trace), else a traced bool."""
+    on = [bool(getattr(d, name)) and _can_run(d, params) for d in DISCIPLINES]
+    if not any(on):
+        return False
+    return jnp.asarray(on)[discipline_id]
+
+
+def owners(params) -> list:
+    """[(id, discipline)] of the disciplines that own departure and can run with these params."""
+    return [(i, d) for i, d in enumerate(DISCIPLINES) if d.owns_departure and _can_run(d, params)]
+
+
+def _switch(discipline_id, hook, states: States):
+    """`lax.switch` over the registry: branch i runs hook(discipline i, its state) -> (state,
+    out) and puts the state back in its own entry, leaving the others as they are."""
+    def branch(d):
+        def run(st):
+            s, out = hook(d, st[d.key])
+            return st.replace(**{d.key: s}), out
+        return run
+
+    return jax.lax.switch(discipline_id, [branch(d) for d in DISCIPLINES], states)
+
+
+def on_enqueue(states: States, discipline_id, arr_c, q_pkts, u, now_s, params) -> tuple[States, Hits]:
+    """The run's discipline's decisions on this tick's arrivals (`Discipline.on_enqueue`)."""
+    return _switch(discipline_id, lambda d, s: d.on_enqueue(s, arr_c, q_pkts, u, now_s, params), states)
+
+
+def on_dequeue(states: States, discipline_id, head_sojourn_s, q_pkts, serving, marking, now_s,
+               params) -> tuple[States, jnp.ndarray]:
+    """The run's discipline's decisions on the class FIFOs' head packets (`Discipline.on_dequeue`)."""
+    return _switch(discipline_id, lambda d, s: d.on_dequeue(s, head_sojourn_s, q_pkts, serving, marking, now_s,
+                                                            params), states)
+
+
+def on_tick_end(states: States, discipline_id, last_sojourn_s, served, q_after, now_end_s, params) -> States:
+    """The run's discipline sees the class FIFOs as the tick leaves them (`Discipline.on_tick_end`)."""
+    return _switch(discipline_id, lambda d, s: (d.on_tick_end(s, last_sojourn_s, served, q_after, now_end_s,
+                                                              params), ()), states)[0]
+
+
+def enqueue_flows(states: States, discipline_id, slots, adm_pkts, order, params) -> States:
+    """The run's discipline learns of the runs enqueued in the per-flow queues
+    (`Discipline.enqueue_flows`); the caller skips it when `owners(params)` is empty."""
+    return _switch(discipline_id, lambda d, s: (d.enqueue_flows(s, slots, adm_pkts, order, params), ()), states)[0]
+
+
+__all__ = ["DISCIPLINES", "NONE", "Discipline", "FlowDeparture", "Hits", "States", "by_name", "enqueue_flows",
+           "flag", "index", "init", "names", "on_dequeue", "on_enqueue", "on_tick_end", "owners"]

@@ -1,0 +1,426 @@
+"""The simulator's model, declared once.
+
+Every parameter and model choice of the simulator is one `Param` in `PARAMS`: its name
+(with its unit), the group of the physics it belongs to, its kind and default, the
+values or range it allows, one line of doc, whether it is static (it fixes array shapes,
+so a batch must agree on it) and which `SimParams` leaf it sets, and, for a model choice
+(a categorical or boolean parameter) and for a size a backend bounds, which values each
+backend implements.  `params.make_params` (defaults, validation), the command-line flags
+of every script (`rlbm_jax.cli.add_param_args`), the `config` record of every output
+(`config_record`), the ns-3 scenario's options table and the backends' refusals
+(`missing`) are derived from it.
+
+Backends (`rlbm_jax.env.backends`): "jax" is the reference and implements every value.
+Any other backend implements, of a model choice, the values its entry in `Param.backends`
+lists, and only the default where it has no entry; of a bounded size, values up to its
+entry's bound.  A new choice therefore runs on the reference and is refused by name
+everywhere else until a backend declares it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+REFERENCE_BACKEND = "jax"
+
+GROUPS = ("topology", "buffer", "tcp", "tcp-model", "aqm", "traffic", "measurement", "shapes")
+KINDS = ("float", "int", "bool", "choice", "floats", "ints", "table")
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One declared parameter.
+
+    name      the `make_params` keyword (units in the name)
+    group     one of GROUPS
+    kind      float, int, bool, choice (one of `choices`), floats / ints (a value or one per
+              class), table (a flow-size table: a built-in name, a CSV path or a SizeTable)
+    default   the simulator's default; None where it is derived from other parameters
+              (`derived` says how)
+    doc       one line
+    lo, hi    the allowed range (inclusive unless lo_open / hi_open); infinity only where
+              `allow_inf`
+    choices   the allowed values (a tuple, or a function returning the registry's names)
+    static    it fixes array shapes (a `SimParams` static field)
+    leaf      the `SimParams` field it sets ("" for none); a choice's leaf holds its index
+    flag      the command-line option (default: --name with dashes)
+    backends  backend -> the values it implements (a tuple or a function returning one)
+              for a choice, or the largest value it runs for a bounded size
+    ns3       the ns-3 scenario's option (default: the name; "": it has none, ours only)
+    """
+
+    name: str
+    group: str
+    kind: str
+    default: Any
+    doc: str
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    allow_inf: bool = False
+    choices: tuple | Callable[[], tuple] | None = None
+    static: bool = False
+    leaf: str | None = None
+    flag: str | None = None
+    derived: str = ""
+    backends: dict = dataclasses.field(default_factory=dict)
+    ns3: str | None = None
+
+    @property
+    def field(self) -> str:
+        """The SimParams field this parameter sets ("" if none)."""
+        if self.leaf is not None:
+            return self.leaf
+        return self.name + "_id" if self.kind == "choice" and not self.keeps_value else self.name
+
+    @property
+    def keeps_value(self) -> bool:
+        """A choice stored as its value (delayed_ack's 1 or 2), not as an index."""
+        return self.kind == "choice" and all(isinstance(v, (int, np.integer)) for v in self.values())
+
+    @property
+    def option(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def ns3_option(self) -> str:
+        """The ns-3 scenario's option for this parameter ("" where it has none)."""
+        return self.name if self.ns3 is None else self.ns3
+
+    @property
+    def is_choice(self) -> bool:
+        """A model choice: a categorical or boolean parameter, enumerated by the backends' manifest."""
+        return self.kind in ("choice", "bool")
+
+    def values(self) -> tuple:
+        """The allowed values of a choice or bool."""
+        if self.kind == "bool":
+            return (False, True)
+        c = self.choices() if callable(self.choices) else self.choices
+        return tuple(c or ())
+
+    def implemented(self, backend: str):
+        """Of a choice: the values `backend` implements; of a bounded size: its bound (None: no bound)."""
+        if backend == REFERENCE_BACKEND:
+            return self.values() if self.is_choice else None
+        got = self.backends.get(backend)
+        if self.is_choice:
+            if got is None:
+                return (self.default,)
+            return tuple(got() if callable(got) else got)
+        return got
+
+    # ---- validation ---------------------------------------------------------
+    def check(self, value) -> None:
+        """Raise a ValueError naming this parameter if `value` is not allowed (None only
+        where the default is derived)."""
+        if value is None:
+            if self.default is None:
+                return
+            raise ValueError(f"{self.name} must be given a value, got None")
+        n = self.name
+        if self.kind == "bool":
+            if not isinstance(value, (bool, np.bool_)) and value not in (0, 1):
+                raise ValueError(f"{n} must be true or false, got {value!r}")
+            return
+        if self.kind == "choice":
+            if value not in self.values():
+                raise ValueError(f"unknown {n} {value!r}; choose one of {', '.join(map(str, self.values()))}")
+            return
+        if self.kind == "table":
+            return  # traffic.load_table / check_cdf say what is wrong with a table
+        items = np.ravel(np.asarray(value, dtype=object)) if self.kind in ("floats", "ints") else [value]
+        if len(items) == 0:
+            raise ValueError(f"{n} must have at least one value, got {value!r}")
+        for v in items:
+            self._check_number(v, value)
+
+    def _check_number(self, v, whole) -> None:
+        n = self.name
+        integer = self.kind in ("int", "ints")
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise ValueError(f"{n} must be {'an integer' if integer else 'a number'}, got {whole!r}")
+        if integer and not float(v).is_integer():
+            raise ValueError(f"{n} must be an integer, got {whole!r}")
+        x = float(v)
+        if math.isnan(x) or (math.isinf(x) and not self.allow_inf):
+            raise ValueError(f"{n} must be a finite number, got {whole!r}")
+        if self.lo is not None and (x < self.lo or (self.lo_open and x == self.lo)):
+            raise ValueError(f"{n} must be {self.range_text()}, got {whole!r}")
+        if self.hi is not None and (x > self.hi or (self.hi_open and x == self.hi)):
+            raise ValueError(f"{n} must be {self.range_text()}, got {whole!r}")
+
+    def range_text(self) -> str:
+        lo, hi = self.lo, self.hi
+        if lo is not None and hi is not None:
+            return f"in {'(' if self.lo_open else '['}{lo:g}, {hi:g}{')' if self.hi_open else ']'}"
+        if lo is not None:
+            if lo == 0 and self.lo_open:
+                return "positive"
+            return f"{'>' if self.lo_open else '>='} {lo:g}"
+        if hi is not None:
+            return f"{'<' if self.hi_open else '<='} {hi:g}"
+        return "any number"
+
+
+def _tcp_names():
+    from rlbm_jax.env.tcp.variants import TCP_NAMES
+    return TCP_NAMES
+
+
+def _native_tcps():
+    from rlbm_jax.env.tcp.variants import VARIANTS
+    return tuple(v.name for v in VARIANTS if v.native)
+
+
+def _policy_names():
+    from rlbm_jax.env import buffer
+    return buffer.POLICY_NAMES
+
+
+def _native_policies():
+    from rlbm_jax.env import buffer
+    return buffer.native_policies()
+
+
+def _tables():
+    from rlbm_jax.env.traffic import BUILTIN_TABLES
+    return BUILTIN_TABLES
+
+
+POS = dict(lo=0.0, lo_open=True)
+NONNEG = dict(lo=0.0)
+PROB = dict(lo=0.0, lo_open=True, hi=1.0)
+
+PARAMS: tuple[Param, ...] = (
+    # ---- topology ---------------------------------------------------------------------
+    Param("num_senders", "topology", "int", 10, "senders (one access link each)", lo=1, static=True,
+          flag="--senders", backends={"native": 1024}),
+    Param("access_rate_bps", "topology", "float", 100e6, "each sender's access link rate (bit/s)", **POS,
+          flag="--access-bps"),
+    Param("access_delay_s", "topology", "float", 0.1e-3, "access link one-way propagation delay (s)", **NONNEG),
+    Param("bottleneck_rate_bps", "topology", "float", 10e6, "switch -> sink link rate (bit/s)", **POS,
+          flag="--bottleneck-bps"),
+    Param("bottleneck_delay_s", "topology", "float", 10e-3, "switch -> sink one-way propagation delay (s)", **NONNEG),
+    # ---- buffer -------------------------------------------------------------------------
+    Param("num_classes", "buffer", "int", 2, "priority classes at the bottleneck (one FIFO each)", lo=1,
+          static=True, flag="--classes", backends={"native": 16}),
+    Param("buffer_per_class_pkts", "buffer", "ints", 100, "FIFO cap of each class (one value, or one per class)",
+          lo=1, leaf="class_cap_pkts", flag="--buffer-pkts", ns3="class_cap_pkts"),
+    Param("buffer_pkts", "buffer", "int", None, "shared buffer size B of all classes (packets)", lo=1,
+          flag="--shared-buffer-pkts", derived="the sum of the class caps"),
+    Param("queue_capacity_pkts", "buffer", "int", None, "ring size of each class FIFO (static; >= every class cap)",
+          lo=1, static=True, derived="the largest class cap", ns3=""),
+    Param("policy", "buffer", "choice", "sb-naive", "buffer policy (thresholds, AQM or discipline)",
+          choices=_policy_names, backends={"native": _native_policies}),
+    Param("alpha", "buffer", "floats", None, "policy weights per class (SB, DT, ABM, static-bdp)", lo=0.0,
+          derived="the policy's defaults"),
+    Param("beta", "buffer", "floats", None, "rl policy threshold weights per class (threshold = a * beta * free)",
+          lo=0.0, derived="1 for every class"),
+    Param("scheduler", "buffer", "choice", "rr", "between classes: per-packet round robin or strict priority",
+          choices=("rr", "strict"), backends={"native": ("rr", "strict")}),
+    Param("class_threshold_bytes", "buffer", "floats", 2_000_000, "flow size above which a flow rises a class",
+          lo=0.0),
+    # ---- TCP ----------------------------------------------------------------------------
+    Param("tcp", "tcp", "choice", "cubic", "congestion control of every sender", choices=_tcp_names,
+          backends={"native": _native_tcps}),
+    Param("mss_bytes", "tcp", "int", 1000, "payload per data packet (bytes)", lo=1),
+    Param("initial_cwnd_pkts", "tcp", "int", 10, "initial congestion window (segments)", lo=1, flag="--initial-cwnd"),
+    Param("min_rto_s", "tcp", "float", 0.010, "minimum retransmission timeout (s)", **POS),
+    Param("max_rto_s", "tcp", "float", 60.0, "maximum retransmission timeout (s)", **POS, ns3=""),
+    Param("syn_timeout_s", "tcp", "float", 3.0, "wait after a lost SYN (ns-3 TcpSocket::ConnTimeout, s)", **POS),
+    Param("rto_granularity_s", "tcp", "float", 0.001, "clock granularity term of the RTO (s)", **NONNEG),
+    Param("delayed_ack", "tcp", "choice", 1, "segments per ACK", choices=(1, 2), backends={"native": (1, 2)}),
+    Param("dupthresh", "tcp", "int", 3, "duplicate ACKs that declare a loss", lo=1),
+    Param("cubic_beta", "tcp", "float", 0.7, "CUBIC multiplicative decrease", lo=0.0, hi=1.0, lo_open=True,
+          hi_open=True),
+    Param("cubic_c", "tcp", "float", 0.4, "CUBIC scaling constant", **POS),
+    Param("cubic_fast_convergence", "tcp", "bool", True, "CUBIC fast convergence",
+          backends={"native": (False, True)}),
+    Param("hystart", "tcp", "bool", True, "CUBIC's HyStart (slow start left on rising delay)",
+          backends={"native": (False, True)}),
+    Param("hystart_low_window_pkts", "tcp", "float", 16, "HyStart: window below which it does not act (segments)",
+          **POS),
+    Param("hystart_min_samples", "tcp", "int", 8, "HyStart: RTT samples per round", lo=1),
+    Param("hystart_ack_delta_s", "tcp", "float", 0.002, "HyStart: ACK train spacing (s)", **POS),
+    Param("hystart_delay_min_s", "tcp", "float", 0.004, "HyStart: least delay increase that counts (s)", **POS),
+    Param("hystart_delay_max_s", "tcp", "float", 1.0, "HyStart: largest delay increase threshold (s)", **POS),
+    Param("ecn", "tcp", "bool", False, "ECN-capable senders (RFC 3168); AQMs mark instead of drop "
+          "(always on with dctcp)"),
+    Param("dctcp_g", "tcp", "float", 0.0625, "DCTCP: weight of a window's marked fraction in alpha", **PROB),
+    # ---- TCP model choices (ns-3.37's where it departs from the RFCs) ----------------------
+    Param("rto_recovery", "tcp-model", "choice", "go-back-n", "after a timeout resend everything not yet ACKed or "
+          "SACKed (go-back-n, ns-3.37) or only the losses (sack)", choices=("go-back-n", "sack"),
+          backends={"native": ("go-back-n", "sack")}, ns3=""),
+    Param("prr", "tcp-model", "choice", "exact", "PRR's send count in fast recovery and CWR: exact (RFC 6937), or "
+          "ns-3.37's 32-bit product, which wraps above ~65 kB windows", choices=("exact", "ns-3.37"), ns3=""),
+    Param("prr_ssrb", "tcp-model", "choice", "rfc6937", "PRR at or below ssthresh: every ACK sends what it "
+          "delivered plus a segment (rfc6937), or the segment only on an ACK of retransmitted data (ns-3.37)",
+          choices=("rfc6937", "ns-3.37"), ns3=""),
+    Param("ecn_cwr", "tcp-model", "choice", "open", "which states an echoed CE mark cuts the window from: OPEN "
+          "only (open, RFC 3168), or every state but CWR (ns-3.37)", choices=("open", "ns-3.37"), ns3=""),
+    Param("rtt_samples", "tcp-model", "choice", "cumulative", "RTT samples from cumulative ACKs of data sent once "
+          "(cumulative, ns-3.37) or every ACK (every-ack)", choices=("cumulative", "every-ack"),
+          backends={"native": ("cumulative", "every-ack")}, ns3=""),
+    # ---- AQM (ns-3.37's queue-disc names and defaults) ---------------------------------------
+    Param("red_min_th_pkts", "aqm", "float", None, "RED/ARED: average queue where early drops start", **POS,
+          derived="5; ared: max(5, 5 ms of link packets / 2)"),
+    Param("red_max_th_pkts", "aqm", "float", None, "RED/ARED: average queue of max_p (gentle: rises to 1 at 2x)",
+          **POS, derived="15; ared: 3 x min"),
+    Param("red_max_p", "aqm", "float", 0.02, "RED: drop probability at max_th (ARED's starting value)", **PROB),
+    Param("red_weight", "aqm", "float", None, "RED: EWMA weight of the average queue per packet", **PROB,
+          derived="0.002; ared: 1 - exp(-1 / link packets per s)"),
+    Param("red_gentle", "aqm", "bool", True, "RED: the gentle region above max_th",
+          backends={"native": (False, True)}),
+    Param("pie_target_s", "aqm", "float", 0.015, "PIE: queueing delay reference (s)", **POS),
+    Param("pie_tupdate_s", "aqm", "float", 0.015, "PIE: probability update period (s)", **POS),
+    Param("pie_a", "aqm", "float", 0.125, "PIE: gain on the delay error (1/s)", **POS),
+    Param("pie_b", "aqm", "float", 1.25, "PIE: gain on the delay change (1/s)", **POS),
+    Param("pie_max_burst_s", "aqm", "float", 0.15, "PIE: burst allowance (s)", **POS),
+    Param("pie_mark_threshold", "aqm", "float", 0.1, "PIE: marks (ECN) only while its probability is at most this",
+          **PROB),
+    Param("codel_target_s", "aqm", "float", 0.005, "CoDel, FQ-CoDel: acceptable standing sojourn time (s)", **POS),
+    Param("codel_interval_s", "aqm", "float", 0.1, "CoDel, FQ-CoDel: window the sojourn must stay above target "
+          "before a drop (s)", **POS),
+    Param("fq_quantum_bytes", "aqm", "int", 1500, "FQ-CoDel: deficit round robin quantum, at least one data packet "
+          "(MSS + 52)", lo=1),
+    Param("flow_queue_capacity_pkts", "aqm", "int", None, "ring size of each per-flow queue (static)", lo=0,
+          static=True, derived="buffer_pkts + 1 for a policy with per-flow queues, else 0", ns3=""),
+    # ---- traffic -------------------------------------------------------------------------------
+    Param("arrival", "traffic", "choice", "load", "flow arrival rate: load * C / (8 E[size]) (load), or 5 * load "
+          "flows/s per sender (thesis-code)", choices=("load", "thesis-code"),
+          backends={"native": ("load", "thesis-code")}),
+    Param("load", "traffic", "float", 0.7, "offered load as a fraction of the bottleneck capacity", **NONNEG),
+    Param("arrival_stop_s", "traffic", "float", math.inf, "no new flows after this time (s)", **NONNEG,
+          allow_inf=True),
+    Param("long_flows", "traffic", "int", 0, "long-lived flows started at t = 0", lo=0),
+    Param("long_flow_start_spread_s", "traffic", "float", 0.0, "long flows start uniformly in [0, this) (s)",
+          **NONNEG),
+    Param("cdf", "traffic", "table", "websearch", "flow sizes: a built-in table or a CSV of size_bytes,cdf rows",
+          leaf=""),
+    # ---- measurement -----------------------------------------------------------------------------
+    Param("warmup_s", "measurement", "float", 0.0, "excluded from time-averaged metrics (s)", **NONNEG),
+    Param("completion_log_size", "measurement", "int", 1024, "finished flows kept per run (overflow is counted)",
+          lo=1, static=True, flag="--flow-log-size", ns3=""),
+    Param("interval_log_size", "measurement", "int", 16, "finished flows an agent interval lists (the rest are "
+          "counted)", lo=1, static=True, ns3=""),
+    # ---- shapes ----------------------------------------------------------------------------------
+    Param("num_flow_slots", "shapes", "int", 64, "flow slots per env (a full table refuses and counts arrivals)",
+          lo=1, static=True, flag="--flow-slots", ns3=""),
+    Param("pkts_per_tick", "shapes", "int", 1, "bottleneck packets per tick (the fidelity / speed dial)", lo=1,
+          static=True, backends={"native": 61}, ns3=""),
+    Param("delay_line_ticks", "shapes", "int", None, "ring of the bottleneck -> sink delay line (static)", lo=1,
+          static=True, derived="the base RTT in ticks + 3", ns3=""),
+)
+
+BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
+NAMES = tuple(BY_NAME)
+CHOICES = tuple(p for p in PARAMS if p.is_choice)
+BOUNDED = tuple(p for p in PARAMS if not p.is_choice and p.backends)
+DEFAULTS = {p.name: p.default for p in PARAMS}
+# parameters the ns-3 scenario has no option for: our shapes, our TCP-model choices (ns-3
+# runs its own model), and the few the scenario does not expose
+NOT_NS3 = tuple(p.name for p in PARAMS if not p.ns3_option)
+
+
+def get(name: str) -> Param:
+    if name not in BY_NAME:
+        import difflib
+
+        near = difflib.get_close_matches(name, NAMES, n=1)
+        raise ValueError(f"unknown parameter {name!r}" + (f"; did you mean {near[0]!r}?" if near else ""))
+    return BY_NAME[name]
+
+
+def check_names(kw: dict) -> None:
+    """Refuse a keyword that names no declared parameter."""
+    for k in kw:
+        get(k)
+
+
+def choice_index(name: str, value) -> int:
+    """The index a choice's leaf holds for `value`."""
+    p = BY_NAME[name]
+    p.check(value)
+    return p.values().index(value)
+
+
+def choice_value(name: str, index: int):
+    """The choice value a leaf index stands for."""
+    return BY_NAME[name].values()[int(index)]
+
+
+def used_choices(resolved: dict) -> tuple:
+    """The static record of a run's model choices: ((name, value), ...) for every choice,
+    in declaration order (`SimParams.model_choices`; a batch holds the union)."""
+    return tuple((p.name, resolved[p.name]) for p in CHOICES)
+
+
+def merge_choices(*records) -> tuple:
+    """The union of several runs' `used_choices` records (a batch's), in declaration order."""
+    order = {p.name: i for i, p in enumerate(CHOICES)}
+    seen = {}
+    for rec in records:
+        for name, value in rec:
+            seen[(name, _key(value))] = (name, value)
+    return tuple(sorted(seen.values(), key=lambda nv: (order.get(nv[0], len(order)), _key(nv[1]))))
+
+
+def _key(v):
+    return (type(v).__name__, str(v))
+
+
+def missing(backend: str, params) -> list[str]:
+    """What `params` ask for that `backend` does not implement: ["prr=ns-3.37", ...] (empty:
+    it runs them).  Reads the static record of choices and the static sizes, so it works on
+    traced and batched params."""
+    out = []
+    for name, value in params.model_choices:
+        p = BY_NAME.get(name)
+        if p is not None and value not in p.implemented(backend):
+            out.append(f"{name}={_text(value)}")
+    for p in BOUNDED:
+        bound = p.implemented(backend)
+        v = getattr(params, p.name)
+        if bound is not None and v > bound:
+            out.append(f"{p.name}={v} (it runs at most {bound})")
+    return out
+
+
+def _text(v) -> str:
+    return str(v).lower() if isinstance(v, (bool, np.bool_)) else str(v)
+
+
+def json_value(v):
+    """A resolved value as JSON can hold it (infinity as the string "inf", arrays as lists)."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else str(float(v))
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [json_value(x) for x in np.asarray(v, dtype=object).reshape(-1).tolist()]
+    if hasattr(v, "name") and hasattr(v, "size_bytes"):  # a SizeTable
+        return v.name
+    return v
+
+
+def table_markdown() -> str:
+    """The declared model as a markdown table (name, group, default, allowed values, native)."""
+    rows = ["| parameter | group | default | allowed | native backend | |", "|---|---|---|---|---|---|"]
+    for p in PARAMS:
+        if p.is_choice:
+            allowed = ", ".join(_text(v) for v in p.values())
+            nat = ", ".join(_text(v) for v in p.implemented("native"))
+        else:
+            allowed = p.range_text() if p.kind != "table" else ", ".join(_tables()) + ", or a CSV"
+            b = p.implemented("native")
+            nat = f"<= {b}" if b is not None else "all"
+        default = p.derived if p.default is None else _text(p.default)
+        rows.append(f"| `{p.name}` | {p.group} | {default} | {allowed} | {nat} | {p.doc} |")
+    return "\n".join(rows)
