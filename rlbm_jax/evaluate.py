@@ -39,6 +39,10 @@ def score(env: RLBMEnv, env_params: EnvParams, agent: Callable | None, seeds: Se
     """Returns {field: array [cells, seeds]} (no cell axis when `batched` is False)."""
     if len(seeds) == 0:
         raise ValueError("seeds: need at least one seed")
+    from rlbm_jax.simulate import check_memory
+
+    cells = jax.tree.leaves(env_params)[0].shape[0] if batched else 1
+    check_memory(jax.tree.map(lambda x: x[0], env_params.sim) if batched else env_params.sim, cells * len(seeds))
     keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
     n_steps = int(np.max(np.asarray(env_params.max_steps_in_episode)))
     num_classes = env.num_classes

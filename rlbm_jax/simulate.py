@@ -48,7 +48,7 @@ def _chunking(total: int, chunks: int):
 
 def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], agent: Callable | None = None,
                  agent_interval_s: float = 0.1, formulation=DEFAULT_FORMULATION, chunks: int = 20,
-                 show_progress: bool = True) -> dict:
+                 show_progress: bool = True, plot_path=None) -> dict:
     """Simulate `seconds` of the scenario for every seed: the report fields' mean, std and
     per-seed values, and `tail`, the FCT slowdown per flow-size bucket pooled over seeds
     (`metrics.pooled_tail`; flows beyond the completion log, `log_overflow`, are not in it),
@@ -57,13 +57,17 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
 
     agent: None runs the buffer policy in `params`; a jittable fn(obs) -> action instead
     drives the "rl" policy through `RLBMEnv` with `formulation` (the one the agent was
-    trained on) every `agent_interval_s`."""
+    trained on) every `agent_interval_s`.  `series` holds, at the end of each of the
+    `chunks` stretches, the time, the buffer occupancy and the link's utilisation over the
+    stretch (means over seeds); `plot_path` draws them with the FCT slowdown by flow size
+    (`plot_run`).  Seeds whose states cannot fit in memory are refused before compiling."""
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"seconds must be a positive finite number, got {seconds!r}")
     if not (math.isfinite(agent_interval_s) and agent_interval_s > 0):
         raise ValueError(f"agent_interval_s must be a positive finite number, got {agent_interval_s!r}")
     if len(seeds) == 0:
         raise ValueError("seeds: need at least one seed")
+    check_memory(params, len(seeds))
     keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
     t_start = time.perf_counter()
 
@@ -102,9 +106,18 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     compile_s = time.perf_counter() - t0
     bar = Progress(n_chunks * unit_s, unit=" sim-s", label=f"{len(seeds)} seed(s) ") if show_progress else None
     t0 = time.perf_counter()
+    series = {"t_s": [], "queue_pkts": [], "util_wire": []}
+    deq_before = np.zeros(len(seeds))
     for i in range(n_chunks):
         state = compiled(state)
         jax.block_until_ready(state)
+        now = get_sim(state)
+        deq = np.asarray(now.metrics.deq_total, np.float64)
+        series["t_s"].append((i + 1) * unit_s)
+        series["queue_pkts"].append(float(np.mean(np.sum(np.asarray(now.queue.pkts), axis=-1))))
+        series["util_wire"].append(float(np.mean(deq - deq_before)) * float(params.data_pkt_bits)
+                                   / (unit_s * float(params.bottleneck_rate_bps)))
+        deq_before = deq
         if bar:
             bar.update((i + 1) * unit_s)
     if bar:
@@ -126,12 +139,71 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     logs, counts = np.asarray(final.metrics.log), np.asarray(final.metrics.log_count)
     tail = mx.pooled_tail([logs[i, :min(int(counts[i]), logs.shape[1])] for i in range(len(seeds))],
                           warmup_s=float(params.warmup_s))
+    if plot_path is not None:
+        plot_run(series, [logs[i, :min(int(counts[i]), logs.shape[1])] for i in range(len(seeds))], plot_path,
+                 title=f"{len(seeds)} seed(s), {seconds:g} s")
     out = dict(mean)
-    out.update(tail=tail, devices=n_devices, backend=backends.resolve(None, params),
+    out.update(tail=tail, series=series, devices=n_devices, backend=backends.resolve(None, params),
                wall_s=time.perf_counter() - t_start, run_s=run_s, compile_s=compile_s,
                sim_seconds_per_wall_s=sum(r["sim_seconds"] for r in per_seed) / max(run_s, 1e-9),
                seeds=[int(s) for s in seeds], std=std, per_seed=per_seed)
     return out
+
+
+def check_memory(params: SimParams, num_seeds: int, what: str = "seeds") -> None:
+    """Refuse (a ValueError naming `what`, the argument that sets the batch) a batch of
+    `num_seeds` simulators whose states alone, with the copies a run makes of them
+    (`ppo.memory.STATE_COPIES`), need more memory than the device has: it would be killed by
+    the kernel or never return."""
+    from rlbm_jax.ppo.memory import STATE_COPIES, available, fmt_bytes
+
+    state = jax.eval_shape(lambda: sim.init(jax.random.PRNGKey(0), params))
+    per_seed = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(state))
+    need = per_seed * num_seeds * STATE_COPIES
+    have, where = available()
+    if need > have:
+        fit = max(int(have / (per_seed * STATE_COPIES)), 0)
+        raise ValueError(f"{what} must be at most about {fit:,} here: {num_seeds:,} simulators need about "
+                         f"{fmt_bytes(need)} of state ({fmt_bytes(per_seed)} each), more than the "
+                         f"{fmt_bytes(have)} available on {where}")
+
+
+def plot_run(series: dict, rows_per_seed, path, title: str = "") -> None:
+    """One look at a run: the buffer occupancy and the link's utilisation over time (means
+    over seeds, per stretch), and every finished flow's FCT slowdown against its size with
+    each size bucket's pooled p50 and p99 (`metrics.SIZE_BUCKETS`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = np.concatenate([np.asarray(r, np.float64).reshape(-1, len(mx.LOG_FIELDS)) for r in rows_per_seed])
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    axes[0].plot(series["t_s"], series["queue_pkts"], marker=".")
+    axes[0].set(xlabel="time (s)", ylabel="buffer occupancy (packets)", title="queue")
+    axes[1].plot(series["t_s"], series["util_wire"], marker=".")
+    axes[1].set(xlabel="time (s)", ylabel="utilisation of the link", ylim=(0, 1.05), title="throughput")
+    ax = axes[2]
+    if len(rows):
+        ax.scatter(rows[:, 0], rows[:, 3], s=4, alpha=0.3, label="flows")
+        for name, lo, hi in mx.SIZE_BUCKETS:
+            s = rows[(rows[:, 0] >= lo) & (rows[:, 0] < hi), 3]
+            if s.size:
+                x = np.sqrt(max(lo, rows[:, 0].min()) * min(hi, rows[:, 0].max()))
+                ax.plot([x], [np.percentile(s, 50)], "ks")
+                ax.plot([x], [np.percentile(s, 99)], "r^")
+        ax.plot([], [], "ks", label="bucket p50")
+        ax.plot([], [], "r^", label="bucket p99")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no flow finished", ha="center", va="center", transform=ax.transAxes)
+    ax.set(xlabel="flow size (bytes)", ylabel="FCT slowdown", title=f"FCT slowdown by size ({len(rows)} flows)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _py(x):

@@ -169,3 +169,51 @@ def test_train_that_runs_out_of_memory_fails_in_one_line_and_leaves_no_run_direc
     assert len(errors) == 1 and "out of memory" in errors[0] and "--num-envs" in errors[0], err
     assert err.strip().splitlines()[-1] == errors[0]
     assert not run.exists()
+
+
+def test_bad_numbers_on_the_command_line_fail_in_one_line_naming_the_flag(capsys):
+    """inf, nan and sizes the machine cannot hold: one line on stderr, naming the option."""
+    cases = [(["--seconds", "inf"], "--seconds must be a positive finite number"),
+             (["--seconds", "nan"], "--seconds must be a positive finite number"),
+             (["--load", "nan"], "--load must be a finite number"),
+             (["--bottleneck-bps", "inf"], "--bottleneck-bps must be a finite number"),
+             (["--seeds", "100000000"], "--seeds must be at most about"),
+             (["--buffer-pkts", "1.5"], "invalid int value")]
+    for args, message in cases:
+        argv = ["--seconds", "1", "--seeds", "1", "--no-progress", *args]
+        try:
+            rc = simulate_cli.main(argv)
+        except SystemExit as e:  # argparse's own refusal of a malformed value
+            rc = e.code
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) >= 1 and message in err[-1], (args, err)
+        assert "Traceback" not in "\n".join(err)
+
+
+def test_simulate_draws_the_run(tmp_path, capsys):
+    """--plot writes a figure of the run, and the JSON holds the series it draws."""
+    png, out = tmp_path / "run.png", tmp_path / "run.json"
+    assert simulate_cli.main(["--scenario", "thesis", "--load", "0.9", "--seconds", "6", "--seeds", "2",
+                              "--no-progress", "--plot", str(png), "--json", str(out)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    series = json.loads(out.read_text())["series"]
+    assert len(series["t_s"]) == len(series["queue_pkts"]) == len(series["util_wire"]) == 20
+    assert 0.0 <= min(series["util_wire"]) and max(series["util_wire"]) <= 1.0 + 1e-6
+    assert max(series["queue_pkts"]) > 0
+
+
+def test_bench_env_refuses_a_batch_that_cannot_fit(capsys):
+    from rlbm_jax.cli import bench_env
+
+    assert bench_env.main(["--num-envs", "4", "100000000", "--seconds", "0.1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bench_env.py: error: --num-envs must be at most about")
+
+
+def test_queuepilot_train_refuses_a_run_that_cannot_fit(tmp_path, capsys):
+    from rlbm_jax.cli import queuepilot
+
+    run = tmp_path / "qp"
+    assert queuepilot.main(["train", "--num-envs", "10000000", "--updates", "1", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lower --num-envs" in err[0] and not run.exists()

@@ -22,8 +22,9 @@ import time
 import jax
 
 from rlbm_jax import jsonio, ns3, scenarios
-from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, model_kw, parser
+from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, model_kw, name_flags, parser
 from rlbm_jax.devices import batched, env_sharding, is_main_process
+from rlbm_jax.simulate import check_memory
 from rlbm_jax.env import backends, sim
 
 PROG = "bench_env.py"
@@ -89,8 +90,14 @@ def main(argv=None):
         print(f"{a.scenario} ns-3.37, one process: {ref['ns3_sim_seconds']:g} sim-s in {ref['ns3_wall_s']:.2f} s "
               f"(Simulator::Run {ref['ns3_run_wall_s']:.2f} s, seed {ref['ns3_seed']}, bottleneck utilisation "
               f"{ref['ns3_util_wire']:.2f})  sim-s/wall-s {ref['ns3_sim_seconds_per_wall_s']:9.1f}", flush=True)
-    for k in a.pkts_per_tick:
-        p = scenario_params(a.scenario, k, **model_kw(a))
+    try:  # every batch size checked before the first compiles
+        params = {k: scenario_params(a.scenario, k, **model_kw(a)) for k in a.pkts_per_tick}
+        for k, p in params.items():
+            for n in a.num_envs:
+                check_memory(p, n, what="num_envs")
+    except ValueError as e:
+        return fail(PROG, name_flags(str(e), {"num_envs": "--num-envs", "pkts_per_tick": "--pkts-per-tick"}))
+    for k, p in params.items():
         for n in a.num_envs:
             r = bench(p, n, a.seconds)
             r["backend"] = backends.resolve(None, p)

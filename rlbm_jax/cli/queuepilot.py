@@ -38,8 +38,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax import jsonio, queuepilot as qp
-from rlbm_jax.cli import add_model_args, fail, parser
+from rlbm_jax.cli import add_model_args, fail, name_flags, parser
 from rlbm_jax.env.params import make_params
+from rlbm_jax.ppo import memory
 from rlbm_jax.progress import Progress, fmt_s
 from rlbm_jax.queuepilot import DEFAULT_VARIANTS, load_trained
 
@@ -115,15 +116,19 @@ def train(a) -> int:
         if a.time_budget_s is not None and not a.time_budget_s > 0:
             raise ValueError(f"--time-budget-s must be positive, got {a.time_budget_s}")
         ppo, cfg = qp.make_ppo(cfg_dict, a.episode_s)
+        note = memory.check(ppo, a.num_seeds)  # refuses a run too large for the device, before compiling
     except ValueError as e:
-        return fail(PROG, str(e))
+        return fail(PROG, name_flags(str(e), {"num_envs": "--num-envs", "num_steps": "--num-steps",
+                                              "num_seeds": "--num-seeds"}))
+    if note:
+        print(note, file=sys.stderr)
     run.mkdir(parents=True, exist_ok=True)
     seeds = list(range(a.seed, a.seed + a.num_seeds))
     jsonio.write(run / "config.json", {"ppo": cfg.to_dict(), "episode_s": a.episode_s, "seeds": seeds,
                                        "configs": qp.train_configs(), "device": jax.devices()[0].device_kind,
                                        "backend": jax.default_backend()})
     steps_per_update = cfg.batch_size * a.num_seeds
-    bar = Progress(a.updates, unit=" updates", label="train ")
+    bar = Progress(a.updates, unit=" updates", label="train ", rate_unit="env-steps/s", rate_scale=steps_per_update)
     seen = {"u": 0}
 
     def on_update(update, reward):
@@ -131,8 +136,7 @@ def train(a) -> int:
         if u <= seen["u"]:
             return
         seen["u"] = u
-        rate = bar.rate() * steps_per_update
-        bar.update(u, extra=(f"{rate:,.0f} env-steps/s " if rate == rate else "") + f"reward {float(reward):+.4f}")
+        bar.update(u, extra=f"reward {float(reward):+.4f}")
 
     ppo.on_update = on_update  # read when the update is first traced
     print(f"QueuePilot-v0: {a.num_seeds} seed(s) x {cfg.num_envs} envs x {cfg.num_steps} steps per update, at most "

@@ -54,6 +54,8 @@ def build_parser():
     g.add_argument("--agent-interval-s", type=float, default=0.1, help="how often a policy directory acts (s)")
     g.add_argument("--json", default="-", help="output path, - for stdout")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--plot", default=None, help="draw the run to this PNG: queue and utilisation over time, FCT "
+                   "slowdown by flow size")
     return ap
 
 
@@ -105,7 +107,7 @@ def main(argv=None):
             params = with_policy(params, "rl")
         res = run_scenario(params, seconds=a.seconds, seeds=list(range(a.seed_base, a.seed_base + a.seeds)),
                            agent=agent, agent_interval_s=a.agent_interval_s, formulation=form,
-                           show_progress=not a.no_progress)
+                           show_progress=not a.no_progress, plot_path=a.plot)
         cdf = cdf_info(kw.get("cdf", "websearch"))
     except ValueError as e:
         return fail(PROG, name_flags(str(e), flags))
