@@ -3,7 +3,6 @@ reference: integer state identical, float state within a few float32 roundings (
 contracts multiply-adds and rewrites some divisions, the C++ code does neither), on
 randomised configs; plus its own conservation, determinism and independence of batch,
 threads and compilation count."""
-import os
 
 import jax
 import jax.numpy as jnp

@@ -12,7 +12,7 @@ import pytest
 
 from rlbm_jax import queuepilot as qp
 from rlbm_jax import scenarios
-from rlbm_jax.env import backends, formulations, metrics as mx, sim
+from rlbm_jax.env import backends, metrics as mx, sim
 from rlbm_jax.env.formulations.queuepilot import MARK_LEVELS, QUEUEPILOT
 from rlbm_jax.env.params import make_params
 

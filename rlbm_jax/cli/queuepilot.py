@@ -28,7 +28,6 @@ JAX per policy).
 """
 from __future__ import annotations
 
-import csv
 import sys
 import time
 from pathlib import Path

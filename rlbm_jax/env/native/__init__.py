@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.env import buffer, model, tcp, traffic
+from rlbm_jax.env import model, tcp, traffic
 
 TARGET = "rlbm_native_run"
 # the sizes the kernel's fixed arrays hold (declared in `model` as this backend's bounds)
