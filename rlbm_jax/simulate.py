@@ -155,10 +155,9 @@ def check_memory(params: SimParams, num_seeds: int, what: str = "seeds") -> None
     `num_seeds` simulators whose states alone, with the copies a run makes of them
     (`ppo.memory.STATE_COPIES`), need more memory than the device has: it would be killed by
     the kernel or never return."""
-    from rlbm_jax.ppo.memory import STATE_COPIES, available, fmt_bytes
+    from rlbm_jax.ppo.memory import STATE_COPIES, available, fmt_bytes, tree_nbytes
 
-    state = jax.eval_shape(lambda: sim.init(jax.random.PRNGKey(0), params))
-    per_seed = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(state))
+    per_seed = tree_nbytes(jax.eval_shape(lambda: sim.init(jax.random.PRNGKey(0), params)))
     need = per_seed * num_seeds * STATE_COPIES
     have, where = available()
     if need > have:

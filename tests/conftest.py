@@ -1,7 +1,10 @@
 import atexit
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,6 +67,26 @@ def random_configs(n: int, seed: int, aqm: bool = False, **static):
         ))
     out = pad_params(out)  # one static record of model choices (the union), the largest rings
     return stack_params(out), out
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def copy_package(tmp_path) -> Path:
+    """A copy of the rlbm_jax package under tmp_path (to add a module to, as a user would):
+    its folder."""
+    pkg = tmp_path / "rlbm_jax"
+    shutil.copytree(ROOT / "rlbm_jax", pkg, ignore=shutil.ignore_patterns("__pycache__", "build"))
+    return pkg
+
+
+def run_in_copy(tmp_path, script: str, *args, timeout: float = 900) -> str:
+    """Runs `script` in a fresh Python that imports the package copied under tmp_path
+    (`copy_package`); returns its stdout, failing the test with its stderr if it fails."""
+    proc = subprocess.run([sys.executable, "-c", script, *map(str, args)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
 
 
 @pytest.fixture(scope="module", autouse=True)

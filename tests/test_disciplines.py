@@ -8,9 +8,6 @@ backend and the native backend refuses it by name, and the registered discipline
 are unchanged by the addition, bit for bit."""
 import ast
 import re
-import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -22,6 +19,7 @@ import pytest
 from rlbm_jax import scenarios
 from rlbm_jax.env import backends, buffer, disciplines, metrics as mx, sim
 from rlbm_jax.env.params import make_params, stack_params
+
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -202,8 +200,9 @@ np.savez(sys.argv[1], **out)
 
 
 def test_a_new_discipline_is_one_module_and_one_line(tmp_path):
-    pkg = tmp_path / "rlbm_jax"
-    shutil.copytree(ROOT / "rlbm_jax", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    from tests.conftest import copy_package, run_in_copy  # (here: the run below imports this module alone)
+
+    pkg = copy_package(tmp_path)
     (pkg / "env" / "disciplines" / "taildrop_half.py").write_text(TAILDROP_HALF)
     reg = pkg / "env" / "disciplines" / "registry.py"
     text = reg.read_text()
@@ -211,10 +210,7 @@ def test_a_new_discipline_is_one_module_and_one_line(tmp_path):
     reg.write_text(text + "\nfrom rlbm_jax.env.disciplines import taildrop_half  # noqa: E402\n"
                    "DISCIPLINES = DISCIPLINES + (taildrop_half.DISCIPLINE,)\n")
     out_file = tmp_path / "out.npz"
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(RUN % {"tests": str(ROOT / "tests")}),
-                           str(out_file)], cwd=tmp_path, capture_output=True, text=True, timeout=1500,
-                          env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_in_copy(tmp_path, textwrap.dedent(RUN % {"tests": str(ROOT / "tests")}), out_file, timeout=1500)
     out = dict(np.load(out_file))
     assert out["names"].tolist() == list(disciplines.names()) + ["taildrop-half"]
     # auto runs it on the reference; the native backend refuses it by the policy's name

@@ -5,10 +5,6 @@ reaching the params they name.  The enumerations read the declaration, so a new 
 parameter is covered without editing this file."""
 import json
 import math
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -21,6 +17,7 @@ from rlbm_jax.cli import simulate as sim_cli, train as train_cli
 from rlbm_jax.env import backends, model, native, sim, traffic
 from rlbm_jax.env.params import SimParams, choices_of, config_record, make_params, stack_params
 from rlbm_jax.simulate import with_policy
+from tests.conftest import copy_package, run_in_copy
 
 pytestmark = pytest.mark.quick  # the whole file is in the quick tier
 
@@ -289,8 +286,7 @@ def test_a_new_choice_is_its_declaration_and_its_physics(tmp_path):
     Without touching anything else it is a flag of simulate.py, recorded in the config,
     runs on the reference, is refused by name on the native backend (auto avoids it), and
     the native backend still equals the reference on the default value."""
-    pkg = tmp_path / "rlbm_jax"
-    shutil.copytree(ROOT / "rlbm_jax", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    pkg = copy_package(tmp_path)
     m = pkg / "env" / "model.py"
     text = m.read_text()
     anchor = "    # ---- measurement ---"
@@ -306,10 +302,7 @@ def test_a_new_choice_is_its_declaration_and_its_physics(tmp_path):
     anchor = "    return jnp.where(params.arrival_id == 0, by_load, thesis_code)"
     assert anchor in text
     tr.write_text(text.replace(anchor, anchor.replace("return ", "return (1.0 + params.toy_rate_id) * "), 1))
-    proc = subprocess.run([sys.executable, "-c", TOY_RUN], cwd=tmp_path, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(run_in_copy(tmp_path, TOY_RUN).strip().splitlines()[-1])
     assert out["missing"] == ["toy_rate=double"] and out["auto"] == "jax"
     assert "the native backend does not implement toy_rate=double" in out["refusal"]
     assert out["started"][1] > 1.5 * out["started"][0] > 0

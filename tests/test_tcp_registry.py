@@ -5,9 +5,6 @@ variant never writes another's columns; and a new variant is one module plus one
 in `variants.py`: added so to a copy of the package, it runs, reacts to losses as its
 module says, and leaves the runs of the registered variants bit for bit unchanged."""
 import json
-import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -19,6 +16,8 @@ import pytest
 from rlbm_jax.env import backends, metrics as mx, model, native, sim, tcp
 from rlbm_jax.env.params import make_params, stack_params
 from rlbm_jax.scenarios import long_flow_params
+from tests.conftest import copy_package, run_in_copy
+
 
 ROOT = Path(__file__).resolve().parents[1]
 TICKS = 60000  # 4.8 s at 100 Mbit/s (80 us ticks)
@@ -116,18 +115,14 @@ print(json.dumps(out))
 
 
 def test_a_new_variant_is_one_module_and_one_line(tmp_path):
-    pkg = tmp_path / "rlbm_jax"
-    shutil.copytree(ROOT / "rlbm_jax", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    pkg = copy_package(tmp_path)
     (pkg / "env" / "tcp" / "scalable.py").write_text(SCALABLE)
     reg = pkg / "env" / "tcp" / "variants.py"
     text = reg.read_text()
     assert "VARIANTS = (newreno.VARIANT, cubic.VARIANT, dctcp.VARIANT)" in text
     reg.write_text(text + "\nfrom rlbm_jax.env.tcp import scalable  # noqa: E402\n"
                    "VARIANTS = VARIANTS + (scalable.VARIANT,)\nTCP_NAMES = tuple(v.name for v in VARIANTS)\n")
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(RUN)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=900, env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(run_in_copy(tmp_path, textwrap.dedent(RUN)).strip().splitlines()[-1])
     assert out["names"] == ["newreno", "cubic", "dctcp", "scalable"]
     sc, nr = out["scalable"], out["newreno"]
     assert sc["needs_jax"] and sc["drops"] > 0

@@ -74,8 +74,7 @@ def add_param_args(ap, names=None, *, groups=None, exclude=(), title: str | None
     for group, params in by_group.items():
         g = ap.add_argument_group(title or f"{group} (unset: the scenario's value, else the simulator's default)")
         for p in params:
-            default = p.derived if p.default is None else model._text(p.default)
-            help_ = f"{p.doc} (simulator default: {default})"
+            help_ = f"{p.doc} (simulator default: {p.default_text})"
             kw = dict(dest=p.name, default=None, help=help_)
             if p.kind == "bool":
                 g.add_argument(p.option, action=argparse.BooleanOptionalAction, **kw)

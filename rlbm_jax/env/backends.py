@@ -91,12 +91,8 @@ def default() -> str:
 
 
 def refusal(name: str, params: SimParams) -> str | None:
-    """Why backend `name` will not run `params` (None: it will)."""
-    miss = BACKENDS[name].missing(params)
-    if not miss:
-        return None
-    return (f"the {name} backend does not implement {', '.join(miss)}; use backend 'jax' or 'auto' "
-            "(--backend jax or auto)")
+    """Why backend `name` will not run `params` (None: it will): `model.refusal`."""
+    return model.refusal(name, params)
 
 
 def resolve(backend: str | None, params: SimParams, trace: bool = False) -> str:

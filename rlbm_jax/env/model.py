@@ -87,6 +87,11 @@ class Param:
         return self.flag or "--" + self.name.replace("_", "-")
 
     @property
+    def default_text(self) -> str:
+        """The default as help and tables show it (how it is derived, where it is)."""
+        return self.derived if self.default is None else value_text(self.default)
+
+    @property
     def ns3_option(self) -> str:
         """The ns-3 scenario's option for this parameter ("" where it has none)."""
         return self.name if self.ns3 is None else self.ns3
@@ -382,7 +387,7 @@ def missing(backend: str, params) -> list[str]:
     for name, value in params.model_choices:
         p = BY_NAME.get(name)
         if p is not None and value not in p.implemented(backend):
-            out.append(f"{name}={_text(value)}")
+            out.append(f"{name}={value_text(value)}")
     for p in BOUNDED:
         bound = p.implemented(backend)
         v = getattr(params, p.name)
@@ -391,7 +396,17 @@ def missing(backend: str, params) -> list[str]:
     return out
 
 
-def _text(v) -> str:
+def refusal(backend: str, params) -> str | None:
+    """Why `backend` will not run `params`, naming each value it lacks (None: it will)."""
+    miss = missing(backend, params)
+    if not miss:
+        return None
+    return (f"the {backend} backend does not implement {', '.join(miss)}; use backend 'jax' or 'auto' "
+            "(--backend jax or auto)")
+
+
+def value_text(v) -> str:
+    """A value as flags and messages write it (booleans in lower case)."""
     return str(v).lower() if isinstance(v, (bool, np.bool_)) else str(v)
 
 
@@ -415,12 +430,12 @@ def table_markdown() -> str:
     rows = ["| parameter | group | default | allowed | native backend | |", "|---|---|---|---|---|---|"]
     for p in PARAMS:
         if p.is_choice:
-            allowed = ", ".join(_text(v) for v in p.values())
-            nat = ", ".join(_text(v) for v in p.implemented("native"))
+            allowed = ", ".join(value_text(v) for v in p.values())
+            nat = ", ".join(value_text(v) for v in p.implemented("native"))
         else:
             allowed = p.range_text() if p.kind != "table" else ", ".join(_tables()) + ", or a CSV"
             b = p.implemented("native")
             nat = f"<= {b}" if b is not None else "all"
-        default = p.derived if p.default is None else _text(p.default)
+        default = p.default_text
         rows.append(f"| `{p.name}` | {p.group} | {default} | {allowed} | {nat} | {p.doc} |")
     return "\n".join(rows)

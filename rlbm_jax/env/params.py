@@ -353,20 +353,10 @@ def validate(params: SimParams) -> None:
     if np.any(leaves["class_cap_pkts"] > params.queue_capacity_pkts):
         raise ValueError("class_cap_pkts exceeds queue_capacity_pkts (the static ring size)")
     from rlbm_jax.env import buffer
-    if np.any((leaves["policy_id"] < 0) | (leaves["policy_id"] >= len(buffer.POLICY_NAMES))):
-        raise ValueError(f"policy_id out of range: {leaves['policy_id'].tolist()}")
-    if np.any((leaves["tcp_id"] < 0) | (leaves["tcp_id"] >= len(TCP_NAMES))):
-        raise ValueError(f"tcp_id out of range: {leaves['tcp_id'].tolist()}")
-    if np.any((leaves["rto_recovery_id"] < 0) | (leaves["rto_recovery_id"] >= len(RTO_RECOVERY_NAMES))):
-        raise ValueError(f"rto_recovery_id out of range: {leaves['rto_recovery_id'].tolist()}")
-    if np.any((leaves["prr_id"] < 0) | (leaves["prr_id"] >= len(PRR_NAMES))):
-        raise ValueError(f"prr_id out of range: {leaves['prr_id'].tolist()}")
-    if np.any((leaves["prr_ssrb_id"] < 0) | (leaves["prr_ssrb_id"] >= len(PRR_SSRB_NAMES))):
-        raise ValueError(f"prr_ssrb_id out of range: {leaves['prr_ssrb_id'].tolist()}")
-    if np.any((leaves["ecn_cwr_id"] < 0) | (leaves["ecn_cwr_id"] >= len(ECN_CWR_NAMES))):
-        raise ValueError(f"ecn_cwr_id out of range: {leaves['ecn_cwr_id'].tolist()}")
-    if np.any((leaves["rtt_samples_id"] < 0) | (leaves["rtt_samples_id"] >= len(RTT_SAMPLES_NAMES))):
-        raise ValueError(f"rtt_samples_id out of range: {leaves['rtt_samples_id'].tolist()}")
+    for c in model.CHOICES:  # every choice's leaf holds one of its declared values (an index, or the value)
+        codes = [int(v) for v in c.values()] if c.keeps_value or c.kind == "bool" else range(len(c.values()))
+        if not np.all(np.isin(leaves[c.field].astype(np.int64), list(codes))):
+            raise ValueError(f"{c.field} out of range: {leaves[c.field].tolist()}")
     traffic.check_cdf(leaves["cdf_size_bytes"], leaves["cdf_prob"])
     if params.num_flow_slots < params.num_senders:
         raise ValueError("num_flow_slots must be >= num_senders")

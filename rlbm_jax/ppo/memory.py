@@ -38,7 +38,8 @@ RUNTIME_BYTES = 768 * 2**20  # measured 0.6 GB: compiled program and runtime, be
 WARN_FRACTION = 0.5  # warn when one update needs more than this share of what is available
 
 
-def _nbytes(tree) -> int:
+def tree_nbytes(tree) -> int:
+    """The bytes of a pytree's leaves (arrays or shape structs)."""
     return int(sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)))
 
 
@@ -85,7 +86,7 @@ def estimate(ppo, num_seeds: int = 1) -> Estimate:
     _, traj = jax.eval_shape(ppo._rollout, ts)
     width = ppo.obs_dim + ppo.adapter.act_dim + sum(cfg.hidden) + (cfg.lstm_size if cfg.network == "lstm" else 0)
     return Estimate(num_envs=cfg.num_envs, num_steps=cfg.num_steps, num_seeds=num_seeds,
-                    state_bytes_per_env=_nbytes(env_state), transition_bytes=_nbytes(traj) // cfg.batch_size,
+                    state_bytes_per_env=tree_nbytes(env_state), transition_bytes=tree_nbytes(traj) // cfg.batch_size,
                     minibatch_bytes_per_transition=4 * (width + 8), minibatch_size=cfg.minibatch_size)
 
 

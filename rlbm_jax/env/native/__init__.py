@@ -340,10 +340,9 @@ def check_params(params) -> None:
     record = params.model_choices
     if all(_concrete(getattr(params, c.field)) for c in model.CHOICES):
         record = model.merge_choices(record, choices_of(params))
-    miss = model.missing("native", params.replace(model_choices=record))
-    if miss:
-        raise ValueError(f"the native backend does not implement {', '.join(miss)}; use backend 'jax' or 'auto' "
-                         "(--backend jax or auto)")
+    why = model.refusal("native", params.replace(model_choices=record))
+    if why:
+        raise ValueError(why)
 
 
 def run(state, params, num_ticks: int):
