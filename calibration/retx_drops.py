@@ -40,7 +40,7 @@ from rlbm_jax.cli import add_model_args, model_kw  # noqa: E402
 from rlbm_jax.env import sim  # noqa: E402
 from rlbm_jax.env.params import make_params, pad_params, stack_params  # noqa: E402
 from rlbm_jax.env.tcp.variant import CWR, LOSS, OPEN, RECOVERY  # noqa: E402
-from rlbm_jax.ns3 import seed_kw  # noqa: E402
+from rlbm_jax.ns3.harness import seed_kw  # noqa: E402
 
 STATES = (("OPEN", OPEN), ("RECOVERY", RECOVERY), ("LOSS", LOSS), ("CWR", CWR))
 BURST = 4  # retransmissions per flow and tick: 1, 2, 3, 4 or more

@@ -9,8 +9,8 @@
     python calibration/run.py --grid aqm --seeds 4            # RED, ARED, PIE, CoDel, FQ-CoDel, ECN off and on, 100 Mbit/s
 
 Each cell runs our simulator (all seeds of all cells in one vmapped batch per
-static shape) and the ns-3 scenario `rlbm_jax/ns3data/rlbm_scenario.cc` (built by
-`rlbm_jax/ns3data/build.sh`, one process per seed, `--jobs` at a time) with the same
+static shape) and the ns-3 scenario `rlbm_jax/ns3/scenario/rlbm_scenario.cc` (built by
+`rlbm_jax/ns3/scenario/build.sh`, one process per seed, `--jobs` at a time) with the same
 parameters under the same names.  Poisson cells spread their seeds over the phase of
 ns-3's packet clock (`rlbm_jax.ns3.delay_phase_s`: seed s runs, in both simulators, with
 the bottleneck delay lengthened by up to half a packet's serialisation).  The error of
@@ -41,7 +41,7 @@ from rlbm_jax import jsonio, scenarios  # noqa: E402
 from rlbm_jax.devices import batched, single_process_only  # noqa: E402
 from rlbm_jax.env import backends, metrics as mx, model, sim, tcp  # noqa: E402
 from rlbm_jax.env.params import ared_defaults, make_params, pad_params, stack_params  # noqa: E402
-from rlbm_jax.ns3 import Cell, build_ns3, call as call_ns3, delay_phase_s, ns3_args, run_ns3, seed_kw  # noqa: E402
+from rlbm_jax.ns3.harness import Cell, build_ns3, call as call_ns3, delay_phase_s, ns3_args, run_ns3, seed_kw  # noqa: E402
 from rlbm_jax.cli import add_model_args, model_kw, parser  # noqa: E402
 from rlbm_jax.progress import Progress  # noqa: E402
 

@@ -5,9 +5,11 @@
     env, params = rlbm_jax.make("RLBM-v0")            # the default formulation, thesis scenario
     env, params = rlbm_jax.make("RLBM-thesis-v0", randomize=True)   # as the thesis, each episode drawn
 
-Packages: `rlbm_jax.env` (simulator, env, formulations), `rlbm_jax.ppo` (trainer),
-`rlbm_jax.scenarios` (scenario definitions), `rlbm_jax.ns3` (the ns-3 reference
-harness), `rlbm_jax.cli` (the scripts' entry points).
+Packages: `rlbm_jax.env` (the declared model, the switch's parts, the reference tick and
+the other backends, the env and its formulations), `rlbm_jax.ppo` (trainer),
+`rlbm_jax.scenarios` (scenario definitions), `rlbm_jax.ns3` (the ns-3 reference scenario
+and its harness), `rlbm_jax.queuepilot` (the QueuePilot study), `rlbm_jax.cli` (the
+scripts' entry points).  docs/DESIGN.md "Layout" draws them.
 """
 
 from importlib import metadata as _metadata

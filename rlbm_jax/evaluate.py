@@ -16,7 +16,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.cli import add_model_args
 from rlbm_jax.devices import env_sharding, replicated, sharded_jit
 from rlbm_jax.env import metrics as mx
 from rlbm_jax.env.params import SimParams, stack_params as _stack_params
@@ -171,24 +170,6 @@ def plot_load_grid(tcp: str, buffers: Sequence[int], panels: Sequence[tuple], dr
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-def add_grid_args(ap, *, seeds: int):
-    """The thesis-grid options that scripts/evaluate.py and scripts/eval_ns3.py share."""
-    from rlbm_jax import scenarios
-    from rlbm_jax.simulate import BASELINES
-
-    g = scenarios.THESIS_GRID
-    ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=BASELINES, help="baselines to run")
-    ap.add_argument("--tcp", nargs="+", default=list(g["tcp"]), choices=list(g["tcp"]), help="TCPs of the grid")
-    ap.add_argument("--buffer-pkts", type=int, nargs="+", default=list(g["buffer_per_class_pkts"]),
-                    help="per-class buffers N of the grid")
-    ap.add_argument("--load", type=float, nargs="+", default=list(g["load"]), help="loads of the grid")
-    ap.add_argument("--seeds", type=int, default=seeds, help="held-out seeds per cell")
-    ap.add_argument("--first-seed", type=int, default=100_000, help="seeds are first-seed, first-seed+1, ...")
-    ap.add_argument("--reward", default=None, help="reward to score on (a name of rlbm_jax.env.formulations."
-                    "REWARDS); default: the policy's formulation's")
-    add_model_args(ap)
 
 
 def scoring_formulation(policy_formulation: str | None, reward: str | None):

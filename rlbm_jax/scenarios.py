@@ -2,7 +2,7 @@
 randomisation builds its simulator configuration here.
 
 A scenario is a dict of `make_params` keyword arguments; the ns-3 scenario
-(`rlbm_jax/ns3data/rlbm_scenario.cc`) takes the same names, so one dict configures both
+(`rlbm_jax/ns3/scenario/rlbm_scenario.cc`) takes the same names, so one dict configures both
 simulators.  `kw(name, **overrides)` gives the dict, `params(name, **overrides)` the
 validated `SimParams`; `SCENARIOS` lists the names with what each models.
 

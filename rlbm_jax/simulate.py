@@ -15,13 +15,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax.devices import batched, env_sharding
-from rlbm_jax.env import backends, buffer, metrics as mx, sim
+from rlbm_jax.env import backends, metrics as mx, sim
+from rlbm_jax.env.switch import buffer
 from rlbm_jax.env.params import SimParams, ared_defaults, rederive
 from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, RLBMEnv
 from rlbm_jax.progress import Progress
 
 BASELINES = ("sb-naive", "sb-sophisticated", "dt", "abm", "droptail")
-# the droptail limit with an AQM in front, and FQ-CoDel's per-flow queues (rlbm_jax.env.disciplines)
+# the droptail limit with an AQM in front, and FQ-CoDel's per-flow queues (rlbm_jax.env.switch.disciplines)
 AQMS = ("red", "ared", "pie", "codel", "fq-codel")
 
 

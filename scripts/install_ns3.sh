@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install ns-3.37's development files (Debian's libns3-dev, with pkg-config and g++), which
-# the ns-3 reference scenario (rlbm_jax/ns3data) is built against: a no-op when they are
+# the ns-3 reference scenario (rlbm_jax/ns3/scenario) is built against: a no-op when they are
 # there already.  Part of the README's test command; needs apt-get, as root or through sudo.
 set -euo pipefail
 

@@ -89,6 +89,23 @@ def run_in_copy(tmp_path, script: str, *args, timeout: float = 900) -> str:
     return proc.stdout
 
 
+def other_value(q):
+    """A valid value of `q` other than its default, for the thesis scenario."""
+    special = dict(buffer_pkts=150, queue_capacity_pkts=500, flow_queue_capacity_pkts=300, delay_line_ticks=200,
+                   red_min_th_pkts=3.0, red_max_th_pkts=30.0, red_weight=0.01, alpha=[2.0, 0.5], beta=[0.5, 0.25],
+                   buffer_per_class_pkts=[50, 70], class_threshold_bytes=[1e5], num_classes=3, cdf="datamining",
+                   num_senders=12, long_flows=3, num_flow_slots=80)
+    if q.name in special:
+        return special[q.name]
+    if q.is_choice:
+        from rlbm_jax import scenarios
+
+        return next(v for v in q.values() if v != scenarios.thesis().get(q.name, q.default))
+    d = float(q.default)
+    v = d * 0.5 if q.hi is not None else d * 2 + 1
+    return int(v) if q.kind == "int" else v
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _release_compiled_code():
     """After each test file, drop JAX's in-memory compiled code (a worker process runs many

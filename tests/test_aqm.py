@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from rlbm_jax import scenarios
-from rlbm_jax.env import backends, metrics as mx, queue as qm, sim, tcp
-from rlbm_jax.env.disciplines import codel, pie, red
+from rlbm_jax.env import backends, metrics as mx, sim, tcp
+from rlbm_jax.env.switch import queue as qm
+from rlbm_jax.env.switch.disciplines import codel, pie, red
 from rlbm_jax.env.params import ared_defaults, make_params
 
 
@@ -206,7 +207,7 @@ def test_without_ecn_the_aqm_drops_early_and_never_marks():
 
 
 def test_native_backend_refuses_aqm_and_ecn_and_auto_falls_back():
-    from rlbm_jax.env import native
+    from rlbm_jax.env.backends import native
 
     for kw in (dict(policy="codel"), dict(policy="fq-codel"), dict(policy="droptail", ecn=True)):
         p = make_params(**kw)

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from rlbm_jax import ns3 as harness, scenarios
+from rlbm_jax import scenarios
+from rlbm_jax.ns3 import harness
 from rlbm_jax.cli import bench_env
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlbm_jax import ns3 as harness
+from rlbm_jax.ns3 import harness
 from rlbm_jax.env.params import LEGACY_TCP_MODEL, make_params
 
 ROOT = Path(__file__).resolve().parents[1]

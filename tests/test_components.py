@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from rlbm_jax.env import buffer, queue as qm, scheduler
+from rlbm_jax.env.switch import buffer, queue as qm, scheduler
 
 P, K = 3, 5
 _rr = jax.jit(lambda q, r: scheduler.round_robin(q, K, r))

@@ -1,4 +1,4 @@
-"""The discipline registry (`rlbm_jax.env.disciplines`): every queueing discipline in its
+"""The discipline registry (`rlbm_jax.env.switch.disciplines`): every queueing discipline in its
 own module behind one protocol.  Checked here: the registry is what the buffer policies,
 the params, the knobs and the state read; the tick names no discipline (it reaches them
 through the registry's hooks and flags) and the native kernel names no discipline's state;
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from rlbm_jax import scenarios
-from rlbm_jax.env import backends, buffer, disciplines, metrics as mx, sim
+from rlbm_jax.env import backends, metrics as mx, sim
+from rlbm_jax.env.switch import buffer, disciplines
 from rlbm_jax.env.params import make_params, stack_params
 
 
@@ -94,7 +95,7 @@ def test_the_tick_names_no_discipline_and_the_native_kernel_no_discipline_state(
     found = sorted({w for w in _identifiers(ast.parse((ROOT / "rlbm_jax/env/sim.py").read_text())) if w not in own
                     and set(re.split(r"[^a-z0-9]+", w.lower())) & words})
     assert found == [], f"sim.py names disciplines: {found}"
-    tick_cc = (ROOT / "rlbm_jax/env/native/tick.cc").read_text()
+    tick_cc = (ROOT / "rlbm_jax/env/backends/native/tick.cc").read_text()
     assert not re.findall(r"\bL_(?:aqm|flowq|fq)_\w+", tick_cc)
 
 
@@ -121,7 +122,7 @@ import dataclasses
 import jax.numpy as jnp
 from flax import struct
 
-from rlbm_jax.env.disciplines.base import Discipline, Hits
+from rlbm_jax.env.switch.disciplines.base import Discipline, Hits
 
 
 @struct.dataclass
@@ -166,7 +167,8 @@ RUN = '''
 import sys
 import jax, jax.numpy as jnp, numpy as np
 from rlbm_jax import scenarios
-from rlbm_jax.env import backends, buffer, disciplines, metrics as mx, sim
+from rlbm_jax.env import backends, metrics as mx, sim
+from rlbm_jax.env.switch import buffer, disciplines
 sys.path.insert(0, %(tests)r)
 from test_disciplines import TICKS, _leaves, _registered_runs
 
@@ -203,11 +205,11 @@ def test_a_new_discipline_is_one_module_and_one_line(tmp_path):
     from tests.conftest import copy_package, run_in_copy  # (here: the run below imports this module alone)
 
     pkg = copy_package(tmp_path)
-    (pkg / "env" / "disciplines" / "taildrop_half.py").write_text(TAILDROP_HALF)
-    reg = pkg / "env" / "disciplines" / "registry.py"
+    (pkg / "env" / "switch" / "disciplines" / "taildrop_half.py").write_text(TAILDROP_HALF)
+    reg = pkg / "env" / "switch" / "disciplines" / "registry.py"
     text = reg.read_text()
     assert "\nDISCIPLINES = (" in text
-    reg.write_text(text + "\nfrom rlbm_jax.env.disciplines import taildrop_half  # noqa: E402\n"
+    reg.write_text(text + "\nfrom rlbm_jax.env.switch.disciplines import taildrop_half  # noqa: E402\n"
                    "DISCIPLINES = DISCIPLINES + (taildrop_half.DISCIPLINE,)\n")
     out_file = tmp_path / "out.npz"
     run_in_copy(tmp_path, textwrap.dedent(RUN % {"tests": str(ROOT / "tests")}), out_file, timeout=1500)

@@ -15,7 +15,8 @@ import jax
 import numpy as np
 import pytest
 
-from rlbm_jax import ns3 as harness, scenarios
+from rlbm_jax import scenarios
+from rlbm_jax.ns3 import harness
 from rlbm_jax.env import formulations, metrics as mx
 from rlbm_jax.env.params import make_params
 from rlbm_jax.env.rlbm_env import RLBMEnv

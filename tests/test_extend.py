@@ -3,7 +3,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.env import backends, buffer, sim, stack_params, thesis_params
+from rlbm_jax.env import backends, sim, stack_params, thesis_params
+from rlbm_jax.env.switch import buffer
 
 NAME = "quarter-cap"
 

@@ -1,4 +1,4 @@
-"""FQ-CoDel (rlbm_jax.env.disciplines.fq_codel over the per-flow queues of flowqueue): ns-3.37's
+"""FQ-CoDel (rlbm_jax.env.switch.disciplines.fq_codel over the per-flow queues of flowqueue): ns-3.37's
 FqCoDelQueueDisc rules (new flows first, byte deficit round robin, overflow drops from the
 fattest flow) and what they are for (flow isolation, sparse flows unqueued, each flow's
 sojourn held by its own CoDel); one flow is plain CoDel; bad params name their field."""
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from rlbm_jax import scenarios
-from rlbm_jax.env import backends, flowqueue, queue as qm, sim, tcp, traffic
-from rlbm_jax.env.disciplines import fq_codel
+from rlbm_jax.env import backends, sim, tcp, traffic
+from rlbm_jax.env.switch import flowqueue, queue as qm
+from rlbm_jax.env.switch.disciplines import fq_codel
 from rlbm_jax.env.params import make_params, stack_params, validate
 
 PKT = 1052  # a 1000-byte segment at the queue disc

@@ -200,4 +200,4 @@ def test_the_reader_and_the_cycle_search(tmp_path):
     package = tmp_path / "__init__.py"
     package.write_text("from .. import sim\nfrom . import build\n")
     assert explicit_imports("rlbm_jax.env.native", package, mods) == [("rlbm_jax.env.sim", 1),
-                                                                       ("rlbm_jax.env.native", 2)]
+                                                                      ("rlbm_jax.env.native", 2)]

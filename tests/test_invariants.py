@@ -5,8 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlbm_jax.env import backends, buffer, queue as qm, sim, tcp
-from rlbm_jax.env.disciplines import fq_codel
+from rlbm_jax.env import backends, sim, tcp
+from rlbm_jax.env.switch import buffer, queue as qm
+from rlbm_jax.env.switch.disciplines import fq_codel
 from tests.conftest import random_configs
 
 SECONDS = 3.0

@@ -14,10 +14,11 @@ import pytest
 
 from rlbm_jax import scenarios
 from rlbm_jax.cli import simulate as sim_cli, train as train_cli
-from rlbm_jax.env import backends, model, native, sim, traffic
+from rlbm_jax.env import backends, model, sim, traffic
+from rlbm_jax.env.backends import native
 from rlbm_jax.env.params import SimParams, choices_of, config_record, make_params, stack_params
 from rlbm_jax.simulate import with_policy
-from tests.conftest import copy_package, run_in_copy
+from tests.conftest import copy_package, other_value, run_in_copy
 
 pytestmark = pytest.mark.quick  # the whole file is in the quick tier
 
@@ -181,21 +182,6 @@ def test_derived_fields_follow_a_policy_switch():
     assert backends.resolve("auto", with_policy(make_params(), "red")) == "jax"
 
 
-def _other_value(q: model.Param):
-    """A valid value of `q` other than its default, for the thesis scenario."""
-    special = dict(buffer_pkts=150, queue_capacity_pkts=500, flow_queue_capacity_pkts=300, delay_line_ticks=200,
-                   red_min_th_pkts=3.0, red_max_th_pkts=30.0, red_weight=0.01, alpha=[2.0, 0.5], beta=[0.5, 0.25],
-                   buffer_per_class_pkts=[50, 70], class_threshold_bytes=[1e5], num_classes=3, cdf="datamining",
-                   num_senders=12, long_flows=3, num_flow_slots=80)
-    if q.name in special:
-        return special[q.name]
-    if q.is_choice:
-        return next(v for v in q.values() if v != scenarios.thesis().get(q.name, q.default))
-    d = float(q.default)
-    v = d * 0.5 if q.hi is not None else d * 2 + 1
-    return int(v) if q.kind == "int" else v
-
-
 def _argv(q, v):
     if q.kind == "bool":
         return [q.option if v else "--no-" + q.option[2:]]
@@ -214,7 +200,7 @@ def test_every_simulate_flag_reaches_its_param_and_the_config():
         if q.name in sim_cli.SCENARIO_ONLY:
             continue
         assert q.name in dests, f"simulate.py has no option for {q.name}"
-        v = _other_value(q)
+        v = other_value(q)
         a = ap.parse_args(["--scenario", "thesis", *_argv(q, v)])
         p, kw = sim_cli.params_from_args(a)
         want = v[0] if isinstance(v, list) and len(v) == 1 else v
@@ -237,7 +223,7 @@ def test_train_model_flags_reach_the_env():
     ap = train_cli.build_parser()
     for name in train_cli.MODEL_FLAGS:
         q = model.BY_NAME[name]
-        v = _other_value(q)
+        v = other_value(q)
         cfg, env_cfg = train_cli.config_from_args(ap.parse_args(["--num-envs", "4", *_argv(q, v)]))
         assert env_cfg[name] == v
         _, params = train_cli.make_env(env_cfg)
@@ -314,7 +300,7 @@ def test_the_ns3_scenario_takes_every_declared_option():
     """Every declared parameter the ns-3 scenario shares (`Param.ns3_option`) is one of its
     declared options, and `ns3.ns3_args` passes it under that name; a modelling parameter it
     has no option for is refused at a value other than the default, never dropped."""
-    from rlbm_jax import ns3
+    from rlbm_jax.ns3 import harness as ns3
 
     src = ns3.SOURCE.read_text()
     options = set(__import__("re").findall(r'o\.Add\("([a-z_0-9]+)"', src))

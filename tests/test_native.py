@@ -1,4 +1,4 @@
-"""The native backend (the C++ tick, `rlbm_jax.env.native`) against the JAX tick, the
+"""The native backend (the C++ tick, `rlbm_jax.env.backends.native`) against the JAX tick, the
 reference: integer state identical, float state within a few float32 roundings (XLA
 contracts multiply-adds and rewrites some divisions, the C++ code does neither), on
 randomised configs; plus its own conservation, determinism and independence of batch,
@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from rlbm_jax import scenarios
-from rlbm_jax.env import backends, buffer, native, sim, traffic
+from rlbm_jax.env import backends, sim, traffic
+from rlbm_jax.env.backends import native
+from rlbm_jax.env.switch import buffer
 from rlbm_jax.env.params import make_params
 from tests.conftest import random_configs
 

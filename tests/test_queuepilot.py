@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlbm_jax import queuepilot as qp
+from rlbm_jax.queuepilot import study as qp
 from rlbm_jax import scenarios
 from rlbm_jax.env import backends, metrics as mx, sim
 from rlbm_jax.env.formulations.queuepilot import MARK_LEVELS, QUEUEPILOT
@@ -155,7 +155,7 @@ def test_cli_refuses_an_evaluation_without_a_trained_run(tmp_path):
 def test_ns3_judging_takes_the_tcp_model_for_the_jax_side_only():
     """`queuepilot.py ns3 --prr ns-3.37 --ecn-cwr ns-3.37` runs the JAX side with ns-3.37's
     arithmetic; the ns-3 command line (and so its run cache) is the same as without."""
-    from rlbm_jax import ns3 as harness
+    from rlbm_jax.ns3 import harness
     from rlbm_jax.cli import model_kw
     from rlbm_jax.cli.queuepilot import build_parser
 

@@ -11,7 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-from rlbm_jax import ns3 as harness, queuepilot as qp
+from rlbm_jax.queuepilot import study as qp
+from rlbm_jax.ns3 import harness
 from rlbm_jax.env.formulations.queuepilot import MARK_LEVELS, QUEUEPILOT
 from rlbm_jax.env.params import make_params
 from rlbm_jax.onnx_policy import load_checked, to_onnx

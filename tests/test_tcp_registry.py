@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlbm_jax.env import backends, metrics as mx, model, native, sim, tcp
+from rlbm_jax.env import backends, metrics as mx, model, sim, tcp
+from rlbm_jax.env.backends import native
 from rlbm_jax.env.params import make_params, stack_params
 from rlbm_jax.scenarios import long_flow_params
 from tests.conftest import copy_package, run_in_copy

@@ -21,14 +21,39 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         return super()._get_help_string(action)
 
 
-def parser(doc: str, prog: str | None = None) -> argparse.ArgumentParser:
-    """The parser of a script: its docstring as the description, and --version."""
+def parser(doc: str, prog: str | None = None, print_config: bool = True) -> argparse.ArgumentParser:
+    """The parser of a script: its docstring as the description, --version and (unless
+    `print_config` is False: a parent of subcommands, which take it each) --print-config."""
     from rlbm_jax import __version__
 
     ap = argparse.ArgumentParser(description=doc, formatter_class=HelpFormatter, prog=prog)
     ap.add_argument("--version", action="version", version=f"%(prog)s (rlbm_jax {__version__})",
                     help="print the script's name and rlbm_jax's version, and exit")
+    if print_config:
+        add_print_config(ap)
     return ap
+
+
+def add_print_config(ap) -> None:
+    ap.add_argument("--print-config", action="store_true",
+                    help="print the configuration this command would run (every option resolved: the env's "
+                         "parameters, seeds, outputs; what its output records) as JSON, and exit without running")
+
+
+def printed_config(a, config: dict) -> bool:
+    """Print `config` (a script's `run_config(a)`) and say so when --print-config was given.
+
+    Every script builds the configuration it runs in one function, `run_config(args)`:
+    each option it takes resolved into the objects it runs (the env's parameters through
+    `params.config_record`, the grid, the seeds, the trainer's config, the output paths).
+    Its output records that configuration, and tests/test_flags.py checks that every
+    option of every script changes it."""
+    if getattr(a, "print_config", False):
+        from rlbm_jax import jsonio
+
+        print(jsonio.dumps(config))
+        return True
+    return False
 
 
 def flag_of(ap: argparse.ArgumentParser) -> dict:
@@ -156,3 +181,21 @@ def apply_backend(a) -> str:
 def fail(prog: str, message: str, code: int = 2) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     return code
+
+
+def add_grid_args(ap, *, seeds: int):
+    """The thesis-grid options that scripts/evaluate.py and scripts/eval_ns3.py share."""
+    from rlbm_jax import scenarios
+    from rlbm_jax.simulate import BASELINES
+
+    g = scenarios.THESIS_GRID
+    ap.add_argument("--baselines", nargs="*", default=list(BASELINES), choices=BASELINES, help="baselines to run")
+    ap.add_argument("--tcp", nargs="+", default=list(g["tcp"]), choices=list(g["tcp"]), help="TCPs of the grid")
+    ap.add_argument("--buffer-pkts", type=int, nargs="+", default=list(g["buffer_per_class_pkts"]),
+                    help="per-class buffers N of the grid")
+    ap.add_argument("--load", type=float, nargs="+", default=list(g["load"]), help="loads of the grid")
+    ap.add_argument("--seeds", type=int, default=seeds, help="held-out seeds per cell")
+    ap.add_argument("--first-seed", type=int, default=100_000, help="seeds are first-seed, first-seed+1, ...")
+    ap.add_argument("--reward", default=None, help="reward to score on (a name of rlbm_jax.env.formulations."
+                    "REWARDS); default: the policy's formulation's")
+    add_model_args(ap)

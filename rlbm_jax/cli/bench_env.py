@@ -21,30 +21,40 @@ import time
 
 import jax
 
-from rlbm_jax import jsonio, ns3, scenarios
-from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, model_kw, name_flags, parser
+from rlbm_jax import jsonio, scenarios
+from rlbm_jax.ns3 import harness as ns3
+from rlbm_jax.cli import (add_backend_arg, add_model_args, apply_backend, fail, model_kw, name_flags, parser,
+                          printed_config)
 from rlbm_jax.devices import batched, env_sharding, is_main_process
 from rlbm_jax.simulate import check_memory
 from rlbm_jax.env import backends, sim
+from rlbm_jax.env.params import config_record, make_params
 
 PROG = "bench_env.py"
 # what each scenario is benchmarked on: the thesis cell as given, 16 long flows in a quarter BDP, the
 # web-search dumbbell at 1 Gbit/s
 BENCH = {"thesis": dict(), "long": dict(long_flows=16, buffer_bdp=0.25), "dumbbell": dict(rate_bps=1e9)}
+REPEATS = 2  # timed calls per batch size; the fastest is reported
+NS3_SEED = 1  # the seed of the ns-3 reference run
 
 
-def scenario_params(name: str, pkts_per_tick: int, **model):
-    return scenarios.params(name, pkts_per_tick=pkts_per_tick, **BENCH.get(name, {}), **model)
+def scenario_kw(name: str, **overrides) -> dict:
+    """The make_params arguments of the benchmarked scenario `name` (`BENCH`) with overrides."""
+    return scenarios.kw(name, **BENCH.get(name, {}), **overrides)
+
+
+def ns3_cell(name: str, seconds: float, **model):
+    """The ns-3 cell of the benchmarked scenario `name`, timed over `seconds` (`ns3.bench_cell`)."""
+    return ns3.bench_cell(name, scenario_kw(name, **model), seconds)
 
 
 def ns3_reference(name: str, seconds: float, seed: int = 1, **model) -> dict:
     """One ns-3 process of the benchmarked scenario `name`, timed (`ns3.time_ns3`); builds
     the scenario binary first if needed (RuntimeError when that fails)."""
-    cell = ns3.bench_cell(name, scenarios.kw(name, **BENCH.get(name, {}), **model), seconds)
-    return ns3.time_ns3(cell, seed, binary=ns3.build_ns3())
+    return ns3.time_ns3(ns3_cell(name, seconds, **model), seed, binary=ns3.build_ns3())
 
 
-def bench(params, num_envs: int, seconds: float, repeats: int = 2):
+def bench(params, num_envs: int, seconds: float, repeats: int = REPEATS):
     n = sim.ticks_for(seconds, params)
     keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
     state = batched(lambda k: sim.init(k, params), num_envs)(keys)
@@ -66,7 +76,7 @@ def bench(params, num_envs: int, seconds: float, repeats: int = 2):
             "wall_s": best, "compile_s": compile_s, "devices": len(env_sharding(num_envs).device_set)}
 
 
-def main(argv=None):
+def build_parser():
     ap = parser(__doc__, PROG)
     ap.add_argument("--scenario", default="thesis", choices=list(scenarios.SCENARIOS), help="scenario")
     ap.add_argument("--num-envs", type=int, nargs="+", default=[1, 64, 1024, 4096], help="batch sizes")
@@ -79,27 +89,67 @@ def main(argv=None):
                     "a 20 s thesis run holds about 10 flows, so it varies with the seed; longer runs average it)")
     add_model_args(ap)
     add_backend_arg(ap)
-    a = ap.parse_args(argv)
+    return ap
+
+
+def plan(a):
+    """(run_config(a), {packets per tick: the SimParams benchmarked})."""
+    if min(a.num_envs) < 1:
+        raise ValueError(f"num_envs must be >= 1, got {a.num_envs}")
+    if not a.seconds > 0 or (a.ns3 and not a.ns3_seconds > 0):
+        raise ValueError("--seconds and --ns3-seconds must be positive")
+    params, config = {}, []
+    for k in a.pkts_per_tick:
+        kw = scenario_kw(a.scenario, pkts_per_tick=k, **model_kw(a))
+        params[k] = make_params(**kw)
+        config.append(config_record(kw, params[k]))
+    ns3_run = None
+    if a.ns3:
+        cell = ns3_cell(a.scenario, a.ns3_seconds, **model_kw(a))
+        ns3_run = {"seconds": a.ns3_seconds, "seed": NS3_SEED, "cell": cell.name, "kind": cell.kind,
+                   "config": config_record(cell.kw)}
+    return {"scenario": a.scenario, "num_envs": list(a.num_envs), "pkts_per_tick": list(a.pkts_per_tick),
+            "seconds": a.seconds, "ticks": [sim.ticks_for(a.seconds, p) for p in params.values()],
+            "repeats": REPEATS, "ns3": ns3_run, "json": a.json, "backend": a.backend or backends.default(),
+            "config": config}, params
+
+
+def run_config(a) -> dict:
+    """What this benchmark runs (`--print-config` prints it; the --json output holds it):
+    the scenario and, per packets-per-tick k, every simulator parameter (`config`:
+    `params.config_record`) and the ticks of one timed call; the batch sizes, the ns-3
+    reference run, the backend and the output."""
+    return plan(a)[0]
+
+
+def main(argv=None):
+    a = build_parser().parse_args(argv)
+    flags = {"num_envs": "--num-envs", "pkts_per_tick": "--pkts-per-tick"}
+    try:
+        cfg, params = plan(a)
+    except ValueError as e:
+        return fail(PROG, name_flags(str(e), flags))
+    if printed_config(a, cfg):
+        return 0
     backend = apply_backend(a)
     rows, ref = [], {}
     if a.ns3 and is_main_process():  # one ns-3 process, also in a multi-process run
         try:
-            ref = ns3_reference(a.scenario, a.ns3_seconds, **model_kw(a))
+            ref = ns3_reference(a.scenario, a.ns3_seconds, NS3_SEED, **model_kw(a))
         except (RuntimeError, ValueError) as e:
             return fail(PROG, f"--ns3: {e}", 1)
         print(f"{a.scenario} ns-3.37, one process: {ref['ns3_sim_seconds']:g} sim-s in {ref['ns3_wall_s']:.2f} s "
               f"(Simulator::Run {ref['ns3_run_wall_s']:.2f} s, seed {ref['ns3_seed']}, bottleneck utilisation "
               f"{ref['ns3_util_wire']:.2f})  sim-s/wall-s {ref['ns3_sim_seconds_per_wall_s']:9.1f}", flush=True)
     try:  # every batch size checked before the first compiles
-        params = {k: scenario_params(a.scenario, k, **model_kw(a)) for k in a.pkts_per_tick}
         for k, p in params.items():
-            for n in a.num_envs:
+            for n in cfg["num_envs"]:
                 check_memory(p, n, what="num_envs")
     except ValueError as e:
-        return fail(PROG, name_flags(str(e), {"num_envs": "--num-envs", "pkts_per_tick": "--pkts-per-tick"}))
+        return fail(PROG, name_flags(str(e), flags))
     for k, p in params.items():
-        for n in a.num_envs:
-            r = bench(p, n, a.seconds)
+        for n in cfg["num_envs"]:
+            r = bench(p, n, cfg["seconds"], cfg["repeats"])
             r["backend"] = backends.resolve(None, p)
             if ref:
                 r["x_ns3"] = r["sim_seconds_per_wall_s"] / ref["ns3_sim_seconds_per_wall_s"]
@@ -113,7 +163,7 @@ def main(argv=None):
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "command": " ".join(["python", "scripts/bench_env.py"] + (argv if argv is not None else sys.argv[1:]))}
     if a.json and is_main_process():  # a multi-process run: process 0 writes for all
-        jsonio.write(a.json, {"meta": meta, "results": rows, **({"ns3": ref} if ref else {})})
+        jsonio.write(a.json, {"meta": meta, "config": cfg, "results": rows, **({"ns3": ref} if ref else {})})
     return 0
 
 

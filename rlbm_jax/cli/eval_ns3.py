@@ -8,7 +8,7 @@ The ONNX file is checked first (`rlbm_jax.onnx_policy.load_checked`: format, met
 formulation and layout, widths, class count, agent interval); a mismatched file is
 refused, status 2, before anything is simulated.  Then, for every cell (TCP x per-class
 buffer N x load) and held-out seed:
-  - ns-3 (`rlbm_jax/ns3data/rlbm_scenario.cc`): the policy runs as the scenario's rl
+  - ns-3 (`rlbm_jax/ns3/scenario/rlbm_scenario.cc`): the policy runs as the scenario's rl
     buffer policy, the scenario and this process in lock-step over a pipe
     (`rlbm_jax.ns3.drive`): ns-3 sends each interval's raw record, this process computes
     the formulation's observation from it, asks onnxruntime for the action and sends
@@ -20,8 +20,9 @@ Both simulators carry the flows the JAX simulator draws for the seed (`--flows_i
 so every comparison is paired.  Writes under --out: results.csv (mean and std over
 seeds per simulator, policy and cell), transfer.md (per cell: does the policy beat
 the baselines in ns-3, and in JAX; how far ns-3's numbers for the policy are from
-JAX's, beside the same gap for the baselines), ns3_vs_jax.png, grid_<tcp>.png and
-command.txt.  ns-3 runs are cached under --out/ns3_runs (ignored by git).
+JAX's, beside the same gap for the baselines), ns3_vs_jax.png, grid_<tcp>.png,
+command.txt and config.json (the configuration run: `run_config`, which --print-config
+prints).  ns-3 runs are cached under --out/ns3_runs (ignored by git).
 """
 from __future__ import annotations
 
@@ -34,12 +35,15 @@ from pathlib import Path
 
 import numpy as np
 
-from rlbm_jax import jsonio, ns3 as harness, scenarios
-from rlbm_jax.cli import add_backend_arg, apply_backend, fail, model_kw, parser
+from rlbm_jax import jsonio, scenarios
+from rlbm_jax.ns3 import harness
+from rlbm_jax.cli import add_grid_args, add_backend_arg, apply_backend, fail, model_kw, parser, printed_config
+from rlbm_jax.cli.evaluate import episode_record, grid_record
 from rlbm_jax.devices import single_process_only
+from rlbm_jax.env import backends
 from rlbm_jax.env.params import make_params
 from rlbm_jax.env.rlbm_env import RLBMEnv
-from rlbm_jax.evaluate import (add_grid_args, REPORT_FIELDS as FIELDS, beats_baselines, mean_rows,
+from rlbm_jax.evaluate import (REPORT_FIELDS as FIELDS, beats_baselines, mean_rows,
                                paired_diff, plot_load_grid, score_policies, scoring_formulation)
 from rlbm_jax.onnx_policy import jax_policy, load_checked
 
@@ -52,7 +56,7 @@ PLOTS = (("reward_mean", "mean reward per interval", 1.0), ("slowdown_p99", "p99
          ("goodput_bps", "throughput (Mbit/s)", 1e-6), ("queue_p99_pkts", "p99 buffer occupancy (pkts)", 1.0))
 
 
-def parse(argv):
+def build_parser():
     ap = parser(__doc__, PROG)
     ap.add_argument("--onnx", required=True, help="policy exported by scripts/export_onnx.py")
     add_grid_args(ap, seeds=3)
@@ -62,53 +66,82 @@ def parse(argv):
     ap.add_argument("--fresh-ns3", action="store_true", help="rerun ns-3 even where a cached run matches")
     add_backend_arg(ap)
     ap.add_argument("--out", default="results/ns3_eval", help="output directory")
-    return ap.parse_args(argv)
+    return ap
+
+
+def parse(argv):
+    return build_parser().parse_args(argv)
+
+
+def plan(a) -> tuple[dict, list, list, list, RLBMEnv, tuple, dict]:
+    """(run_config(a), the grid's cells, each cell's make_params keywords and params, the
+    JAX env, the policy (run by onnxruntime, and as a JAX function), its metadata); a
+    ValueError names a bad option or what is wrong with the ONNX file."""
+    if a.seeds < 1 or a.jobs < 1:
+        raise ValueError("--seeds and --jobs must be at least 1")
+    if not a.seconds >= AGENT_INTERVAL_S:
+        raise ValueError(f"--seconds must be at least one agent interval ({AGENT_INTERVAL_S} s)")
+    num_classes = scenarios.THESIS["num_classes"]
+    ort_fn, meta = load_checked(a.onnx, num_classes=num_classes, agent_interval_s=AGENT_INTERVAL_S)
+    if meta["network"] != "mlp":
+        raise ValueError(f"{a.onnx} is a recurrent ({meta['network']}) policy; this evaluation drives stateless "
+                         "MLP policies (one observation in, one action out)")
+    jax_fn, _ = jax_policy(a.onnx)
+    form = scoring_formulation(meta["formulation"], a.reward)
+    grid = scenarios.thesis_grid(a.tcp, a.buffer_pkts, a.load)
+    kws = [scenarios.thesis_cell(t, n, ld, policy=POLICY, queue_capacity_pkts=max(a.buffer_pkts), **model_kw(a))
+           for t, n, ld in grid]
+    sims = [make_params(**kw) for kw in kws]
+    env = RLBMEnv(sims[0], formulation=form, agent_interval_s=AGENT_INTERVAL_S, episode_s=a.seconds,
+                  flows_scale=meta["flows_scale"])
+    policy = {"name": POLICY, "policy": str(a.onnx), "sha256": hashlib.sha256(Path(a.onnx).read_bytes()).hexdigest(),
+              **{k: meta[k] for k in ("formulation", "network", "action_map", "agent_interval_s", "flows_scale")}}
+    config = {**grid_record(grid, kws, sims), "seeds": list(range(a.first_seed, a.first_seed + a.seeds)),
+              "runs": [policy, *({"name": b, "policy": b} for b in a.baselines)], "formulation": form.id,
+              "reward": form.reward.name, **episode_record(env), "jobs": a.jobs, "fresh_ns3": a.fresh_ns3,
+              "ns3_runs": str(Path(a.out) / "ns3_runs"), "backend": a.backend or backends.default(), "out": str(a.out)}
+    return config, grid, kws, sims, env, (ort_fn, jax_fn), meta
+
+
+def run_config(a) -> dict:
+    """What this command runs (`--print-config` prints it; config.json records it): the
+    grid's cells and the env's parameters, the held-out seeds, every run (the ONNX file,
+    its digest and metadata; each baseline's buffer policy), the scoring formulation and
+    reward, the episode both simulators run, the ns-3 jobs and cache, the backend asked
+    for and the output directory."""
+    return plan(a)[0]
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     a = parse(argv)
+    try:
+        cfg, grid, kws, sims, env, (ort_fn, jax_fn), meta = plan(a)
+    except ValueError as e:
+        return fail(PROG, str(e))
+    if printed_config(a, cfg):
+        return 0
     apply_backend(a)
     if refusal := single_process_only(PROG):
         return fail(PROG, refusal)
-    grid = scenarios.thesis_grid(a.tcp, a.buffer_pkts, a.load)
-    try:
-        if a.seeds < 1 or a.jobs < 1:
-            raise ValueError("--seeds and --jobs must be at least 1")
-        if not a.seconds >= AGENT_INTERVAL_S:
-            raise ValueError(f"--seconds must be at least one agent interval ({AGENT_INTERVAL_S} s)")
-        num_classes = scenarios.THESIS["num_classes"]
-        ort_fn, meta = load_checked(a.onnx, num_classes=num_classes, agent_interval_s=AGENT_INTERVAL_S)
-        if meta["network"] != "mlp":
-            raise ValueError(f"{a.onnx} is a recurrent ({meta['network']}) policy; this evaluation drives stateless "
-                             "MLP policies (one observation in, one action out)")
-        jax_fn, _ = jax_policy(a.onnx)
-        form = scoring_formulation(meta["formulation"], a.reward)
-        kws = [scenarios.thesis_cell(t, n, ld, policy=POLICY, queue_capacity_pkts=max(a.buffer_pkts), **model_kw(a))
-               for t, n, ld in grid]
-        sims = [make_params(**kw) for kw in kws]
-        env = RLBMEnv(sims[0], formulation=form, agent_interval_s=AGENT_INTERVAL_S, episode_s=a.seconds,
-                      flows_scale=meta["flows_scale"])
-    except ValueError as e:
-        return fail(PROG, str(e))
-    ep = env.default_params
-    interval_s = float(ep.agent_interval_s)  # whole ticks: both simulators use this exact interval
-    seconds = int(ep.max_steps_in_episode) * interval_s
-    seeds = list(range(a.first_seed, a.first_seed + a.seeds))
-    out = Path(a.out)
+    form, ep = env.formulation, env.default_params
+    interval_s, seconds = cfg["agent_interval_s"], cfg["episode_s"]  # whole ticks: both simulators use these
+    seeds = cfg["seeds"]
+    out = Path(cfg["out"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text("python scripts/eval_ns3.py " + " ".join(argv) + "\n")
+    jsonio.write(out / "config.json", cfg)
     t0 = time.perf_counter()
 
     binary = harness.build_ns3()
     # the policy acts on the formulation it was trained on; every run is scored on `form`'s reward
-    agent = harness.Agent(fn=ort_fn, digest=hashlib.sha256(Path(a.onnx).read_bytes()).hexdigest(),
+    agent = harness.Agent(fn=ort_fn, digest=cfg["runs"][0]["sha256"],
                           formulation=scoring_formulation(meta["formulation"], None), env_params=ep)
     ns3 = {}
     for pol in [POLICY, *a.baselines]:
         cells = [harness.Cell(f"eval/{pol}/{t}/load{ld:g}/buf{n}", "thesis", dict(kw, policy=pol), seconds)
                  for (t, n, ld), kw in zip(grid, kws)]
-        res = harness.run_ns3(binary, cells, seeds, a.jobs, out / "ns3_runs", fresh=a.fresh_ns3,
+        res = harness.run_ns3(binary, cells, seeds, cfg["jobs"], Path(cfg["ns3_runs"]), fresh=cfg["fresh_ns3"],
                               agent=agent if pol == POLICY else None, interval_s=interval_s, label=f"ns-3 {pol} ")
         for c, sp in zip(cells, sims):
             cell_ep = ep.replace(sim=sp)

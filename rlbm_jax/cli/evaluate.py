@@ -10,7 +10,8 @@ policy sees the same flows in a cell and seed (seeds pair the comparison).  Writ
 results.csv (mean and std over seeds per policy and cell), per_seed.csv (every run),
 summary.md (the table and where the trained policy wins or not), figures (throughput,
 p99 FCT slowdown, p99 buffer occupancy, mean FCT and reward vs load, one panel per
-buffer size, one figure per TCP) and command.txt.
+buffer size, one figure per TCP), command.txt and config.json (the configuration run:
+`run_config`, which --print-config prints).
 """
 from __future__ import annotations
 
@@ -22,10 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from rlbm_jax import jsonio, scenarios
-from rlbm_jax.cli import add_backend_arg, apply_backend, fail, model_kw, parser
+from rlbm_jax.cli import add_grid_args, add_backend_arg, apply_backend, fail, model_kw, parser, printed_config
 from rlbm_jax.devices import single_process_only
+from rlbm_jax.env import backends
+from rlbm_jax.env.params import config_record, make_params
 from rlbm_jax.env.rlbm_env import RLBMEnv
-from rlbm_jax.evaluate import (add_grid_args, REPORT_FIELDS, beats_baselines, mean_rows, paired_diff,
+from rlbm_jax.evaluate import (REPORT_FIELDS, beats_baselines, mean_rows, paired_diff,
                                per_seed_rows, plot_load_grid, score_policies, scoring_formulation)
 from rlbm_jax.policy import load_policy, read_policy
 
@@ -36,7 +39,7 @@ PLOTS = (("goodput_bps", "throughput (Mbit/s)", 1e-6), ("slowdown_p99", "p99 FCT
          ("reward_mean", "mean reward per interval", 1.0))
 
 
-def parse(argv):
+def build_parser():
     ap = parser(__doc__, PROG)
     ap.add_argument("--policy", nargs="*", default=[], help="policy directories (from scripts/train.py)")
     ap.add_argument("--name", nargs="*", default=None, help="labels for the policies (default: rl, rl2, ...)")
@@ -45,43 +48,87 @@ def parse(argv):
     ap.add_argument("--pkts-per-tick", type=int, default=1, help="bottleneck packets per tick")
     add_backend_arg(ap)
     ap.add_argument("--out", default="results/thesis_grid", help="output directory")
-    return ap.parse_args(argv)
+    return ap
+
+
+def parse(argv):
+    return build_parser().parse_args(argv)
 
 
 def cells(a):
     return scenarios.thesis_grid(a.tcp, a.buffer_pkts, a.load)
 
 
+def grid_record(grid, kws, sims) -> dict:
+    """The env's parameters of a grid run (`params.config_record` of every cell): "cells",
+    each cell's (tcp, N, load) with the parameters that differ between cells, and
+    "params", those every cell shares."""
+    recs = [config_record(kw, p) for kw, p in zip(kws, sims)]
+    shared = {k: v for k, v in recs[0].items() if all(r[k] == v for r in recs)}
+    own = [{k: v for k, v in r.items() if k not in shared} for r in recs]
+    return {"cells": [{"tcp": t, "buffer_per_class_pkts": n, "load": ld, **o} for (t, n, ld), o in zip(grid, own)],
+            "params": shared}
+
+
+def episode_record(env: RLBMEnv) -> dict:
+    """The episode `env` runs: its agent interval (whole ticks), steps and length."""
+    ep = env.default_params
+    interval_s, steps = float(ep.agent_interval_s), int(ep.max_steps_in_episode)
+    return {"agent_interval_s": interval_s, "episode_steps": steps, "episode_s": steps * interval_s}
+
+
+def plan(a) -> tuple[dict, list, list, RLBMEnv, dict]:
+    """(run_config(a), the grid's cells, each cell's params, the scoring env, the trained
+    policies {name: fn}); a ValueError names a bad option or a mismatched policy."""
+    if a.seeds < 1 or not a.policy and not a.baselines:
+        raise ValueError("need at least one seed and one policy or baseline")
+    names = a.name or (["rl"] + [f"rl{i + 2}" for i in range(len(a.policy) - 1)] if a.policy else [])
+    if len(names) != len(a.policy):
+        raise ValueError("--name needs one label per --policy")
+    grid = cells(a)
+    cap = max(a.buffer_pkts)
+    kws = [scenarios.thesis_cell(t, n, ld, policy="rl", queue_capacity_pkts=cap, pkts_per_tick=a.pkts_per_tick,
+                                 **model_kw(a)) for t, n, ld in grid]
+    sims = [make_params(**kw) for kw in kws]
+    metas = [read_policy(path)[1] for path in a.policy]
+    form = scoring_formulation(metas[0].get("formulation") if metas else None, a.reward)
+    env = RLBMEnv(sims[0], formulation=form, agent_interval_s=0.1, episode_s=a.seconds)
+    agents = {name: load_policy(path, obs_layout=env.obs_layout, act_dim=env.num_actions)[0]
+              for name, path in zip(names, a.policy)}
+    runs = [{"name": name, "policy": str(path), "formulation": meta.get("formulation")}
+            for name, path, meta in zip(names, a.policy, metas)] + [{"name": b, "policy": b} for b in a.baselines]
+    config = {**grid_record(grid, kws, sims), "seeds": list(range(a.first_seed, a.first_seed + a.seeds)),
+              "runs": runs, "formulation": form.id, "reward": form.reward.name, **episode_record(env),
+              "backend": a.backend or backends.default(), "out": str(a.out)}
+    return config, grid, sims, env, agents
+
+
+def run_config(a) -> dict:
+    """What this command runs (`--print-config` prints it; config.json records it): the
+    grid's cells and the env's parameters, the held-out seeds, every run (its name and
+    policy: a trained policy's directory, with its formulation, run on the "rl" buffer
+    policy, or a baseline's buffer policy), the scoring formulation and reward, the
+    episode, the backend asked for and the output directory."""
+    return plan(a)[0]
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     a = parse(argv)
+    try:
+        cfg, grid, base, env, agents = plan(a)
+    except (ValueError, FileNotFoundError) as e:
+        return fail(PROG, str(e))
+    if printed_config(a, cfg):
+        return 0
     apply_backend(a)
     if refusal := single_process_only(PROG):
         return fail(PROG, refusal)
-    if a.seeds < 1 or not a.policy and not a.baselines:
-        return fail(PROG, "need at least one seed and one policy or baseline")
-    names = a.name or (["rl"] + [f"rl{i + 2}" for i in range(len(a.policy) - 1)] if a.policy else [])
-    if len(names) != len(a.policy):
-        return fail(PROG, "--name needs one label per --policy")
-    cap = max(a.buffer_pkts)
-    try:
-        grid = cells(a)
-        base = [scenarios.thesis_params(**scenarios.thesis_cell(t, n, ld, policy="rl", queue_capacity_pkts=cap,
-                                                                pkts_per_tick=a.pkts_per_tick, **model_kw(a)))
-                for t, n, ld in grid]
-        metas = [read_policy(path)[1] for path in a.policy]
-        form = scoring_formulation(metas[0].get("formulation") if metas else None, a.reward)
-        env = RLBMEnv(base[0], formulation=form, agent_interval_s=0.1, episode_s=a.seconds)
-        agents = {}
-        for name, path, meta in zip(names, a.policy, metas):
-            fn, _ = load_policy(path, obs_layout=env.obs_layout, act_dim=env.num_actions)
-            agents[name] = fn
-    except (ValueError, FileNotFoundError) as e:
-        return fail(PROG, str(e))
-    seeds = list(range(a.first_seed, a.first_seed + a.seeds))
-    out = Path(a.out)
+    form, seeds = env.formulation, cfg["seeds"]
+    out = Path(cfg["out"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text("python scripts/evaluate.py " + " ".join(argv) + "\n")
+    jsonio.write(out / "config.json", cfg)
     t0 = time.perf_counter()
     results = score_policies(env, base, agents, a.baselines, seeds)
     runs = list(agents) + list(a.baselines)

@@ -13,14 +13,18 @@ Needs the `export` extra: pip install -e '.[export]'.
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from rlbm_jax.cli import fail, parser
+from rlbm_jax import jsonio
+from rlbm_jax.cli import fail, parser, printed_config
 
 PROG = "export_onnx.py"
+# what run_config reports of the exported policy's policy.json
+POLICY_FIELDS = ("network", "formulation", "num_classes", "obs_dim", "act_dim", "action_map")
 
 
 def policy_dir(run: Path, seed: int | None) -> Path:
@@ -29,24 +33,48 @@ def policy_dir(run: Path, seed: int | None) -> Path:
     return run if (run / "policy.json").is_file() else run / "policy"
 
 
-def main(argv=None) -> int:
+def build_parser():
     ap = parser(__doc__, PROG)
     ap.add_argument("--checkpoint", required=True, help="training run directory, or a policy directory")
     ap.add_argument("--out", required=True, help="the .onnx file to write")
     ap.add_argument("--seed", type=int, default=None, help="export policy_seed<SEED>/ of the run")
     ap.add_argument("--flows-scale", type=float, default=10.0,
                     help="the env's flows_scale (the thesis observation's flows finished / this)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def run_config(a) -> dict:
+    """What this command exports (`--print-config` prints it; the export prints it beside
+    the model it wrote): the policy directory that --checkpoint and --seed name and what its
+    policy.json declares (network, formulation, shapes, the agent interval the graph
+    records), the output file and the flows scale."""
     src = policy_dir(Path(a.checkpoint), a.seed)
     if not (src / "policy.json").is_file():
-        ap.error(f"{a.checkpoint}: no policy found (looked for {src}/policy.json)")
+        raise ValueError(f"{a.checkpoint}: no policy found (looked for {src}/policy.json)")
+    meta = {"network": "mlp", **json.loads((src / "policy.json").read_text())}  # as `policy.read_policy` reads it
+    scenario = (meta.get("env") or {}).get("scenario", {})
+    return {"checkpoint": a.checkpoint, "seed": a.seed, "policy_dir": str(src), "out": a.out,
+            "flows_scale": a.flows_scale, "agent_interval_s": float(scenario.get("agent_interval_s", 0.1)),
+            "policy": {k: meta.get(k) for k in POLICY_FIELDS}}
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        cfg = run_config(a)
+    except ValueError as e:
+        return fail(PROG, str(e))
+    if printed_config(a, cfg):
+        return 0
     from rlbm_jax.onnx_policy import load_checked, to_onnx
     from rlbm_jax.policy import load_policy
 
+    src = Path(cfg["policy_dir"])
     try:
-        out = to_onnx(src, a.out, flows_scale=a.flows_scale)
+        out = to_onnx(src, cfg["out"], agent_interval_s=cfg["agent_interval_s"], flows_scale=cfg["flows_scale"])
     except ValueError as e:
         return fail(PROG, str(e))
+    print(f"config: {jsonio.dumps(cfg)}")
     fn_onnx, meta = load_checked(out)
     rng = np.random.default_rng(0)
     if meta["network"] == "lstm":

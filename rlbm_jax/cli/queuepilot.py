@@ -1,6 +1,6 @@
 """QueuePilot (an RL ECN-marking AQM, `QueuePilot-v0`) at 1/10 scale: train it with PPO
 on the training mix, then judge it against droptail, ARED, PIE and CoDel on held-out
-seeds and configurations (`rlbm_jax.queuepilot` states the scaling and the seeds).
+seeds and configurations (`rlbm_jax.queuepilot.study` states the scaling and the seeds).
 
     python scripts/queuepilot.py train --run-dir runs/queuepilot --num-envs 2048 --num-seeds 3 --time-budget-s 600
     python scripts/queuepilot.py evaluate --run-dir runs/queuepilot
@@ -18,7 +18,7 @@ flow size, mean and standard error over seeds) and plots.
 export writes one deployable policy per training seed, policy_seed<s>/ (the policy
 format of `rlbm_jax.policy`) and policy_seed<s>.onnx (a one-step recurrent graph), and
 checks each against the trained JAX network over carried-state sequences.
-ns3 judges the exported agent inside ns-3.37 (`rlbm_jax.ns3`; the scenario's rl-mark
+ns3 judges the exported agent inside ns-3.37 (`rlbm_jax.ns3.harness`; the scenario's rl-mark
 policy driven in lock-step, its LSTM state carried from step to step) against droptail,
 the chosen variant of each classic AQM (ns-3's own RED, PIE and CoDel queue discs) and
 FQ-CoDel, on test configurations and seeds, scores every run from ns-3's interval
@@ -36,12 +36,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax import jsonio, queuepilot as qp
-from rlbm_jax.cli import add_model_args, fail, name_flags, parser
-from rlbm_jax.env.params import make_params
+from rlbm_jax import jsonio
+from rlbm_jax.queuepilot import study as qp
+from rlbm_jax.cli import add_model_args, add_print_config, fail, name_flags, parser, printed_config
+from rlbm_jax.env.params import config_record, make_params
 from rlbm_jax.ppo import memory
 from rlbm_jax.progress import Progress, fmt_s
-from rlbm_jax.queuepilot import DEFAULT_VARIANTS, load_trained
+from rlbm_jax.queuepilot.study import DEFAULT_VARIANTS, load_trained
 
 PROG = "queuepilot.py"
 # ns3: the default test configurations (long flows, RTT ms, TCP); its classic AQMs' variants
@@ -50,7 +51,7 @@ NS3_CONFIGS = ("20:40:cubic", "20:40:newreno")
 
 
 def build_parser():
-    ap = parser(__doc__, PROG)
+    ap = parser(__doc__, PROG, print_config=False)
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train the agent with PPO on the training mix")
     t.add_argument("--run-dir", default="runs/queuepilot")
@@ -96,37 +97,73 @@ def build_parser():
     n.add_argument("--no-jax", action="store_true", help="leave out the JAX side")
     n.add_argument("--fresh-ns3", action="store_true", help="rerun ns-3 even where a cached run matches")
     add_model_args(n)  # the JAX side's TCP model (ns-3 runs its own; its cached runs are reused)
+    for p in (t, e, x, n):
+        add_print_config(p)
     return ap
 
 
+def run_config(a) -> dict:
+    """What the subcommand runs (`--print-config` prints it; train's config.json and the
+    results.json of evaluate and ns3 hold it; export prints it): `cmd` and what
+    `train_config`, `evaluate_config`, `queuepilot_ns3.export_config` or
+    `queuepilot_ns3.ns3_config` resolve."""
+    if a.cmd in ("export", "ns3"):
+        from rlbm_jax.cli import queuepilot_ns3
+
+        cfg = queuepilot_ns3.export_config(a) if a.cmd == "export" else queuepilot_ns3.ns3_config(a)
+    else:
+        cfg = train_config(a) if a.cmd == "train" else evaluate_config(a)
+    return {"cmd": a.cmd, **cfg}
+
+
 # ---- training --------------------------------------------------------------------------
-def train(a) -> int:
+TRAIN_FLAGS = {"num_envs": "--num-envs", "num_steps": "--num-steps", "num_seeds": "--num-seeds",
+               "total_updates": "--updates", "lr": "--lr"}
+
+
+def train_config(a) -> dict:
+    """What `train` runs: the PPO config (`PPOConfig.to_dict`), the episode length, the
+    training seeds, the training mix (`configs`: make_params arguments; `params`: every
+    simulator parameter of each, `params.config_record`), the updates, chunk and time
+    budget, the run it continues from and the run directory."""
+    from rlbm_jax.ppo import PPOConfig
+
+    if a.num_seeds < 1 or a.chunk < 1:
+        raise ValueError("--num-seeds and --chunk must be >= 1")
+    if a.time_budget_s is not None and not a.time_budget_s > 0:
+        raise ValueError(f"--time-budget-s must be positive, got {a.time_budget_s}")
+    if a.init_from and not Path(a.init_from).is_file():
+        raise ValueError(f"--init-from {a.init_from}: no such file (it must be a trained.msgpack of {a.num_seeds} "
+                         "seeds)")
+    ppo = {**qp.PPO_RECIPE, "num_envs": a.num_envs, "num_steps": a.num_steps, "total_updates": a.updates, "lr": a.lr}
+    try:
+        ppo = PPOConfig.from_dict(ppo).to_dict()
+    except ValueError as e:
+        raise ValueError(name_flags(str(e), TRAIN_FLAGS)) from None
+    configs = qp.train_configs()
+    return {"run_dir": a.run_dir, "ppo": ppo, "episode_s": a.episode_s,
+            "seeds": list(range(a.seed, a.seed + a.num_seeds)), "configs": configs,
+            "params": [config_record(kw) for kw in configs], "updates": a.updates, "chunk": a.chunk,
+            "time_budget_s": a.time_budget_s, "init_from": a.init_from}
+
+
+def train(a, cfg: dict) -> int:
     from flax import serialization
 
     from rlbm_jax.cli.train import plot_curves, write_rows
 
-    run = Path(a.run_dir)
-    cfg_dict = {**qp.PPO_RECIPE, "num_envs": a.num_envs, "num_steps": a.num_steps, "total_updates": a.updates,
-                "lr": a.lr}
-    cfg_dict["hidden"] = list(cfg_dict["hidden"])
+    run = Path(cfg["run_dir"])
     try:
-        if a.num_seeds < 1 or a.chunk < 1:
-            raise ValueError("--num-seeds and --chunk must be >= 1")
-        if a.time_budget_s is not None and not a.time_budget_s > 0:
-            raise ValueError(f"--time-budget-s must be positive, got {a.time_budget_s}")
-        ppo, cfg = qp.make_ppo(cfg_dict, a.episode_s)
+        ppo, ppo_cfg = qp.make_ppo(cfg["ppo"], cfg["episode_s"])
         note = memory.check(ppo, a.num_seeds)  # refuses a run too large for the device, before compiling
     except ValueError as e:
-        return fail(PROG, name_flags(str(e), {"num_envs": "--num-envs", "num_steps": "--num-steps",
-                                              "num_seeds": "--num-seeds"}))
+        return fail(PROG, name_flags(str(e), TRAIN_FLAGS))
     if note:
         print(note, file=sys.stderr)
     run.mkdir(parents=True, exist_ok=True)
-    seeds = list(range(a.seed, a.seed + a.num_seeds))
-    jsonio.write(run / "config.json", {"ppo": cfg.to_dict(), "episode_s": a.episode_s, "seeds": seeds,
-                                       "configs": qp.train_configs(), "device": jax.devices()[0].device_kind,
-                                       "backend": jax.default_backend()})
-    steps_per_update = cfg.batch_size * a.num_seeds
+    seeds = cfg["seeds"]
+    jsonio.write(run / "config.json", {**cfg, "device": jax.devices()[0].device_kind, "backend": jax.default_backend()})
+    steps_per_update = ppo_cfg.batch_size * a.num_seeds
     bar = Progress(a.updates, unit=" updates", label="train ", rate_unit="env-steps/s", rate_scale=steps_per_update)
     seen = {"u": 0}
 
@@ -138,8 +175,8 @@ def train(a) -> int:
         bar.update(u, extra=f"reward {float(reward):+.4f}")
 
     ppo.on_update = on_update  # read when the update is first traced
-    print(f"QueuePilot-v0: {a.num_seeds} seed(s) x {cfg.num_envs} envs x {cfg.num_steps} steps per update, at most "
-          f"{a.updates} updates on {jax.default_backend()} ({jax.devices()[0].device_kind}); run dir {run}",
+    print(f"QueuePilot-v0: {a.num_seeds} seed(s) x {ppo_cfg.num_envs} envs x {ppo_cfg.num_steps} steps per update, "
+          f"at most {a.updates} updates on {jax.default_backend()} ({jax.devices()[0].device_kind}); run dir {run}",
           file=sys.stderr)
     ts = ppo.init_seeds(jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
     u0 = 0
@@ -168,7 +205,7 @@ def train(a) -> int:
             t_train += dt
         for s in range(a.num_seeds):
             for i in range(n):
-                row = {"seed": seeds[s], "update": u + i + 1, "env_steps": (u + i + 1) * cfg.batch_size,
+                row = {"seed": seeds[s], "update": u + i + 1, "env_steps": (u + i + 1) * ppo_cfg.batch_size,
                        "wall_s": f"{time.perf_counter() - t0:.2f}"}
                 row.update({k: f"{float(v[s, i]):.6g}" for k, v in sorted(m.items())})
                 rows.append(row)
@@ -182,7 +219,7 @@ def train(a) -> int:
     bar.close()
     plot_curves(rows, run / "curves.png")
     per_s = (u - u0 - a.chunk) * steps_per_update / t_train if t_train > 0 else float("nan")
-    summary = {"run_dir": str(run), "updates": u, "init_from_updates": u0, "env_steps_per_seed": u * cfg.batch_size,
+    summary = {"run_dir": str(run), "updates": u, "init_from_updates": u0, "env_steps_per_seed": u * ppo_cfg.batch_size,
                "first_chunk_s": round(t_first or 0.0, 1), "wall_s": round(time.perf_counter() - t0, 1),
                "env_steps_per_s_after_first_chunk": round(per_s, 1), "device": jax.devices()[0].device_kind}
     jsonio.write(run / "train_summary.json", summary)
@@ -200,25 +237,45 @@ def _score(results) -> dict:
     return out
 
 
-def evaluate(a) -> int:
+def evaluate_config(a) -> dict:
+    """What `evaluate` runs: the trained run (its PPO config and training seeds), the
+    selection mix and seeds, the test configurations and seeds (`params`: every simulator
+    parameter of the agent's run on each test configuration, `params.config_record`), the
+    classic AQMs' variants, the run length and warm-up in seconds and steps, the batch
+    size and where the results go."""
     run = Path(a.run_dir)
-    out = Path(a.out_dir or run)
+    trained = qp.trained_run(run)
+    if not 1 <= a.test_seeds <= len(qp.TEST_SEEDS):
+        raise ValueError(f"--test-seeds must be in 1..{len(qp.TEST_SEEDS)}, got {a.test_seeds}")
+    if not 1 <= a.selection_seeds <= len(qp.SELECTION_SEEDS):
+        raise ValueError(f"--selection-seeds must be in 1..{len(qp.SELECTION_SEEDS)}, got {a.selection_seeds}")
+    if not (a.seconds > a.warmup_s >= 0):
+        raise ValueError(f"--seconds ({a.seconds}) must exceed --warmup-s ({a.warmup_s}) >= 0")
+    if a.chunk < 1:
+        raise ValueError(f"--chunk must be >= 1, got {a.chunk}")
+    test_cfgs = [(n, r / 1e3, t) for t in a.tcp for n in a.flows for r in a.rtts_ms]
+    sel_cfgs = [(n, r, t) for t in qp.TRAIN_TCPS for n in qp.TRAIN_FLOWS for r in qp.TRAIN_RTTS_S]
+    return {"run_dir": str(run), "out_dir": str(Path(a.out_dir or run)), "ppo": trained["ppo"],
+            "episode_s": trained["episode_s"], "training_seeds": list(trained["seeds"]), "seconds": a.seconds,
+            "warmup_s": a.warmup_s, "steps": int(round(a.seconds / qp.STEP_S)),
+            "warmup_steps": int(round(a.warmup_s / qp.STEP_S)), "chunk": a.chunk,
+            "selection_configs": [list(c) for c in sel_cfgs],
+            "selection_seeds": list(qp.SELECTION_SEEDS[: a.selection_seeds]), "tcp": list(a.tcp),
+            "flows": list(a.flows), "rtts_ms": list(a.rtts_ms), "test_configs": [list(c) for c in test_cfgs],
+            "test_seeds": list(qp.TEST_SEEDS[: a.test_seeds]), "variants": list(qp.baseline_variants(100)),
+            "params": [config_record(qp.config_kw(n, r, t, warmup_s=a.warmup_s)) for (n, r, t) in test_cfgs]}
+
+
+def evaluate(a, cfg: dict) -> int:
+    run = Path(cfg["run_dir"])
+    out = Path(cfg["out_dir"])
     try:
-        if not (run / "trained.msgpack").is_file():
-            raise ValueError(f"{run} holds no trained.msgpack (run `{PROG} train --run-dir {run}` first)")
-        if not 1 <= a.test_seeds <= len(qp.TEST_SEEDS):
-            raise ValueError(f"--test-seeds must be in 1..{len(qp.TEST_SEEDS)}, got {a.test_seeds}")
-        if not 1 <= a.selection_seeds <= len(qp.SELECTION_SEEDS):
-            raise ValueError(f"--selection-seeds must be in 1..{len(qp.SELECTION_SEEDS)}, got {a.selection_seeds}")
-        if not (a.seconds > a.warmup_s >= 0):
-            raise ValueError(f"--seconds ({a.seconds}) must exceed --warmup-s ({a.warmup_s}) >= 0")
         ppo, params, stats, train_seeds, updates = load_trained(run)
     except ValueError as e:
         return fail(PROG, str(e))
     out.mkdir(parents=True, exist_ok=True)
-    steps = int(round(a.seconds / qp.STEP_S))
-    warm = int(round(a.warmup_s / qp.STEP_S))
-    test_seeds = qp.TEST_SEEDS[: a.test_seeds]
+    steps, warm = cfg["steps"], cfg["warmup_steps"]
+    test_seeds = tuple(cfg["test_seeds"])
     actor = qp.lstm_actor(ppo)
     t0 = time.perf_counter()
 
@@ -232,45 +289,46 @@ def evaluate(a) -> int:
     def variants(n, r, t):
         return qp.baseline_variants(buffer_of(n, r, t))
 
-    names = list(variants(20, 0.04, "cubic"))
+    names = cfg["variants"]
     # 1. selection: each classic AQM's variant with the best mean reward over the training mix
-    sel_cfgs = [(n, r, t) for t in qp.TRAIN_TCPS for n in qp.TRAIN_FLOWS for r in qp.TRAIN_RTTS_S]
+    sel_cfgs = [tuple(c) for c in cfg["selection_configs"]]
     bar = Progress(len(names), unit=" variants", label="select ")
     sel = {}
     for i, v in enumerate(names):
-        res = qp.run_batch(runs_of(sel_cfgs, qp.SELECTION_SEEDS[: a.selection_seeds], lambda n, r, t: variants(n, r, t)[v]), steps, warm,
-                           chunk=a.chunk)
+        res = qp.run_batch(runs_of(sel_cfgs, cfg["selection_seeds"], lambda n, r, t: variants(n, r, t)[v]), steps,
+                           warm, chunk=cfg["chunk"])
         sel[v] = float(np.mean([x["reward"] for x in res]))
         bar.update(i + 1, extra=f"{v} {sel[v]:+.4f}")
     bar.close()
     chosen = {alg: max((v for v in names if qp.algorithm_of(v) == alg), key=lambda v: sel[v]) for alg in qp.ALGORITHMS}
 
     # 2. test grid, test seeds: every variant, and the agent of every training seed
-    test_cfgs = [(n, r / 1e3, t) for t in a.tcp for n in a.flows for r in a.rtts_ms]
+    test_cfgs = [tuple(c) for c in cfg["test_configs"]]
     table = {}
     bar = Progress(len(names) + len(train_seeds), unit=" policies", label="test ")
     for i, v in enumerate(names):
         res = qp.run_batch(runs_of(test_cfgs, test_seeds, lambda n, r, t: variants(n, r, t)[v]), steps, warm,
-                           chunk=a.chunk)
+                           chunk=cfg["chunk"])
         table[v] = res
         bar.update(i + 1, extra=v)
     for j, s in enumerate(train_seeds):
         args = qp.actor_args(ppo, jax.tree.map(lambda x: x[j], params), jax.tree.map(lambda x: x[j], stats))
         table[f"queuepilot-seed{s}"] = qp.run_batch(runs_of(test_cfgs, test_seeds), steps, warm, actor=actor,
-                                                    args=args, chunk=a.chunk)
+                                                    args=args, chunk=cfg["chunk"])
         bar.update(len(names) + j + 1, extra=f"agent seed {s}")
     bar.close()
     pkt_s = {}
     for name, res in table.items():
         for k, x in enumerate(res):
-            cfg = test_cfgs[k // len(test_seeds)]
-            if cfg not in pkt_s:
-                pk = make_params(**qp.config_kw(*cfg))
-                pkt_s[cfg] = float(pk.data_pkt_bits / pk.bottleneck_rate_bps)
-            x["_pkt_s"] = pkt_s[cfg]
-            x["_cfg"] = cfg
+            c = test_cfgs[k // len(test_seeds)]
+            if c not in pkt_s:
+                pk = make_params(**qp.config_kw(*c))
+                pkt_s[c] = float(pk.data_pkt_bits / pk.bottleneck_rate_bps)
+            x["_pkt_s"] = pkt_s[c]
+            x["_cfg"] = c
     report = _report(table, test_cfgs, test_seeds, train_seeds, chosen, sel, names, updates, a)
     report["wall_s"] = round(time.perf_counter() - t0, 1)
+    report["config"] = cfg
     jsonio.write(out / "results.json", report)
     (out / "RESULTS.md").write_text(_markdown(report))
     _plots(report, out)
@@ -393,12 +451,18 @@ def _plots(rep, out: Path) -> None:
 
 def main(argv=None):
     a = build_parser().parse_args(argv)
+    try:
+        cfg = run_config(a)
+    except ValueError as e:
+        return fail(PROG, str(e))
+    if printed_config(a, cfg):
+        return 0
     if a.cmd in ("export", "ns3"):
         from rlbm_jax.cli import queuepilot_ns3
 
-        return queuepilot_ns3.export(a) if a.cmd == "export" else queuepilot_ns3.ns3(a, sys.argv[1:] if argv is None
-                                                                                      else list(argv))
-    return train(a) if a.cmd == "train" else evaluate(a)
+        return (queuepilot_ns3.export(a, cfg) if a.cmd == "export"
+                else queuepilot_ns3.ns3(a, cfg, sys.argv[1:] if argv is None else list(argv)))
+    return train(a, cfg) if a.cmd == "train" else evaluate(a, cfg)
 
 
 if __name__ == "__main__":

@@ -4,77 +4,42 @@ beside the JAX simulator."""
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax import jsonio, queuepilot as qp
+from rlbm_jax import jsonio
 from rlbm_jax.cli import fail, model_kw
-from rlbm_jax.env.formulations.queuepilot import MARK_LEVELS, QUEUEPILOT
-from rlbm_jax.env.params import make_params
+from rlbm_jax.env.formulations.queuepilot import QUEUEPILOT
+from rlbm_jax.env.params import config_record, make_params
 from rlbm_jax.progress import fmt_s
-from rlbm_jax.queuepilot import DEFAULT_VARIANTS, load_trained
+from rlbm_jax.queuepilot import study as qp
+from rlbm_jax.queuepilot.ns3 import (build_report, cfg_key, check_against_network, choose_variants, markdown,
+                                     parse_config, policy_paths, score_ns3_run)
+from rlbm_jax.queuepilot.study import load_trained
 
 PROG = "queuepilot.py"
-CHECK_STEPS, CHECK_BATCH = 40, 8  # the export check: carried-state sequences, reset halfway
 
 
-# ---- export ----------------------------------------------------------------------------
-def policy_paths(run: Path, seed: int) -> tuple[Path, Path]:
-    """(policy dir, ONNX file) of training seed `seed` of the run."""
-    return run / f"policy_seed{seed}", run / f"policy_seed{seed}.onnx"
+def export_config(a) -> dict:
+    """What `export` writes: the trained run (its PPO config and training seeds) and, per
+    training seed, the policy directory and ONNX file."""
+    run = Path(a.run_dir)
+    trained = qp.trained_run(run)
+    return {"run_dir": str(run), "ppo": trained["ppo"], "episode_s": trained["episode_s"],
+            "training_seeds": list(trained["seeds"]), "formulation": QUEUEPILOT.id,
+            "outputs": {str(s): [str(p) for p in policy_paths(run, s)] for s in trained["seeds"]}}
 
 
-def check_against_network(ppo, params, obs_stats, onnx_fn, rng) -> dict:
-    """Step the trained JAX network (PPO's own apply, observation normalisation included)
-    and the exported ONNX graph through the same sequences of observations, each with its
-    state carried and reset to zero halfway (the network through its `first` flag):
-    max |onnx - jax| of logits, h and c, and the fraction of equal actions (ties within
-    rounding count as equal)."""
-    mean = np.asarray(obs_stats.mean, np.float32)
-    std = np.sqrt(np.asarray(obs_stats.var, np.float32) + 1e-8)
-    D = mean.shape[-1]
-
-    @jax.jit
-    def step(carry, obs, first):
-        carry, logits, _ = ppo.net.apply(params, carry, ppo.normalize(obs_stats, obs)[None], first[None])
-        return carry, logits.reshape(obs.shape[0], -1)
-
-    from rlbm_jax.ppo import networks
-
-    carry = networks.initial_carry(CHECK_BATCH, ppo.cfg.lstm_size)
-    h, c = onnx_fn.initial_state(CHECK_BATCH)
-    err, agree, actions = 0.0, [], set()
-    for t in range(CHECK_STEPS):
-        first = np.full((CHECK_BATCH,), t in (0, CHECK_STEPS // 2))
-        if first[0]:
-            h, c = onnx_fn.initial_state(CHECK_BATCH)
-        # observations around the training statistics, some far outside them
-        obs = (mean + std * rng.normal(size=(CHECK_BATCH, D)) * (1 + 2 * (t % 5 == 4))).astype(np.float32)
-        obs = np.maximum(obs, 0.0)
-        carry, logits = step(carry, jnp.asarray(obs), jnp.asarray(first))
-        action, h, c, logits_o = onnx_fn(obs, h, c)
-        logits = np.asarray(logits)
-        c_jax, h_jax = (np.asarray(x) for x in carry)  # flax's carry is (c, h)
-        err = max(err, *(float(np.max(np.abs(a - b))) for a, b in ((logits, logits_o), (h_jax, h), (c_jax, c))))
-        agree.append(np.take_along_axis(logits, action[:, None], -1)[:, 0] >= logits.max(-1) - 1e-5)
-        actions.update(int(x) for x in action)
-    return {"max_abs_err": err, "action_agreement": float(np.mean(agree)), "steps": CHECK_STEPS,
-            "batch": CHECK_BATCH, "actions_seen": sorted(actions)}
-
-
-def export(a) -> int:
+def export(a, cfg: dict) -> int:
     from rlbm_jax.onnx_policy import load_checked, to_onnx
     from rlbm_jax.ppo.export import export_policy
 
-    run = Path(a.run_dir)
-    if not (run / "trained.msgpack").is_file():
-        return fail(PROG, f"{run} holds no trained.msgpack (run `{PROG} train --run-dir {run}` first)")
+    run = Path(cfg["run_dir"])
+    print(f"config: {jsonio.dumps(cfg)}")
     ppo, params, stats, seeds, updates = load_trained(run)
     interval_s = float(ppo.env_params.env.agent_interval_s)
     env_info = {"name": QUEUEPILOT.id, "reward": QUEUEPILOT.reward.name,
@@ -110,138 +75,88 @@ def export(a) -> int:
 
 
 # ---- ns-3 ------------------------------------------------------------------------------
-def parse_config(text: str) -> tuple:
-    """"N:RTT_MS:TCP" -> (N, rtt_s, tcp)."""
-    parts = text.split(":")
-    if len(parts) != 3 or parts[2] not in ("cubic", "newreno"):
-        raise ValueError(f"--configs: expected N:RTT_MS:TCP (TCP cubic or newreno), got {text!r}")
-    try:
-        n, rtt_ms = int(parts[0]), float(parts[1])
-    except ValueError:
-        raise ValueError(f"--configs: expected N:RTT_MS:TCP with integer N and numeric RTT, got {text!r}") from None
-    if n < 1 or not rtt_ms > 0:
-        raise ValueError(f"--configs: N must be >= 1 and the RTT positive, got {text!r}")
-    return n, rtt_ms / 1e3, parts[2]
+def _overrides(v: str, n: int, r: float, t: str) -> dict:
+    """The make_params overrides of classic-AQM variant `v` on configuration (n, r, t)."""
+    return qp.baseline_variants(int(make_params(**qp.config_kw(n, r, t)).buffer_pkts))[v]
 
 
-def cfg_key(cfg) -> str:
-    return f"N={cfg[0]} rtt={cfg[1] * 1e3:g}ms {cfg[2]}"
+def run_kw(a, v: str | None, cfg_: tuple) -> dict:
+    """The make_params arguments of policy `v` (a classic-AQM variant; None: the agent's
+    marker) on configuration `cfg_` (N, rtt_s, tcp), for both simulators (the TCP-model
+    choices are ours only: ns3.NOT_NS3 keeps them off ns-3's command)."""
+    return qp.config_kw(*cfg_, warmup_s=a.warmup_s, **(_overrides(v, *cfg_) if v else {}), **model_kw(a))
 
 
-def choose_variants(run: Path, given) -> tuple[dict, str]:
-    """{algorithm: variant} of the classic AQMs, and where it came from."""
-    names = list(qp.baseline_variants(100))
-    if given:
-        unknown = [v for v in given if v not in names]
-        if unknown:
-            raise ValueError(f"--variants: unknown {unknown}; choose among {names}")
-        return {qp.algorithm_of(v): v for v in given}, "--variants"
-    res = run / "results.json"
-    if res.is_file():
-        chosen = json.loads(res.read_text()).get("chosen")
-        if chosen:
-            return dict(chosen), f"the 'chosen' of {res.name} (selection seeds)"
-    return {qp.algorithm_of(v): v for v in DEFAULT_VARIANTS}, "default (no chosen variants in the run)"
+def agent_env(a, configs):
+    """The agent's env params on the first configuration (its interval: both simulators'
+    step)."""
+    sp0 = make_params(**qp.config_kw(*configs[0], warmup_s=a.warmup_s))
+    return qp.make_env(sp0, a.seconds).default_params
 
 
-def _actions_of(rows) -> list:
-    """The action index in effect in every interval (from the mark_prob column)."""
-    levels = np.asarray(MARK_LEVELS, np.float32)
-    p = np.asarray([float(r["mark_prob"]) for r in rows], np.float32)
-    return np.argmin(np.abs(p[:, None] - levels[None]), axis=1).tolist()
-
-
-def score_ns3_run(rep: dict, flows: list, rows: list, ep, warm: int, pkt_s: float) -> dict:
-    """One ns-3 run scored as the JAX evaluation scores one of its runs: the formulation's
-    reward and the steps with a drop averaged over the steps after `warm`, from ns-3's
-    interval records; utilisation, drop and mark rates and the mean queue from the
-    report (its measured window starts at warmup_s); the completion log from its flows."""
-    from rlbm_jax import ns3 as harness
-
-    r = harness.score_records(QUEUEPILOT, ep, rows)
-    rec = harness.records_to_interval(rows, 1, ep.sim.interval_log_size)
-    drops = np.asarray(rec.drops_pkts).sum(-1)
-    out = {"reward": float(np.mean(r[warm:])), "drop_steps": float(np.mean(drops[warm:] > 0)),
-           "util_wire": float(rep["util_wire"]), "drop_rate": float(rep["drop_rate"]),
-           "mark_rate": float(rep["mark_rate"]), "queue_mean_pkts": float(rep["queue_mean_pkts"]),
-           "steps": len(rows), "_pkt_s": pkt_s}
-    if rows and "mark_prob" in rows[0]:
-        acts = np.asarray(_actions_of(rows[warm:]))
-        out["action_hist"] = np.bincount(acts, minlength=len(MARK_LEVELS)) / max(len(acts), 1)
-    out["log"] = np.asarray(flows, np.float64).reshape(-1, 5)
-    out["log_count"] = len(out["log"])
-    return out
-
-
-def _score(results) -> dict:
-    out = {k: qp.mean_se([r[k] for r in results]) for k in qp.SCORE_FIELDS}
-    out["delay_ms"] = qp.mean_se([1e3 * r["queue_mean_pkts"] * r["_pkt_s"] for r in results])
-    hists = [r["action_hist"] for r in results if "action_hist" in r]
-    if hists:
-        out["action_hist"] = np.mean(hists, axis=0).round(4).tolist()
-    return out
-
-
-def _agent_score(per_seed: dict) -> dict:
-    """Each training seed's mean over its runs, then mean ± s.e. over training seeds."""
-    per = {s: _score(res) for s, res in per_seed.items()}
-    out = {k: qp.mean_se([p[k][0] for p in per.values()]) for k in (*qp.SCORE_FIELDS, "delay_ms")}
-    hists = [p["action_hist"] for p in per.values() if "action_hist" in p]
-    if hists:
-        out["action_hist"] = np.mean(hists, axis=0).round(4).tolist()
-    out["per_training_seed"] = {str(s): {k: p[k][0] for k in ("reward", "util_wire", "drop_rate", "delay_ms")}
-                                for s, p in per.items()}
-    return out
-
-
-def ns3(a, argv) -> int:
-    from rlbm_jax import ns3 as harness
-    from rlbm_jax.onnx_policy import load_checked
-
+def ns3_config(a) -> dict:
+    """What `ns3` runs: the test configurations and seeds, the trained run's seeds and the
+    exported policy of each (ONNX file and its SHA-256), the classic AQMs' variants and
+    where they were chosen, the run length and warm-up in seconds and steps at the agent's
+    interval, every simulator parameter of each policy on each configuration (`params`:
+    `params.config_record`), the jobs, the ns-3 cache's use, the JAX side and where the
+    results go."""
     run = Path(a.run_dir)
-    out = Path(a.out_dir) if a.out_dir else run / "ns3"
-    try:
-        configs = [parse_config(c) for c in a.configs]
-        if not 1 <= a.seeds <= len(qp.TEST_SEEDS):
-            raise ValueError(f"--seeds must be in 1..{len(qp.TEST_SEEDS)}, got {a.seeds}")
-        if a.jobs < 1:
-            raise ValueError(f"--jobs must be >= 1, got {a.jobs}")
-        if not (a.seconds > a.warmup_s >= 0):
-            raise ValueError(f"--seconds ({a.seconds}) must exceed --warmup-s ({a.warmup_s}) >= 0")
-        chosen, source = choose_variants(run, a.variants)
-        cfg = json.loads((run / "config.json").read_text()) if (run / "config.json").is_file() else None
-        if cfg is None:
-            raise ValueError(f"{run} holds no config.json (a training run of `{PROG} train`)")
-        train_seeds = list(cfg["seeds"])
-        steps, warm = int(round(a.seconds / qp.STEP_S)), int(round(a.warmup_s / qp.STEP_S))
-        sp0 = make_params(**qp.config_kw(*configs[0], warmup_s=a.warmup_s))
-        ep0 = qp.make_env(sp0, a.seconds).default_params
-        interval_s = float(ep0.agent_interval_s)  # whole ticks: both simulators step exactly this
-        policies = {}
-        for s in train_seeds:
-            _, onnx_path = policy_paths(run, s)
-            if not onnx_path.is_file():
-                raise ValueError(f"{onnx_path} is missing: run `{PROG} export --run-dir {run}` first")
-            fn, _ = load_checked(onnx_path, num_classes=1, agent_interval_s=interval_s, formulation=QUEUEPILOT.id)
-            policies[s] = (fn, hashlib.sha256(onnx_path.read_bytes()).hexdigest())
-    except (ValueError, KeyError) as e:
-        return fail(PROG, str(e))
-    seeds = list(qp.TEST_SEEDS[: a.seeds])
-    seconds_ns3 = steps * interval_s
+    configs = [parse_config(c) for c in a.configs]
+    if not 1 <= a.seeds <= len(qp.TEST_SEEDS):
+        raise ValueError(f"--seeds must be in 1..{len(qp.TEST_SEEDS)}, got {a.seeds}")
+    if a.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {a.jobs}")
+    if not (a.seconds > a.warmup_s >= 0):
+        raise ValueError(f"--seconds ({a.seconds}) must exceed --warmup-s ({a.warmup_s}) >= 0")
+    chosen, source = choose_variants(run, a.variants)
+    trained = qp.trained_run(run, weights=not a.no_jax)
+    steps, warm = int(round(a.seconds / qp.STEP_S)), int(round(a.warmup_s / qp.STEP_S))
+    interval_s = float(agent_env(a, configs).agent_interval_s)  # whole ticks: both simulators step exactly this
+    policies = {}
+    for s in trained["seeds"]:
+        _, onnx_path = policy_paths(run, s)
+        if not onnx_path.is_file():
+            raise ValueError(f"{onnx_path} is missing: run `{PROG} export --run-dir {run}` first")
+        policies[str(s)] = {"onnx": str(onnx_path), "sha256": hashlib.sha256(onnx_path.read_bytes()).hexdigest()}
     baselines = {"droptail": "droptail", **{alg: v for alg, v in chosen.items() if alg != "droptail"}}
     baseline_names = list(dict.fromkeys(baselines.values()))
     if a.no_fq_codel:
         baseline_names = [v for v in baseline_names if qp.algorithm_of(v) != "fq-codel"]
+    return {"run_dir": str(run), "out_dir": str(Path(a.out_dir) if a.out_dir else run / "ns3"),
+            "configs": [list(c) for c in configs], "seeds": list(qp.TEST_SEEDS[: a.seeds]),
+            "training_seeds": list(trained["seeds"]), "policies": policies, "chosen": chosen, "variant_source": source,
+            "baselines": baseline_names, "fq_codel": not a.no_fq_codel, "seconds": a.seconds, "warmup_s": a.warmup_s,
+            "steps": steps, "warmup_steps": warm, "agent_interval_s": interval_s, "seconds_ns3": steps * interval_s,
+            "jobs": a.jobs, "fresh_ns3": a.fresh_ns3, "jax": not a.no_jax, "model": model_kw(a, complete=True),
+            "params": {v or "queuepilot": {cfg_key(c): config_record(run_kw(a, v, c)) for c in configs}
+                       for v in (None, *baseline_names)}}
+
+
+def ns3(a, cfg: dict, argv) -> int:
+    from rlbm_jax.ns3 import harness
+    from rlbm_jax.onnx_policy import load_checked
+
+    run, out = Path(cfg["run_dir"]), Path(cfg["out_dir"])
+    configs = [tuple(c) for c in cfg["configs"]]
+    chosen, source, train_seeds = cfg["chosen"], cfg["variant_source"], cfg["training_seeds"]
+    steps, warm, interval_s = cfg["steps"], cfg["warmup_steps"], cfg["agent_interval_s"]
+    ep0 = agent_env(a, configs)
+    policies = {}
+    try:
+        for s in train_seeds:
+            p = cfg["policies"][str(s)]
+            fn, _ = load_checked(p["onnx"], num_classes=1, agent_interval_s=interval_s, formulation=QUEUEPILOT.id)
+            policies[s] = (fn, p["sha256"])
+    except ValueError as e:
+        return fail(PROG, str(e))
+    seeds = cfg["seeds"]
+    seconds_ns3 = cfg["seconds_ns3"]
+    baseline_names = cfg["baselines"]
     out.mkdir(parents=True, exist_ok=True)
     command = f"python scripts/queuepilot.py {' '.join(argv)}"
     (out / "command.txt").write_text(command + "\n")
     t0 = time.perf_counter()
-
-    def overrides(v, n, r, t):
-        return qp.baseline_variants(int(make_params(**qp.config_kw(n, r, t)).buffer_pkts))[v]
-
-    def kw_of(v, cfg_):  # (the TCP-model choices are ours only: ns3.NOT_NS3 keeps them off ns-3's command)
-        return qp.config_kw(*cfg_, warmup_s=a.warmup_s, **(overrides(v, *cfg_) if v else {}), **model_kw(a))
 
     def sim_of(kw):  # the simulator params the formulation scores with (the policy plays no part)
         return make_params(**kw)
@@ -257,9 +172,9 @@ def ns3(a, argv) -> int:
     wall, cached = {}, {"runs": 0, "reused": 0}
 
     def run_cells(label, v, agent=None):
-        cells = [harness.Cell(f"qp/{label}/{slug(c)}", "thesis", kw_of(v, c), seconds_ns3) for c in configs]
+        cells = [harness.Cell(f"qp/{label}/{slug(c)}", "thesis", run_kw(a, v, c), seconds_ns3) for c in configs]
         tc = time.perf_counter()
-        res = harness.run_ns3(binary, cells, seeds, a.jobs, workdir, fresh=a.fresh_ns3, agent=agent,
+        res = harness.run_ns3(binary, cells, seeds, cfg["jobs"], workdir, fresh=cfg["fresh_ns3"], agent=agent,
                               interval_s=interval_s, label=f"ns-3 {label} ")
         wall[label] = round(time.perf_counter() - tc, 1)
         cached["runs"] += len(cells) * len(seeds)
@@ -280,10 +195,10 @@ def ns3(a, argv) -> int:
     t_ns3 = time.perf_counter() - t0
 
     jax_runs = {}
-    if not a.no_jax:
+    if cfg["jax"]:
         ppo, params, stats, seeds_trained, _ = load_trained(run)
         tj = time.perf_counter()
-        runs_of = lambda v: [(kw_of(v, c), s) for c in configs for s in seeds]
+        runs_of = lambda v: [(run_kw(a, v, c), s) for c in configs for s in seeds]
 
         def split(res):
             out_ = {c: [] for c in configs}
@@ -302,9 +217,10 @@ def ns3(a, argv) -> int:
                                                                  chunk=len(configs) * len(seeds)))
         wall["jax"] = round(time.perf_counter() - tj, 1)
 
-    report = build_report(ns3_runs, jax_runs, configs, seeds, train_seeds, baseline_names, chosen, source, a,
-                          steps, warm, interval_s, seconds_ns3)
+    report = build_report(ns3_runs, jax_runs, configs, seeds, train_seeds, baseline_names, chosen, source,
+                          cfg["seconds"], cfg["warmup_s"], steps, warm, interval_s, seconds_ns3)
     report["command"] = command
+    report["config"] = cfg
     report["ns3_runs"] = {**cached, "cache": str(workdir.relative_to(run)) if workdir.is_relative_to(run) else None}
     report["wall_s"] = {"ns3": round(t_ns3, 1), **wall, "total": round(time.perf_counter() - t0, 1)}
     jsonio.write(out / "results.json", report)
@@ -312,147 +228,3 @@ def ns3(a, argv) -> int:
     print(markdown(report))
     print(f"wrote {out / 'results.json'}, {out / 'RESULTS.md'} ({fmt_s(report['wall_s']['total'])})", file=sys.stderr)
     return 0
-
-
-def build_report(ns3_runs, jax_runs, configs, seeds, train_seeds, baseline_names, chosen, source, a, steps, warm,
-                 interval_s, seconds_ns3) -> dict:
-    agent_keys = [f"queuepilot-seed{s}" for s in train_seeds]
-    policies = ["queuepilot", *baseline_names]
-
-    def scores(runs, cfgs):
-        if not runs:
-            return {}
-        out = {}
-        if all(k in runs for k in agent_keys):
-            out["queuepilot"] = _agent_score({s: [x for c in cfgs for x in runs[f"queuepilot-seed{s}"][c]]
-                                              for s in train_seeds})
-        for v in baseline_names:
-            if v in runs:
-                out[v] = _score([x for c in cfgs for x in runs[v][c]])
-        return out
-
-    def fct(runs):
-        out = {}
-        if not runs:
-            return out
-        if all(k in runs for k in agent_keys):
-            out["queuepilot"] = qp.fct_by_size([x for k in agent_keys for c in configs for x in runs[k][c]],
-                                               a.warmup_s)
-        for v in baseline_names:
-            if v in runs:
-                out[v] = qp.fct_by_size([x for c in configs for x in runs[v][c]], a.warmup_s)
-        return out
-
-    per_cfg, best = {}, {}
-    for c in configs:
-        sn, sj = scores(ns3_runs, [c]), scores(jax_runs, [c])
-        per_cfg[cfg_key(c)] = {p: {"ns3": sn.get(p), "jax": sj.get(p)} for p in policies}
-        best[cfg_key(c)] = {sim: (max(sc, key=lambda p: sc[p]["reward"][0]) if sc else None)
-                            for sim, sc in (("ns3", sn), ("jax", sj))}
-    on, oj = scores(ns3_runs, configs), scores(jax_runs, configs)
-    fn_, fj = fct(ns3_runs), fct(jax_runs)
-    per_run = {}
-    for k, runs in (("ns3", ns3_runs), ("jax", jax_runs)):
-        per_run[k] = {p: {cfg_key(c): [round(float(x["reward"]), 6) for x in runs[p][c]] for c in configs}
-                      for p in runs}
-    return {"configs": [list(c) for c in configs], "test_seeds": seeds, "training_seeds": train_seeds,
-            "seconds": a.seconds, "warmup_s": a.warmup_s, "steps": steps, "warmup_steps": warm,
-            "step_s": interval_s, "ns3_seconds": seconds_ns3, "variants": chosen, "variants_source": source,
-            "policies": policies, "per_config": per_cfg, "best_reward": best,
-            "overall": {p: {"ns3": on.get(p), "jax": oj.get(p)} for p in policies},
-            "fct_by_size": {p: {"ns3": fn_.get(p), "jax": fj.get(p)} for p in policies},
-            "reward_per_run": per_run}
-
-
-def _fmt(ms, scale=1.0, digits=3):
-    if ms is None:
-        return "n/a"
-    m, s = ms
-    if m != m:
-        return "n/a"
-    return f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}" if s == s else f"{m * scale:.{digits}f}"
-
-
-COLUMNS = (("reward", "reward", 1.0, 3), ("drop_steps", "steps with a drop", 1.0, 3),
-           ("util_wire", "utilisation", 1.0, 3), ("drop_rate", "drop rate (%)", 100.0, 3),
-           ("mark_rate", "mark rate (%)", 100.0, 2), ("delay_ms", "queueing delay (ms)", 1.0, 2))
-
-
-def _table(rows: dict, policies) -> list:
-    L = ["| policy | simulator | " + " | ".join(t for _, t, _, _ in COLUMNS) + " |",
-         "| --- | --- |" + " --- |" * len(COLUMNS)]
-    for p in policies:
-        for sim, label in (("ns3", "ns-3"), ("jax", "JAX")):
-            sc = rows[p][sim]
-            if sc is None:
-                L.append(f"| {p} | {label} |" + " n/a |" * len(COLUMNS))
-                continue
-            L.append(f"| {p} | {label} | " + " | ".join(_fmt(sc[k], f, d) for k, _, f, d in COLUMNS) + " |")
-    return L
-
-
-def markdown(rep) -> str:
-    pol = rep["policies"]
-    v = ", ".join(f"{k}: {x}" for k, x in rep["variants"].items())
-    L = ["# QueuePilot in ns-3.37 beside the JAX simulator", "",
-         f"Configurations {', '.join(cfg_key(c) for c in rep['configs'])}; test seeds {rep['test_seeds']}; "
-         f"{rep['steps']} steps of {rep['step_s'] * 1e3:.4f} ms ({rep['ns3_seconds']:.3f} s) per run, scored after "
-         f"the first {rep['warmup_steps']} steps ({rep['warmup_s']:g} s). Agent: the ONNX export of each training "
-         f"seed {rep['training_seeds']} in ns-3 (rl-mark driven in lock-step, LSTM state carried), the trained "
-         "network in JAX; mean ± s.e. over training seeds of each seed's mean. Baselines: mean ± s.e. over runs; "
-         f"classic AQM variants {v} ({rep['variants_source']}); fq-codel runs ns-3's FqCoDelQueueDisc (1024 "
-         "flow queues, quantum one MTU) with the variant's CoDel target and interval, ECN and the same buffer. Reward, steps with a drop: "
-         "from the interval records with the formulation's reward; utilisation, drop and mark rates, queueing "
-         "delay: each simulator's run summary from the warm-up on.", "",
-         f"Command: `{rep.get('command', '')}`"
-         + (f" (ns-3 runs: {rep['ns3_runs']['runs']}, of which {rep['ns3_runs']['reused']} reused from the run cache; "
-            f"wall time {rep['wall_s']['ns3']:.0f} s in ns-3, {rep['wall_s'].get('jax', 0):.0f} s in JAX)"
-            if "ns3_runs" in rep and "wall_s" in rep else ""), ""]
-    L += ["## Overall (every configuration)", ""] + _table(rep["overall"], pol)
-    for key, rows in rep["per_config"].items():
-        L += ["", f"## {key}", ""] + _table(rows, pol)
-    L += ["", "## Best mean reward per configuration", "", "| configuration | ns-3 | JAX |", "| --- | --- | --- |"]
-    for key, b in rep["best_reward"].items():
-        L.append(f"| {key} | {b['ns3'] or 'n/a'} | {b['jax'] or 'n/a'} |")
-    L += ["", "## p99 flow completion time by flow size (web-search flows started after the warm-up, pooled over "
-              "runs and configurations): ns-3 / JAX, ms (flows)", ""]
-    buckets = None
-    for p in pol:
-        for sim in ("ns3", "jax"):
-            if rep["fct_by_size"][p][sim]:
-                buckets = list(rep["fct_by_size"][p][sim])
-                break
-        if buckets:
-            break
-    if buckets:
-        L += ["| policy | " + " | ".join(buckets) + " |", "| --- |" + " --- |" * len(buckets)]
-        for p in pol:
-            cells = []
-            for b in buckets:
-                part = []
-                for sim in ("ns3", "jax"):
-                    f = rep["fct_by_size"][p][sim]
-                    x = f[b] if f else None
-                    part.append("n/a" if x is None or x["fct_p99_s"] != x["fct_p99_s"]
-                                else f"{x['fct_p99_s'] * 1e3:.0f} ({x['flows']})")
-                cells.append(" / ".join(part))
-            L.append(f"| {p} | " + " | ".join(cells) + " |")
-    same = [p for p in pol if p not in ("queuepilot", "droptail") and p in rep["reward_per_run"]["ns3"]
-            and "droptail" in rep["reward_per_run"]["ns3"]
-            and all(rep["reward_per_run"][sim].get(p) == rep["reward_per_run"][sim].get("droptail")
-                    for sim in ("ns3", "jax") if rep["reward_per_run"][sim])]
-    if same:
-        L += ["", f"{', '.join(same)} ran exactly as droptail in every run of both simulators: it never acted on "
-                  "these configurations."]
-    L += ["", "The FCT tails rest on few flows (the counts in brackets): web-search flows at load 0.1 start "
-              "under one a second."]
-    hist = [(p, rep["overall"][p][sim].get("action_hist")) for p in ("queuepilot",) for sim in ("ns3", "jax")
-            if rep["overall"][p][sim]]
-    if any(h for _, h in hist):
-        L += ["", "Agent's marking probability after the warm-up (share of steps at "
-              + ", ".join(f"{x:g}" for x in MARK_LEVELS) + "): ns-3 "
-              + str(rep["overall"]["queuepilot"]["ns3"].get("action_hist") if rep["overall"]["queuepilot"]["ns3"]
-                    else "n/a")
-              + ", JAX " + str(rep["overall"]["queuepilot"]["jax"].get("action_hist")
-                              if rep["overall"]["queuepilot"]["jax"] else "n/a") + "."]
-    return "\n".join(L) + "\n"

@@ -15,8 +15,9 @@ SYNs.  The summary compares, per reward: its ranking with the operator metrics'
 (Kendall tau per cell), how often it agrees with the operator on pairs where one
 policy serves flows better than another on every metric (within noise margins), and
 what it says of the throttling rule (class 0 the free buffer, class 1 0.25 BDP)
-against SB-naive.  Writes summary.md, per_run.csv, per_cell.csv, ranking.png and
-command.txt.
+against SB-naive.  Writes summary.md, per_run.csv, per_cell.csv, ranking.png,
+command.txt and config.json (the configuration run: `run_config`, which --print-config
+prints).
 """
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax import jsonio, scenarios
-from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, model_kw, parser
-from rlbm_jax.env import formulations, metrics as mx, tcp
-from rlbm_jax.env.params import stack_params
+from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, model_kw, parser, printed_config
+from rlbm_jax.cli.evaluate import episode_record, grid_record
+from rlbm_jax.env import backends, formulations, metrics as mx, tcp
+from rlbm_jax.env.params import make_params, stack_params
 from rlbm_jax.env.rlbm_env import RLBMEnv
 from rlbm_jax.evaluate import paired_diff
 from rlbm_jax.progress import Progress
@@ -75,6 +77,7 @@ def build_parser():
 
 
 def _runs(a):
+    """(name, buffer policy, static thresholds in BDPs, trained policy directory) of every run."""
     runs = [(b, b, None, None) for b in BASELINES]
     if not a.no_static:
         runs += [(rule_name(x, y), "static-bdp", (x, y), None) for x, y in STATIC]
@@ -113,27 +116,52 @@ def _episode_fn(env: RLBMEnv, agent):
     return episode
 
 
-def simulate(a):
-    """{run name: dict of arrays [cells, seeds, ...]} for every run."""
+def plan(a) -> tuple[dict, list, list, RLBMEnv, list, dict]:
+    """(run_config(a), the grid's cells, each cell's params, the env, the runs (`_runs`),
+    the trained policies {directory: fn}); a ValueError names a bad option or a
+    mismatched policy."""
+    from rlbm_jax.policy import load_policy
+
+    if a.seeds < 2:
+        raise ValueError("--seeds must be at least 2 (errors are over seeds)")
     grid = scenarios.thesis_grid(a.tcp, a.buffer_pkts, a.load)
     cap = max(a.buffer_pkts)
-    sims = [scenarios.thesis_params(**scenarios.thesis_cell(t, n, ld, policy="rl", queue_capacity_pkts=cap,
-                                                            **model_kw(a)))
-            for t, n, ld in grid]
+    kws = [scenarios.thesis_cell(t, n, ld, policy="rl", queue_capacity_pkts=cap, **model_kw(a)) for t, n, ld in grid]
+    sims = [make_params(**kw) for kw in kws]
     env = RLBMEnv(sims[0], formulation="RLBM-thesis-v0", agent_interval_s=0.1, episode_s=a.seconds)
+    runs = _runs(a)
+    agents = {path: load_policy(path, obs_layout=env.obs_layout, act_dim=env.num_actions) for *_, path in runs if path}
+    record = []
+    for name, policy, alpha, path in runs:
+        if path:
+            record.append({"name": name, "policy": str(path), "formulation": agents[path][1].get("formulation")})
+        else:
+            record.append({"name": name, "policy": policy, **({"alpha_bdp": list(alpha)} if alpha else {})})
+    config = {**grid_record(grid, kws, sims), "seeds": list(range(a.first_seed, a.first_seed + a.seeds)),
+              "runs": record, "formulation": env.formulation.id, "rewards": list(formulations.REWARDS),
+              **episode_record(env), "backend": a.backend or backends.default(), "out": str(a.out)}
+    return config, grid, sims, env, runs, {path: fn for path, (fn, _) in agents.items()}
+
+
+def run_config(a) -> dict:
+    """What this command runs (`--print-config` prints it; config.json records it): the
+    grid's cells and the env's parameters, the seeds, every run (its name and policy: a
+    baseline's or "static-bdp" with its thresholds in BDPs, or a trained policy's
+    directory and formulation), the formulation trained policies observe, the rewards
+    scored, the episode, the backend asked for and the output directory."""
+    return plan(a)[0]
+
+
+def simulate(env: RLBMEnv, sims, seeds, runs, agents) -> dict:
+    """{run name: dict of arrays [cells, seeds, ...]} for every run (`plan`'s)."""
     ep0 = env.default_params
-    seeds = list(range(a.first_seed, a.first_seed + a.seeds))
     keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
     out = {}
-    runs = _runs(a)
-    bar = Progress(len(runs), unit=" policies", label=f"{len(grid)} cells x {len(seeds)} seeds ")
+    bar = Progress(len(runs), unit=" policies", label=f"{len(sims)} cells x {len(seeds)} seeds ")
     bar.update(0, measure=False)
     for name, policy, alpha, path in runs:
-        agent = None
+        agent = agents.get(path)
         if policy == "rl":
-            from rlbm_jax.policy import load_policy
-
-            agent, _ = load_policy(path, obs_layout=env.obs_layout, act_dim=env.num_actions)
             cells = sims
         elif policy == "static-bdp":
             cells = [with_policy(p, "static-bdp").replace(alpha=jnp.asarray(alpha, jnp.float32)) for p in sims]
@@ -144,7 +172,7 @@ def simulate(a):
         out[name] = jax.device_get(res)
         bar.update(len(out), extra=name)
     bar.close()
-    return grid, seeds, out
+    return out
 
 
 def flow_metrics(log, count, open_flows):
@@ -350,6 +378,12 @@ def write(out_dir: Path, grid, seeds, out, per_run, per_cell, summary, pairs, a,
     return "\n".join(lines)
 
 
+def _ratio(a, b) -> float:
+    """a / b, NaN (a point left out of the plot) where b is 0 or missing: a run too short
+    for any flow to finish."""
+    return float(a) / float(b) if b and b == b else float("nan")
+
+
 def plot(path, grid, out, cell, names):
     import matplotlib
 
@@ -361,9 +395,9 @@ def plot(path, grid, out, cell, names):
         for pol in out:
             if pol == "sb-naive":
                 continue
-            x = [np.log2(cell[(pol, *g)]["p99_short"] / cell[("sb-naive", *g)]["p99_short"]) for g in grid]
+            x = [np.log2(_ratio(cell[(pol, *g)]["p99_short"], cell[("sb-naive", *g)]["p99_short"])) for g in grid]
             y = [cell[(pol, *g)][f"reward_{k}"] - cell[("sb-naive", *g)][f"reward_{k}"] for g in grid]
-            gp = [cell[(pol, *g)]["goodput_bps"] / cell[("sb-naive", *g)]["goodput_bps"] for g in grid]
+            gp = [_ratio(cell[(pol, *g)]["goodput_bps"], cell[("sb-naive", *g)]["goodput_bps"]) for g in grid]
             style = dict(marker="*", s=40, edgecolor="k", linewidth=0.5, zorder=3) if pol == THROTTLE else dict(s=8)
             ax.scatter(x, y, c=gp, cmap="RdYlGn", vmin=0.97, vmax=1.01, **style)
         ax.axhline(0, color="k", lw=0.6)
@@ -382,20 +416,21 @@ def plot(path, grid, out, cell, names):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     a = build_parser().parse_args(argv)
-    apply_backend(a)
-    if a.seeds < 2:
-        return fail(PROG, "--seeds must be at least 2 (errors are over seeds)")
-    out_dir = Path(a.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "command.txt").write_text("python scripts/reward_analysis.py " + " ".join(argv) + "\n")
-    t0 = time.perf_counter()
     try:
-        grid, seeds, out = simulate(a)
+        cfg, grid, sims, env, runs, agents = plan(a)
     except ValueError as e:
         return fail(PROG, str(e))
+    if printed_config(a, cfg):
+        return 0
+    apply_backend(a)
+    seeds = cfg["seeds"]
+    out_dir = Path(cfg["out"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "command.txt").write_text("python scripts/reward_analysis.py " + " ".join(argv) + "\n")
+    jsonio.write(out_dir / "config.json", cfg)
+    t0 = time.perf_counter()
+    out = simulate(env, sims, seeds, runs, agents)
     per_run, per_cell = tables(grid, seeds, out)
-    env = RLBMEnv(scenarios.thesis_params(policy="rl"), formulation="RLBM-thesis-v0", agent_interval_s=0.1,
-                  episode_s=a.seconds)
     n_steps, cap = int(env.default_params.max_steps_in_episode), formulations.capacity_pkts(env.default_params)
     summary, pairs = analyse(grid, seeds, per_cell, score_arrays(out, n_steps, cap))
     text = write(out_dir, grid, seeds, out, per_run, per_cell, summary, pairs, a, argv, time.perf_counter() - t0)

@@ -26,9 +26,10 @@ from pathlib import Path
 
 from rlbm_jax import jsonio, scenarios
 from rlbm_jax.cli import (MODEL_FLAGS, add_backend_arg, add_model_args, add_param_args, apply_backend, fail,
-                          name_flags, param_flags, param_kw, parser)
+                          name_flags, param_flags, param_kw, parser, printed_config)
 from rlbm_jax.devices import is_main_process
-from rlbm_jax.env import buffer, formulations, traffic
+from rlbm_jax.env import formulations, traffic
+from rlbm_jax.env.switch import buffer
 from rlbm_jax.env.params import config_record, make_params
 from rlbm_jax.simulate import AQMS, BASELINES, run_scenario, with_policy
 
@@ -83,44 +84,65 @@ def cdf_info(name_or_table) -> dict:
             "sha256": table.digest}
 
 
+def plan(a):
+    """(run_config(a), the SimParams it runs)."""
+    from rlbm_jax.env import backends
+
+    if a.seeds < 1:
+        raise ValueError("--seeds must be at least 1")
+    params, kw = params_from_args(a)
+    form = formulations.DEFAULT
+    if a.policy not in buffer.POLICY_NAMES:
+        if not Path(a.policy).exists():
+            raise ValueError(f"unknown policy {a.policy!r}: neither one of {', '.join(BASELINES + AQMS)} nor a "
+                             "directory")
+        from rlbm_jax.policy import read_policy
+
+        form = formulations.get(read_policy(a.policy)[1].get("formulation") or "")
+        params = with_policy(params, "rl")
+    return {"scenario": a.scenario, "policy": a.policy, "formulation": form.id if a.policy not in buffer.POLICY_NAMES
+            else None, "seconds": a.seconds, "seeds": list(range(a.seed_base, a.seed_base + a.seeds)),
+            "agent_interval_s": a.agent_interval_s, "backend": a.backend or backends.default(),
+            "json": a.json, "plot": a.plot, "progress": not a.no_progress, "cdf": cdf_info(kw.get("cdf", "websearch")),
+            "config": config_record(kw, params)}, params
+
+
+def run_config(a) -> dict:
+    """What this command runs (`--print-config` prints it; the output JSON holds it): the
+    scenario, the buffer policy or policy directory and its formulation, every simulator
+    parameter (`config`: `params.config_record`), the flow-size table, seeds, duration,
+    backend and outputs."""
+    return plan(a)[0]
+
+
 def main(argv=None):
     ap = build_parser()
     a = ap.parse_args(argv)
-    apply_backend(a)
     flags = {**param_flags(), "class_cap_pkts": "--buffer-pkts", "seconds": "--seconds", "seeds": "--seeds",
              "agent_interval_s": "--agent-interval-s"}
     try:
-        if a.seeds < 1:
-            raise ValueError("--seeds must be at least 1")
-        params, kw = params_from_args(a)
+        run, params = plan(a)
+        if printed_config(a, run):
+            return 0
+        apply_backend(a)
         agent, form = None, formulations.DEFAULT
-        policy_name = a.policy
-        if a.policy not in buffer.POLICY_NAMES:
-            if not Path(a.policy).exists():
-                raise ValueError(f"unknown policy {a.policy!r}: neither one of {', '.join(BASELINES + AQMS)} nor a "
-                                 "directory")
-            from rlbm_jax.policy import load_policy, read_policy
+        if run["formulation"] is not None:
+            from rlbm_jax.policy import load_policy
 
-            meta = read_policy(a.policy)[1]
-            form = formulations.get(meta.get("formulation") or "")
+            form = formulations.get(run["formulation"])
             agent, _ = load_policy(a.policy, obs_layout=form.obs_layout(params.num_classes))
-            params = with_policy(params, "rl")
-        res = run_scenario(params, seconds=a.seconds, seeds=list(range(a.seed_base, a.seed_base + a.seeds)),
-                           agent=agent, agent_interval_s=a.agent_interval_s, formulation=form,
-                           show_progress=not a.no_progress, plot_path=a.plot)
-        cdf = cdf_info(kw.get("cdf", "websearch"))
+        res = run_scenario(params, seconds=a.seconds, seeds=run["seeds"], agent=agent,
+                           agent_interval_s=a.agent_interval_s, formulation=form, show_progress=not a.no_progress,
+                           plot_path=a.plot)
     except ValueError as e:
         return fail(PROG, name_flags(str(e), flags))
-    res = {"scenario": a.scenario, "policy": policy_name, "cdf": cdf,
-           "config": config_record(kw, params),
-           **res}
+    res = {**run, **res}
     if not is_main_process():  # a multi-process run: process 0 reports for all
         return 0
     jsonio.write(a.json, res)  # strict JSON: a statistic with no sample (NaN) is written as null
     if a.json != "-":
         print(f"wrote {a.json}", file=sys.stderr)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

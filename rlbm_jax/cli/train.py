@@ -35,7 +35,8 @@ import jax
 import numpy as np
 
 from rlbm_jax import jsonio, scenarios
-from rlbm_jax.cli import MODEL_FLAGS, add_backend_arg, add_model_args, apply_backend, fail, flag_of, model_kw, name_flags, parser
+from rlbm_jax.cli import (MODEL_FLAGS, add_backend_arg, add_model_args, apply_backend, fail, flag_of, model_kw,
+                          name_flags, parser, printed_config)
 from rlbm_jax.devices import single_process_only
 from rlbm_jax.env import formulations
 from rlbm_jax.env.params import LEGACY_TCP_MODEL, TCP_NAMES
@@ -98,9 +99,10 @@ def build_parser():
     g.add_argument("--action-map", default=d.action_map, help="how the Gaussian's output becomes the env's action "
                    "(rlbm_jax.policy: tanh01, clip01, exp2, pow2, bdp, or none)")
     g.add_argument("--init-log-std", type=float, default=d.init_log_std, help="initial log std of the Gaussian")
-    g.add_argument("--init-action", type=float, nargs="+", default=d.init_action,
+    g.add_argument("--init-action", type=float, nargs="+", default=None,
                    help="the untrained policy's action: alpha, or with --action-map bdp the threshold in BDPs; "
-                        "one value, or one per class (rlbm_jax.ppo.THESIS_PPO)")
+                        f"one value, or one per class; unset: {list(d.init_action)} (rlbm_jax.ppo.THESIS_PPO) for "
+                        "the default Gaussian action with the bdp map, none otherwise")
     return ap
 
 
@@ -116,11 +118,14 @@ def _one_or_tuple(v):
 
 
 def config_from_args(a) -> tuple[PPOConfig, dict]:
+    init_action = a.init_action
+    if init_action is None and a.action == "gaussian" and a.action_map == THESIS_PPO["action_map"]:
+        init_action = THESIS_PPO["init_action"]  # the default's starting thresholds
     cfg = PPOConfig(num_envs=a.num_envs, num_steps=a.num_steps, total_updates=a.updates,
                     update_epochs=a.update_epochs, num_minibatches=a.num_minibatches, lr=a.lr, gamma=a.gamma,
                     gae_lambda=a.gae_lambda, clip_eps=a.clip_eps, ent_coef=a.ent_coef, network=a.network,
                     hidden=tuple(a.hidden), action=a.action, action_map=a.action_map,
-                    init_log_std=a.init_log_std, init_action=_one_or_tuple(a.init_action)).validate()
+                    init_log_std=a.init_log_std, init_action=_one_or_tuple(init_action)).validate()
     env_cfg = dict(env=a.env, reward=a.reward, buffer_pkts=list(a.buffer_pkts), buffer_dist=a.buffer_dist,
                    load=list(a.load), tcp=list(a.tcp), episode_s=a.episode_s, agent_interval_s=a.agent_interval_s,
                    pkts_per_tick=a.pkts_per_tick, **model_kw(a, complete=True))
@@ -208,27 +213,54 @@ def _flags(ap) -> dict:
     return flags
 
 
+def plan(a) -> tuple[dict, PPOConfig, dict]:
+    """(run_config(a), the PPO config, the env config) of the run: from the options, or
+    with --resume from the run directory's config.json."""
+    from rlbm_jax.env import backends
+
+    if a.num_seeds < 1 or a.checkpoint_every < 1:
+        raise ValueError("--num-seeds and --checkpoint-every must be >= 1")
+    run = Path(a.run_dir)
+    if a.resume:
+        if not (run / "config.json").is_file():
+            raise ValueError(f"nothing to resume in {run}: it has no config.json (start the run without --resume)")
+        saved = json.loads((run / "config.json").read_text())
+        cfg = PPOConfig.from_dict(saved["ppo"])
+        env_cfg, seed, num_seeds = saved["env"], saved["seed"], saved["num_seeds"]
+    else:
+        cfg, env_cfg = config_from_args(a)
+        seed, num_seeds = a.seed, a.num_seeds
+    record = {"ppo": cfg.to_dict(), "env": env_cfg, "seed": seed, "num_seeds": num_seeds,
+              "backend_asked": a.backend or backends.default(), "run_dir": str(run), "resume": a.resume,
+              "checkpoint_every": a.checkpoint_every, "stop_after": a.stop_after, "warn_after_min": a.warn_after_min,
+              "progress": not a.no_progress}
+    return record, cfg, env_cfg
+
+
+def run_config(a) -> dict:
+    """What this command runs (`--print-config` prints it; config.json holds it, with the
+    backend that ran): the PPO config, the env config (formulation, reward, the randomised
+    scenario's ranges, every TCP-model choice), the training seeds, the run directory and
+    its checkpointing."""
+    return plan(a)[0]
+
+
 def main(argv=None):
     ap = build_parser()
     a = ap.parse_args(argv)
+    try:
+        record, cfg, env_cfg = plan(a)
+    except ValueError as e:
+        return fail(PROG, name_flags(str(e), _flags(ap)))
+    if printed_config(a, record):
+        return 0
     backend = apply_backend(a)
     if refusal := single_process_only(PROG):
         return fail(PROG, refusal)
     run = Path(a.run_dir)
-    fresh_after_resume = False
     try:
-        if a.num_seeds < 1 or a.checkpoint_every < 1:
-            raise ValueError("--num-seeds and --checkpoint-every must be >= 1")
-        if a.resume:
-            if not (run / "config.json").is_file():
-                raise ValueError(f"nothing to resume in {run}: it has no config.json (start the run without --resume)")
-            saved = json.loads((run / "config.json").read_text())
-            cfg = PPOConfig.from_dict(saved["ppo"])
-            env_cfg, seed, num_seeds = saved["env"], saved["seed"], saved["num_seeds"]
-            fresh_after_resume = Checkpointer.latest_in(run / "checkpoints") is None
-        else:
-            cfg, env_cfg = config_from_args(a)
-            seed, num_seeds = a.seed, a.num_seeds
+        seed, num_seeds = record["seed"], record["num_seeds"]
+        fresh_after_resume = a.resume and Checkpointer.latest_in(run / "checkpoints") is None
         env, env_params = make_env(env_cfg)
         ppo = PPO(env, env_params, cfg)  # refuses a config this env cannot take (e.g. init_action's length)
         note = memory.check(ppo, num_seeds)  # refuses a run too large for the device, before compiling
@@ -243,8 +275,7 @@ def main(argv=None):
         if (run / "checkpoints").exists():
             shutil.rmtree(run / "checkpoints")
         # "backend": the tick that runs (jax or native); "backend_asked": --backend (or auto)
-        jsonio.write(run / "config.json", {"ppo": cfg.to_dict(), "env": env_cfg, "seed": seed, "num_seeds": num_seeds,
-                                           "backend": ran, "backend_asked": backend})
+        jsonio.write(run / "config.json", {**record, "backend": ran})
 
     keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
     t0 = time.perf_counter()

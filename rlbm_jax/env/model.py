@@ -183,12 +183,12 @@ def _native_tcps():
 
 
 def _policy_names():
-    from rlbm_jax.env import buffer
+    from rlbm_jax.env.switch import buffer
     return buffer.POLICY_NAMES
 
 
 def _native_policies():
-    from rlbm_jax.env import buffer
+    from rlbm_jax.env.switch import buffer
     return buffer.native_policies()
 
 

@@ -82,7 +82,7 @@ class SimParams:
     hystart_delay_max_s: jnp.ndarray  # []
     ecn: jnp.ndarray  # [] bool: senders mark data ECT and react to echoed CE marks (RFC 3168; always with DCTCP)
     dctcp_g: jnp.ndarray  # [] DCTCP: weight of a window's marked fraction in alpha (ns-3 DctcpShiftG)
-    # ---- AQM (the policy's `aqm`, rlbm_jax.env.disciplines; ns-3.37 queue-disc names) --
+    # ---- AQM (the policy's `aqm`, rlbm_jax.env.switch.disciplines; ns-3.37 queue-disc names) --
     red_min_th_pkts: jnp.ndarray  # [] RED/ARED: average queue where early drops start
     red_max_th_pkts: jnp.ndarray  # [] ... where the probability reaches max_p (gentle: rises to 1 at 2x)
     red_max_p: jnp.ndarray  # [] ... drop probability at max_th (ARED's starting value)
@@ -116,7 +116,7 @@ class SimParams:
     delay_line_ticks: int = struct.field(pytree_node=False, default=64)
     completion_log_size: int = struct.field(pytree_node=False, default=1024)
     interval_log_size: int = struct.field(pytree_node=False, default=16)  # finished flows an agent interval lists
-    # per-flow queues (rlbm_jax.env.flowqueue, FQ-CoDel): runs each flow slot's ring holds; 0
+    # per-flow queues (rlbm_jax.env.switch.flowqueue, FQ-CoDel): runs each flow slot's ring holds; 0
     # allocates none (policies without per-flow queues), and the tick then leaves their code out
     flow_queue_capacity_pkts: int = struct.field(pytree_node=False, default=0)
     # the run's model choices, ((name, value), ...) for every choice `model` declares (a batch
@@ -192,7 +192,7 @@ def resolve(**kw) -> dict:
     """Every declared parameter (`model.PARAMS`) of a run: `kw` over the declared defaults,
     checked (a ValueError names the parameter), with the derived defaults filled in: the
     shared buffer, the ring sizes, the policy's alphas, RED's thresholds, the delay line."""
-    from rlbm_jax.env import buffer  # local: buffer imports nothing from here
+    from rlbm_jax.env.switch import buffer  # local: buffer imports nothing from here
 
     model.check_names(kw)
     r = {**model.DEFAULTS, **kw}
@@ -282,7 +282,7 @@ def make_params(**kw) -> SimParams:
 
     `buffer_per_class_pkts` is each class's FIFO cap (a list gives one per class);
     the shared buffer `buffer_pkts` defaults to their sum, as in the thesis.
-    `policy` is a name from `rlbm_jax.env.buffer.POLICY_NAMES`.  The AQM parameters
+    `policy` is a name from `rlbm_jax.env.switch.buffer.POLICY_NAMES`.  The AQM parameters
     take ns-3.37's queue-disc defaults; RED's thresholds and weight left as None are
     ns-3's (5, 15, 0.002), or for "ared" its automatic ones (`ared_defaults`).
     `flow_queue_capacity_pkts` (static) sizes the per-flow queues of a policy that has them
@@ -307,7 +307,7 @@ def rederive(p: SimParams, *extra_choices) -> SimParams:
     model choices (`choices_of`, with `extra_choices` records joined, e.g. the values a traced
     draw may take) and the per-flow queues' ring.  Whatever edits leaves by hand calls this,
     so that no backend runs params whose record understates what they ask for."""
-    from rlbm_jax.env import buffer
+    from rlbm_jax.env.switch import buffer
 
     names = {buffer.POLICY_NAMES[int(i)] for i in np.unique(np.asarray(p.policy_id).reshape(-1))}
     buf = int(np.max(np.asarray(p.buffer_pkts)))
@@ -352,7 +352,7 @@ def validate(params: SimParams) -> None:
         raise ValueError(f"class_cap_pkts must be positive, got {leaves['class_cap_pkts'].tolist()}")
     if np.any(leaves["class_cap_pkts"] > params.queue_capacity_pkts):
         raise ValueError("class_cap_pkts exceeds queue_capacity_pkts (the static ring size)")
-    from rlbm_jax.env import buffer
+    from rlbm_jax.env.switch import buffer
     for c in model.CHOICES:  # every choice's leaf holds one of its declared values (an index, or the value)
         codes = [int(v) for v in c.values()] if c.keeps_value or c.kind == "bool" else range(len(c.values()))
         if not np.all(np.isin(leaves[c.field].astype(np.int64), list(codes))):
@@ -380,7 +380,7 @@ def flow_queue_capacity(policy: str, buffer_pkts: int, requested: int | None = N
     """The static `flow_queue_capacity_pkts` of a run of `policy` with a shared buffer of
     `buffer_pkts`: `requested` (checked), else buffer_pkts + 1 for a policy with per-flow
     queues and 0 for one without."""
-    from rlbm_jax.env import buffer
+    from rlbm_jax.env.switch import buffer
 
     need = buffer.needs_flow_queues(policy)
     if requested is None:

@@ -34,7 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rlbm_jax.env import buffer, disciplines, flowqueue, metrics as mx, queue as qm, scheduler, tcp, traffic
+from rlbm_jax.env import metrics as mx, tcp, traffic
+from rlbm_jax.env.switch import buffer, disciplines, flowqueue, queue as qm, scheduler
 from rlbm_jax.env.params import SimParams
 
 # Fields of a delay-line record: the queue's run record (FLOW, COUNT, NRETX, TX0, ENQ, NSPUR, NCE).

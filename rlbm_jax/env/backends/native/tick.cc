@@ -5,7 +5,7 @@
 // only the flows that have work in a tick are touched.  One call runs `n_ticks` ticks
 // of every env of the batch; the state lives in two flat buffers (int32 and float32)
 // whose layout, like the parameters', is generated from the Python structures
-// (layout.h, written by rlbm_jax/env/native/__init__.py), so a field added there
+// (layout.h, written by rlbm_jax/env/backends/native/__init__.py), so a field added there
 // without its use here fails to compile rather than to agree.
 //
 // Floating-point: every float expression follows the JAX tick's operations in float32

@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rlbm_jax.env import flowqueue
+from rlbm_jax.env.switch import flowqueue
 
 
 class Hits(NamedTuple):

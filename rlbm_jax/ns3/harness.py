@@ -1,7 +1,7 @@
 """The ns-3.37 reference: build the scenario, run it on our cells and seeds (cached),
 read its interval records, and drive its rl buffer policy from a policy in this process.
 
-The scenario (`rlbm_jax/ns3data/rlbm_scenario.cc`, built by `rlbm_jax/ns3data/build.sh`;
+The scenario (`rlbm_jax/ns3/scenario/rlbm_scenario.cc`, built by `rlbm_jax/ns3/scenario/build.sh`;
 both ship with the package as data) takes `make_params`'s names as options, so a
 scenario dict (`rlbm_jax.scenarios`) configures both simulators.  Poisson cells are fed
 exactly the flows our simulator starts for the seed (`write_schedule` -> `--flows_in`),
@@ -44,7 +44,7 @@ from rlbm_jax.env.params import make_params
 from rlbm_jax.progress import Progress
 
 # the scenario's source and build script, package data (the build goes to build/ beside them)
-NS3_DIR = Path(str(resources.files("rlbm_jax") / "ns3data"))
+NS3_DIR = Path(str(resources.files("rlbm_jax.ns3") / "scenario"))
 BUILD = NS3_DIR / "build.sh"
 SOURCE = NS3_DIR / "rlbm_scenario.cc"
 # record fields the scenario writes (the rest of metrics.INTERVAL_FIELDS follow from `flows`)
@@ -56,7 +56,7 @@ KNOB_ORDER = ("class_alpha", "mark_prob")
 def repo_root() -> Path:
     """The directory that holds the package (the checkout's root with `pip install -e .`);
     the commands a run records name the files under it by their path relative to it."""
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 @dataclasses.dataclass

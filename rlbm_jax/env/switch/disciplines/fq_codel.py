@@ -38,11 +38,11 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rlbm_jax.env import flowqueue
-from rlbm_jax.env.disciplines.base import Discipline, FlowDeparture
-from rlbm_jax.env.disciplines.codel import CodelVars, codel_step
-from rlbm_jax.env.flowqueue import Drops, merge_drops
-from rlbm_jax.env.queue import ENQ, NCE, RUN_FIELDS
+from rlbm_jax.env.switch import flowqueue
+from rlbm_jax.env.switch.disciplines.base import Discipline, FlowDeparture
+from rlbm_jax.env.switch.disciplines.codel import CodelVars, codel_step
+from rlbm_jax.env.switch.flowqueue import Drops, merge_drops
+from rlbm_jax.env.switch.queue import ENQ, NCE, RUN_FIELDS
 
 INACTIVE, NEW, OLD = 0, 1, 2
 DROP_BATCH_PKTS = 64  # ns-3.37 FqCoDelQueueDisc DropBatchSize

@@ -3,9 +3,9 @@
 marker (`mark`) and FQ-CoDel over the per-flow queues (`fq_codel`), registered by name in
 `registry` (its order gives the ids).  See `base` for the hooks and how a new discipline
 is added."""
-from rlbm_jax.env.disciplines.base import (Discipline, FlowDeparture, Hits, hits_below, independent_hits,
+from rlbm_jax.env.switch.disciplines.base import (Discipline, FlowDeparture, Hits, hits_below, independent_hits,
                                            no_hits)
-from rlbm_jax.env.disciplines.registry import (DISCIPLINES, NONE, States, by_name, enqueue_flows, flag, index,
+from rlbm_jax.env.switch.disciplines.registry import (DISCIPLINES, NONE, States, by_name, enqueue_flows, flag, index,
                                                init, names, on_dequeue, on_enqueue, on_tick_end, owners)
 
 __all__ = ["DISCIPLINES", "Discipline", "FlowDeparture", "Hits", "NONE", "States", "by_name", "enqueue_flows",

@@ -19,7 +19,7 @@ import dataclasses
 import jax.numpy as jnp
 from flax import struct
 
-from rlbm_jax.env.disciplines.base import Discipline, Hits
+from rlbm_jax.env.switch.disciplines.base import Discipline, Hits
 
 # ns-3.37 RedQueueDisc's adaptive max_p (AdaptMaxP): at an arrival at least `interval`
 # after its last change, max_p shrinks by beta when the average sits in the lower 40 % of

@@ -91,6 +91,20 @@ def make_ppo(ppo_cfg: dict, episode_s: float = EPISODE_S):
     return PPO(env, env_params, cfg), cfg
 
 
+def trained_run(run: Path, weights: bool = True) -> dict:
+    """The config.json of the training run in `run` (a ValueError when it holds none, or,
+    with `weights`, no trained.msgpack)."""
+    if weights and not (run / "trained.msgpack").is_file():
+        raise ValueError(f"{run} holds no trained.msgpack (run `queuepilot.py train --run-dir {run}` first)")
+    if not (run / "config.json").is_file():
+        raise ValueError(f"{run} holds no config.json (a training run of `queuepilot.py train`)")
+    cfg = json.loads((run / "config.json").read_text())
+    missing = [k for k in ("ppo", "episode_s", "seeds") if k not in cfg]
+    if missing:
+        raise ValueError(f"{run / 'config.json'} lacks {', '.join(missing)} (a training run of `queuepilot.py train`)")
+    return cfg
+
+
 def load_trained(run: Path):
     """(ppo, params [seeds], obs_stats [seeds], seeds, updates) of a training run: the
     trainer rebuilt from its config.json, the networks from its trained.msgpack."""

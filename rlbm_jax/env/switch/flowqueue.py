@@ -23,7 +23,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from flax import struct
 
-from rlbm_jax.env.queue import COUNT, ENQ, FLOW, NCE, NRETX, NSPUR, RUN_FIELDS, TX0
+from rlbm_jax.env.switch.queue import COUNT, ENQ, FLOW, NCE, NRETX, NSPUR, RUN_FIELDS, TX0
 
 
 @struct.dataclass

@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 from jax.tree_util import GetAttrKey
 
-from rlbm_jax.env import flowqueue
-from rlbm_jax.env.disciplines import codel, fq_codel, mark, pie, red
-from rlbm_jax.env.disciplines.base import Discipline, FlowDeparture, Hits
+from rlbm_jax.env.switch import flowqueue
+from rlbm_jax.env.switch.disciplines import codel, fq_codel, mark, pie, red
+from rlbm_jax.env.switch.disciplines.base import Discipline, FlowDeparture, Hits
 
 NONE = Discipline(name="none")  # the policy's thresholds alone
 DISCIPLINES = (NONE, red.RED, red.ARED, pie.PIE, codel.CODEL, mark.MARK, fq_codel.FQ_CODEL)

@@ -9,7 +9,7 @@ import dataclasses
 import jax.numpy as jnp
 from flax import struct
 
-from rlbm_jax.env.disciplines.base import Discipline, Hits, independent_hits
+from rlbm_jax.env.switch.disciplines.base import Discipline, Hits, independent_hits
 
 # PIE's burst states (ns-3.37 PieQueueDisc)
 NO_BURST, IN_BURST_PROTECTING, IN_BURST = 0, 1, 2

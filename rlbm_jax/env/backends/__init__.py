@@ -2,7 +2,7 @@
 
 A backend advances a batch of `SimState`s by n ticks of the model `SimParams` describe and
 returns the same state the reference would.  `jax` (`sim.tick` in a `lax.scan`) is the
-reference and implements every declared value; `native` (`rlbm_jax.env.native`, the same
+reference and implements every declared value; `native` (`rlbm_jax.env.backends.native`, the same
 tick in C++) implements what `model.PARAMS` lists for it.  Which values a backend
 implements is declared once, in the model, and read here:
 
@@ -52,13 +52,13 @@ def _jax_run(state, params, num_ticks):
 
 
 def _native_run(state, params, num_ticks):
-    from rlbm_jax.env import native
+    from rlbm_jax.env.backends import native
 
     return native.run(state, params, num_ticks)
 
 
 def _native_available(warn: bool = False) -> bool:
-    from rlbm_jax.env import native
+    from rlbm_jax.env.backends import native
 
     return native.available(warn=warn)
 

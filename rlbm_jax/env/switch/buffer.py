@@ -8,7 +8,7 @@ time (`lax.switch`), so a batch of simulators can mix policies.  A new policy
 plugs in with `register_policy` and nothing else changes.
 
 A policy may also name a queueing discipline (`Policy.aqm`, a name of the registry
-`rlbm_jax.env.disciplines`) that drops or marks packets below its thresholds; "red",
+`rlbm_jax.env.switch.disciplines`) that drops or marks packets below its thresholds; "red",
 "ared", "pie" and "codel" are the droptail limit (each class's FIFO cap within the shared
 buffer) with that AQM in front; "rl-mark" the droptail limit with a marker whose
 probability an agent sets (ECN only).  "fq-codel" queues each flow apart
@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.env.disciplines import registry as disciplines
+from rlbm_jax.env.switch.disciplines import registry as disciplines
 
 
 class BufferView(NamedTuple):
@@ -98,7 +98,7 @@ DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
 DEFAULT_AQM = {p.name: p.aqm for p in _REGISTRY}
 
 
-# disciplines that queue each flow apart (rlbm_jax.env.flowqueue): they own departure
+# disciplines that queue each flow apart (rlbm_jax.env.switch.flowqueue): they own departure
 FLOW_QUEUE_AQMS = tuple(d.name for d in disciplines.DISCIPLINES if d.owns_departure)
 
 

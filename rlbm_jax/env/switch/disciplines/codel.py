@@ -9,7 +9,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from flax import struct
 
-from rlbm_jax.env.disciplines.base import Discipline
+from rlbm_jax.env.switch.disciplines.base import Discipline
 
 # ns-3.37 CoDelQueueDisc MinBytes: no drop while less than this is queued
 CODEL_MIN_BYTES = 1500.0

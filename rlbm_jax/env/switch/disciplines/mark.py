@@ -10,7 +10,7 @@ import dataclasses
 import jax.numpy as jnp
 from flax import struct
 
-from rlbm_jax.env.disciplines.base import Discipline, Hits, independent_hits
+from rlbm_jax.env.switch.disciplines.base import Discipline, Hits, independent_hits
 
 
 @struct.dataclass

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the ns-3.37 reference scenario.
 #
-#   rlbm_jax/ns3data/build.sh [OUTPUT_BINARY]
+#   rlbm_jax/ns3/scenario/build.sh [OUTPUT_BINARY]
 #
 # Default output: build/rlbm_scenario next to this script.  Needs ns-3.37's
 # development files (Debian's libns3-dev) and pkg-config: the source tree's
