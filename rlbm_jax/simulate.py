@@ -68,6 +68,15 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
         raise ValueError(f"agent_interval_s must be a positive finite number, got {agent_interval_s!r}")
     if len(seeds) == 0:
         raise ValueError("seeds: need at least one seed")
+    name = backends.resolve(None, params)
+    if not backends.BACKENDS[name].ticks:
+        if agent is not None:
+            raise ValueError(f"the {name} backend drives no agent: a policy directory needs a packet backend "
+                             "(--backend jax or native)")
+        if plot_path is not None:
+            raise ValueError(f"the {name} backend draws no run yet: --plot needs a packet backend (--backend jax "
+                             "or native)")
+        return _run_fluid(params, seconds, seeds)
     check_memory(params, len(seeds))
     keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
     t_start = time.perf_counter()
@@ -149,6 +158,41 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
                sim_seconds_per_wall_s=sum(r["sim_seconds"] for r in per_seed) / max(run_s, 1e-9),
                seeds=[int(s) for s in seeds], std=std, per_seed=per_seed)
     return out
+
+
+# the report fields the fluid model gives (the rest of `metrics.summarize`'s are null), and
+# its own: the time-averages of the mean window and RTT
+FLUID_FIELDS = ("util_wire", "goodput_bps", "drop_rate", "mark_rate", "queue_mean_pkts", "probe_rtt_mean_s",
+                "measured_s")
+
+
+def _run_fluid(params: SimParams, seconds: float, seeds: Sequence[int]) -> dict:
+    """`run_scenario` on the fluid backend: one deterministic run (the long flows start at
+    the quantiles of the packet simulator's start times, so every seed gives it), reported
+    in the packet report's fields where the fluid model has them, null where it has none
+    (`not_modelled`: flow completions, timeouts, retransmissions, the queue's tail)."""
+    from rlbm_jax.env.backends import fluid
+
+    t0 = time.perf_counter()
+    out = jax.jit(lambda p: fluid.summary(p, seconds, warmup_s=float(params.warmup_s),
+                                          config=fluid.configure(params)))(params)
+    out = {k: float(v) for k, v in out.items()}
+    run_s = time.perf_counter() - t0
+    rep = {"util_wire": out["util_wire"], "drop_rate": out["drop_rate"], "mark_rate": out["mark_rate"],
+           "queue_mean_pkts": out["queue_mean_pkts"], "probe_rtt_mean_s": out["rtt_mean_s"],
+           "goodput_bps": out["delivered_pkts"] * float(params.mss_bytes) * 8.0 / max(out["measured_s"], 1e-12),
+           "measured_s": out["measured_s"], "window_mean_pkts": out["window_mean_pkts"],
+           "delay_clipped_s": out["delay_clipped_s"]}
+    packet_fields = jax.eval_shape(lambda m: mx.summarize(m, params), mx.init_metrics(
+        params.num_classes, params.queue_capacity_pkts, params.completion_log_size))
+    not_modelled = [k for k in packet_fields if k not in rep]
+    rep.update({k: None for k in not_modelled})
+    per_seed = [{**rep, "seed": int(s), "sim_seconds": float(seconds)} for s in seeds]
+    return {**rep, "tail": None, "series": None, "devices": 1, "backend": "fluid", "not_modelled": not_modelled,
+            "wall_s": run_s, "run_s": run_s, "compile_s": None,
+            "sim_seconds_per_wall_s": len(seeds) * seconds / max(run_s, 1e-9), "seeds": [int(s) for s in seeds],
+            "std": {k: (0.0 if rep[k] is not None else None) for k in rep}, "per_seed": per_seed,
+            "deterministic": True}
 
 
 def check_memory(params: SimParams, num_seeds: int, what: str = "seeds") -> None:

@@ -160,13 +160,18 @@ def model_kw(a, complete: bool = False) -> dict:
     return out
 
 
-def add_backend_arg(ap) -> None:
-    """--backend: which tick runs the simulator (`apply_backend` sets it)."""
+def add_backend_arg(ap, whole_scenarios: bool = False) -> None:
+    """--backend: which engine runs the simulator (`apply_backend` sets it).  Only scripts
+    that run whole scenarios (`whole_scenarios`: simulate.py, bench_env.py) offer a backend
+    that does not advance the packet tick (fluid); the others drive the tick."""
     from rlbm_jax.env import backends
 
-    ap.add_argument("--backend", choices=list(backends.NAMES), default=None,
+    names = [n for n in backends.NAMES if whole_scenarios or n == "auto" or backends.BACKENDS[n].ticks]
+    extra = ", fluid (the fluid model of long-lived flows: differentiable, no flow completions)" \
+        if "fluid" in names else ""
+    ap.add_argument("--backend", choices=names, default=None,
                     help="the simulator's tick: native (C++, compiled on first use), jax (the reference), or auto "
-                         "(native where it can run); unset: $RLBM_JAX_BACKEND, else auto")
+                         f"(native where it can run){extra}; unset: $RLBM_JAX_BACKEND, else auto")
 
 
 def apply_backend(a) -> str:

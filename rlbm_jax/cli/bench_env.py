@@ -20,11 +20,12 @@ import sys
 import time
 
 import jax
+import numpy as np
 
 from rlbm_jax import jsonio, scenarios
 from rlbm_jax.ns3 import harness as ns3
-from rlbm_jax.cli import (add_backend_arg, add_model_args, apply_backend, fail, model_kw, name_flags, parser,
-                          printed_config)
+from rlbm_jax.cli import (add_backend_arg, add_model_args, apply_backend, fail, model_kw, name_flags, param_flags,
+                          parser, printed_config)
 from rlbm_jax.devices import batched, env_sharding, is_main_process
 from rlbm_jax.simulate import check_memory
 from rlbm_jax.env import backends, sim
@@ -54,7 +55,36 @@ def ns3_reference(name: str, seconds: float, seed: int = 1, **model) -> dict:
     return ns3.time_ns3(ns3_cell(name, seconds, **model), seed, binary=ns3.build_ns3())
 
 
+def bench_fluid(params, num_envs: int, seconds: float, repeats: int = REPEATS):
+    """`bench` on the fluid backend: `num_envs` runs of `seconds` (each its own bottleneck
+    rate, within 1 % of the scenario's) through `fluid.summary`, vmapped over the devices;
+    "ticks" are its integration steps."""
+    import jax.numpy as jnp
+
+    from rlbm_jax.env.backends import fluid
+
+    rates = float(params.bottleneck_rate_bps) * (1 + 0.01 * jnp.linspace(-1, 1, num_envs))
+    cfg = fluid.configure(params, overrides={"bottleneck_rate_bps": np.asarray(rates)})  # its step and rings
+    run = batched(lambda r: fluid.summary(params, seconds, warmup_s=0.0, config=cfg,
+                                          overrides={"bottleneck_rate_bps": r})["util_wire"], num_envs)
+    t0 = time.perf_counter()
+    compiled = run.lower(rates).compile()
+    compile_s = time.perf_counter() - t0
+    jax.block_until_ready(compiled(rates))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(rates))
+        best = min(best, time.perf_counter() - t0)
+    n = fluid.steps_for(seconds, cfg)
+    return {"num_envs": num_envs, "pkts_per_tick": params.pkts_per_tick, "ticks": n,
+            "sim_seconds_per_wall_s": num_envs * seconds / best, "env_ticks_per_s": num_envs * n / best,
+            "wall_s": best, "compile_s": compile_s, "devices": len(env_sharding(num_envs).device_set)}
+
+
 def bench(params, num_envs: int, seconds: float, repeats: int = REPEATS):
+    if not backends.BACKENDS[backends.resolve(None, params)].ticks:
+        return bench_fluid(params, num_envs, seconds, repeats)
     n = sim.ticks_for(seconds, params)
     keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
     state = batched(lambda k: sim.init(k, params), num_envs)(keys)
@@ -88,7 +118,7 @@ def build_parser():
     ap.add_argument("--ns3-seconds", type=float, default=20.0, help="simulated seconds of the ns-3 run (its speed follows its realised load: "
                     "a 20 s thesis run holds about 10 flows, so it varies with the seed; longer runs average it)")
     add_model_args(ap)
-    add_backend_arg(ap)
+    add_backend_arg(ap, whole_scenarios=True)
     return ap
 
 
@@ -103,6 +133,8 @@ def plan(a):
         kw = scenario_kw(a.scenario, pkts_per_tick=k, **model_kw(a))
         params[k] = make_params(**kw)
         config.append(config_record(kw, params[k]))
+        if (a.backend or backends.default()) != "auto":
+            backends.resolve(a.backend, params[k])  # a named backend that cannot run it is refused by name
     ns3_run = None
     if a.ns3:
         cell = ns3_cell(a.scenario, a.ns3_seconds, **model_kw(a))
@@ -124,7 +156,7 @@ def run_config(a) -> dict:
 
 def main(argv=None):
     a = build_parser().parse_args(argv)
-    flags = {"num_envs": "--num-envs", "pkts_per_tick": "--pkts-per-tick"}
+    flags = {**param_flags(), "num_envs": "--num-envs", "pkts_per_tick": "--pkts-per-tick"}
     try:
         cfg, params = plan(a)
     except ValueError as e:

@@ -47,7 +47,7 @@ def build_parser():
     # one option per declared simulator parameter (rlbm_jax.env.model), the TCP model's last
     add_param_args(ap, exclude=(*SCENARIO_ONLY, *MODEL_FLAGS))
     add_model_args(ap)
-    add_backend_arg(ap)
+    add_backend_arg(ap, whole_scenarios=True)
     g = ap.add_argument_group("run")
     g.add_argument("--seconds", type=float, default=60.0, help="simulated seconds per seed")
     g.add_argument("--seeds", type=int, default=4, help="number of seeds")
@@ -100,6 +100,8 @@ def plan(a):
 
         form = formulations.get(read_policy(a.policy)[1].get("formulation") or "")
         params = with_policy(params, "rl")
+    if (a.backend or backends.default()) != "auto":
+        backends.resolve(a.backend, params)  # a named backend that cannot run it is refused by name
     return {"scenario": a.scenario, "policy": a.policy, "formulation": form.id if a.policy not in buffer.POLICY_NAMES
             else None, "seconds": a.seconds, "seeds": list(range(a.seed_base, a.seed_base + a.seeds)),
             "agent_interval_s": a.agent_interval_s, "backend": a.backend or backends.default(),

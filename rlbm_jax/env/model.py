@@ -213,7 +213,7 @@ PARAMS: tuple[Param, ...] = (
     Param("bottleneck_delay_s", "topology", "float", 10e-3, "switch -> sink one-way propagation delay (s)", **NONNEG),
     # ---- buffer -------------------------------------------------------------------------
     Param("num_classes", "buffer", "int", 2, "priority classes at the bottleneck (one FIFO each)", lo=1,
-          static=True, flag="--classes", backends={"native": 16}),
+          static=True, flag="--classes", backends={"native": 16, "fluid": 1}),
     Param("buffer_per_class_pkts", "buffer", "ints", 100, "FIFO cap of each class (one value, or one per class)",
           lo=1, leaf="class_cap_pkts", flag="--buffer-pkts", ns3="class_cap_pkts"),
     Param("buffer_pkts", "buffer", "int", None, "shared buffer size B of all classes (packets)", lo=1,
@@ -221,7 +221,7 @@ PARAMS: tuple[Param, ...] = (
     Param("queue_capacity_pkts", "buffer", "int", None, "ring size of each class FIFO (static; >= every class cap)",
           lo=1, static=True, derived="the largest class cap", ns3=""),
     Param("policy", "buffer", "choice", "sb-naive", "buffer policy (thresholds, AQM or discipline)",
-          choices=_policy_names, backends={"native": _native_policies}),
+          choices=_policy_names, backends={"native": _native_policies, "fluid": ("droptail", "red", "ared")}),
     Param("alpha", "buffer", "floats", None, "policy weights per class (SB, DT, ABM, static-bdp)", lo=0.0,
           derived="the policy's defaults"),
     Param("beta", "buffer", "floats", None, "rl policy threshold weights per class (threshold = a * beta * free)",
@@ -232,20 +232,21 @@ PARAMS: tuple[Param, ...] = (
           lo=0.0),
     # ---- TCP ----------------------------------------------------------------------------
     Param("tcp", "tcp", "choice", "cubic", "congestion control of every sender", choices=_tcp_names,
-          backends={"native": _native_tcps}),
+          backends={"native": _native_tcps, "fluid": ("newreno", "cubic")}),
     Param("mss_bytes", "tcp", "int", 1000, "payload per data packet (bytes)", lo=1),
     Param("initial_cwnd_pkts", "tcp", "int", 10, "initial congestion window (segments)", lo=1, flag="--initial-cwnd"),
     Param("min_rto_s", "tcp", "float", 0.010, "minimum retransmission timeout (s)", **POS),
     Param("max_rto_s", "tcp", "float", 60.0, "maximum retransmission timeout (s)", **POS, ns3=""),
     Param("syn_timeout_s", "tcp", "float", 3.0, "wait after a lost SYN (ns-3 TcpSocket::ConnTimeout, s)", **POS),
     Param("rto_granularity_s", "tcp", "float", 0.001, "clock granularity term of the RTO (s)", **NONNEG),
-    Param("delayed_ack", "tcp", "choice", 1, "segments per ACK", choices=(1, 2), backends={"native": (1, 2)}),
+    Param("delayed_ack", "tcp", "choice", 1, "segments per ACK", choices=(1, 2),
+          backends={"native": (1, 2), "fluid": (1, 2)}),
     Param("dupthresh", "tcp", "int", 3, "duplicate ACKs that declare a loss", lo=1),
     Param("cubic_beta", "tcp", "float", 0.7, "CUBIC multiplicative decrease", lo=0.0, hi=1.0, lo_open=True,
           hi_open=True),
     Param("cubic_c", "tcp", "float", 0.4, "CUBIC scaling constant", **POS),
     Param("cubic_fast_convergence", "tcp", "bool", True, "CUBIC fast convergence",
-          backends={"native": (False, True)}),
+          backends={"native": (False, True), "fluid": (False, True)}),
     Param("hystart", "tcp", "bool", True, "CUBIC's HyStart (slow start left on rising delay)",
           backends={"native": (False, True)}),
     Param("hystart_low_window_pkts", "tcp", "float", 16, "HyStart: window below which it does not act (segments)",
@@ -255,7 +256,7 @@ PARAMS: tuple[Param, ...] = (
     Param("hystart_delay_min_s", "tcp", "float", 0.004, "HyStart: least delay increase that counts (s)", **POS),
     Param("hystart_delay_max_s", "tcp", "float", 1.0, "HyStart: largest delay increase threshold (s)", **POS),
     Param("ecn", "tcp", "bool", False, "ECN-capable senders (RFC 3168); AQMs mark instead of drop "
-          "(always on with dctcp)"),
+          "(always on with dctcp)", backends={"fluid": (False, True)}),
     Param("dctcp_g", "tcp", "float", 0.0625, "DCTCP: weight of a window's marked fraction in alpha", **PROB),
     # ---- TCP model choices (ns-3.37's where it departs from the RFCs) ----------------------
     Param("rto_recovery", "tcp-model", "choice", "go-back-n", "after a timeout resend everything not yet ACKed or "
@@ -280,7 +281,7 @@ PARAMS: tuple[Param, ...] = (
     Param("red_weight", "aqm", "float", None, "RED: EWMA weight of the average queue per packet", **PROB,
           derived="0.002; ared: 1 - exp(-1 / link packets per s)"),
     Param("red_gentle", "aqm", "bool", True, "RED: the gentle region above max_th",
-          backends={"native": (False, True)}),
+          backends={"native": (False, True), "fluid": (False, True)}),
     Param("pie_target_s", "aqm", "float", 0.015, "PIE: queueing delay reference (s)", **POS),
     Param("pie_tupdate_s", "aqm", "float", 0.015, "PIE: probability update period (s)", **POS),
     Param("pie_a", "aqm", "float", 0.125, "PIE: gain on the delay error (1/s)", **POS),
@@ -396,9 +397,10 @@ def missing(backend: str, params) -> list[str]:
     return out
 
 
-def refusal(backend: str, params) -> str | None:
-    """Why `backend` will not run `params`, naming each value it lacks (None: it will)."""
-    miss = missing(backend, params)
+def refusal(backend: str, params, miss: list[str] | None = None) -> str | None:
+    """Why `backend` will not run `params`, naming each value it lacks (None: it will);
+    `miss`: what it lacks, if more than `missing` says (a backend's own limits)."""
+    miss = missing(backend, params) if miss is None else miss
     if not miss:
         return None
     return (f"the {backend} backend does not implement {', '.join(miss)}; use backend 'jax' or 'auto' "

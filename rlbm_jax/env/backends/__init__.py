@@ -14,6 +14,12 @@ implements is declared once, in the model, and read here:
 backend of `AUTO_ORDER` that is available here (a compiler, a CPU) and implements the run;
 a per-tick trace needs the jax backend.  A new backend is a `Backend` in `BACKENDS` and
 its entries in the model's `backends` fields; whatever it does not declare, it refuses.
+
+`fluid` (`rlbm_jax.env.backends.fluid`) is another model of the same scenarios, not
+another engine of the tick: delay-differential equations of the long-lived flows, with
+gradients.  It implements what the model lists for it and its own `limits` (no short
+flows), runs whole scenarios (`simulate.run_scenario`, `scripts/simulate.py --backend
+fluid`) and only when named: `auto` never takes it, and `run` (ticks) refuses it.
 """
 from __future__ import annotations
 
@@ -32,19 +38,26 @@ class Backend:
     """One engine of the model.
 
     name       as `--backend` and `model.Param.backends` name it
-    run        fn(state, params, num_ticks) -> state
+    run        fn(state, params, num_ticks) -> state (a tick engine), or None
     available  fn(warn) -> whether it can run here (warn: say why not, once)
     traces     it can hand a per-tick trace back (`trace_fn`)
+    ticks      it advances the packet model's `SimState` tick by tick (`run`); False: it
+               runs whole scenarios with a state of its own (the fluid model:
+               `simulate.run_scenario` asks it for the report), and `run` refuses it
+    limits     fn(params) -> ["load=0.7 (why)", ...]: what it cannot run that the
+               manifest's choices and sizes do not say (values of continuous parameters)
     """
 
     name: str
-    run: Callable
+    run: Callable | None
     available: Callable
     traces: bool = False
+    ticks: bool = True
+    limits: Callable | None = None
 
     def missing(self, params: SimParams) -> list[str]:
         """What `params` ask for that this backend does not implement (empty: it runs them)."""
-        return model.missing(self.name, params)
+        return model.missing(self.name, params) + (self.limits(params) if self.limits else [])
 
 
 def _jax_run(state, params, num_ticks):
@@ -63,11 +76,20 @@ def _native_available(warn: bool = False) -> bool:
     return native.available(warn=warn)
 
 
+def _fluid_limits(params):
+    from rlbm_jax.env.backends import fluid
+
+    return fluid.limits(params)
+
+
 BACKENDS: dict[str, Backend] = {
     "jax": Backend("jax", _jax_run, lambda warn=False: True, traces=True),
     "native": Backend("native", _native_run, _native_available),
+    # a different model (delay-differential equations of the long-flow scenarios): run only
+    # when named, never by auto
+    "fluid": Backend("fluid", None, lambda warn=False: True, ticks=False, limits=_fluid_limits),
 }
-AUTO_ORDER = ("native", "jax")  # fastest first, on a CPU
+AUTO_ORDER = ("native", "jax")  # fastest first, on a CPU (the same tick)
 NAMES = ("auto", *BACKENDS)
 
 _default: str | None = None
@@ -91,16 +113,21 @@ def default() -> str:
 
 
 def refusal(name: str, params: SimParams) -> str | None:
-    """Why backend `name` will not run `params` (None: it will): `model.refusal`."""
-    return model.refusal(name, params)
+    """Why backend `name` will not run `params` (None: it will), naming each value it lacks."""
+    return model.refusal(name, params, BACKENDS[name].missing(params) if name in BACKENDS else None)
 
 
-def resolve(backend: str | None, params: SimParams, trace: bool = False) -> str:
+def resolve(backend: str | None, params: SimParams, trace: bool = False, ticks: bool = False) -> str:
     """The backend that runs `params`: the one named (ValueError if it does not implement
-    what they ask for, or cannot trace), or for "auto" the first of `AUTO_ORDER` that is
-    available here and implements them (the reference always does)."""
+    what they ask for, cannot trace, or with `ticks` does not advance the packet tick), or
+    for "auto" the first of `AUTO_ORDER` that is available here and implements them (the
+    reference always does)."""
     name = default() if backend is None else _checked(backend)
     if name != "auto":
+        if (ticks or trace) and not BACKENDS[name].ticks:
+            raise ValueError(f"the {name} backend runs whole scenarios with a state of its own, not the packet "
+                             "tick: use it through simulate.run_scenario (scripts/simulate.py --backend "
+                             f"{name}) or its own module (rlbm_jax.env.backends.{name})")
         if trace and not BACKENDS[name].traces:
             raise ValueError(f"the {name} backend runs whole stretches of ticks: a per-tick trace_fn needs "
                              "backend='jax'")
@@ -121,7 +148,7 @@ def run(state, params: SimParams, num_ticks: int, trace_fn=None, backend: str | 
     Every backend gives the reference's integer state and its float state within a few
     float32 roundings for params passed in as arguments (tests/test_native.py,
     tests/test_model.py)."""
-    name = resolve(backend, params, trace=trace_fn is not None)
+    name = resolve(backend, params, trace=trace_fn is not None, ticks=True)
     if name == model.REFERENCE_BACKEND:
         return sim.run(state, params, num_ticks, trace_fn=trace_fn)
     return BACKENDS[name].run(state, params, num_ticks), None

@@ -1,0 +1,137 @@
+"""A differentiable fluid model of the long-lived-flow scenarios (`presets.long_flow_params`,
+`make_params(long_flows=N, load=0, num_classes=1, policy="droptail" | "red" | "ared")`).
+
+The packet tick (`rlbm_jax.env.sim`, run by `rlbm_jax.env.backends.run`) has no useful
+gradients.  This package integrates delay-differential equations of the same scenario, so
+`jax.grad` of a time-averaged metric with respect to the capacity, the buffer, RED's
+thresholds and max_p, the delays or CUBIC's constants is defined.  Its time averages are
+checked against the packet simulator in tests/test_fluid.py.  It is not a `Backend` of
+`rlbm_jax.env.backends.BACKENDS`: it advances its own `FluidState`, not a `SimState`.
+
+Equations (time t in s, windows and queues in packets, C = bottleneck rate / data packet
+bits in packets/s, flow i = 1..N)
+------------------------------------------------------------------------------------------
+Round-trip time and sending rate (Misra, Gong, Towsley, SIGCOMM 2000, "Fluid-based analysis
+of a network of AQM routers supporting TCP flows with an application to RED"):
+
+    R_i(t)  = Tp_i + q(t) / C            Tp_i = SimParams.base_rtt_s: 2 (access + bottleneck
+                                         delay) + data and ACK serialisation on both links (every
+                                         sender has the same access link, so the same Tp)
+    x_i(t)  = min(W_i / R_i + G_i, access rate / flows on that sender)
+
+  G_i is the window's growth rate (below): a sender puts a window increase on the wire at
+  once, on top of the ACK clock W / R (flight conservation; without it a drop-tail overflow
+  lasts half as long as in the packet simulator and cuts only part of the flows).
+
+Queue, with drops p_d and marks p_m of the AQM at enqueue (one FIFO, limit B):
+
+    dq/dt = sum_i x_i (1 - p_d) - C,    q kept in [0, B]
+
+  discretised as a smooth projection: u = q + A (1 - p_d) - C dt (A = sum_i x_i dt),
+  under = h softplus(-u / h), over = h softplus((u - B) / h), h = sharpness x min(B, BDP),
+  q' = u + under - over, delivered = C dt - under, dropped = A p_d + over.  So arrived =
+  delivered + dropped + change of q exactly (the totals are Kahan sums, exact to float
+  rounding in float32 too), the overflow (drop-tail loss) is a smooth function of the queue
+  near B, and `sharpness` (default 0.003) sets how sharp.  A wider smoothing (0.01 and up)
+  drops earlier and less at the limit and no longer matches the packet simulator.
+
+Congestion signals: each flow's drops (its share a_i / A of the overflow, plus a_i p_d) and
+marks (a_i (1 - p_d) p_m) reach it one RTT R_i(t) later (a ring buffer of future steps; the
+fractional delay splits each amount between two slots, so the delay is differentiable and
+no signal is lost or counted twice).  With sig_i the signals arriving in a step and rec_i
+the share of the flow's population in recovery:
+
+    e_i   = (1 - rec_i) (1 - exp(-sig_i / (1 - rec_i)))       reductions starting now
+    rec_i += e_i - (e_i scheduled one RTT earlier)            at most one reduction per RTT
+    W_i   *= 1 - e_i (1 - beta) / (1 - rec_i (1 - beta))      the cut lands on the uncut share
+
+  This is MGT's loss term -W/2 x (loss rate) with NewReno's one reduction per window of
+  losses (fast recovery / PRR, RFC 6582 / 6937) and without compounding: a flow that gets
+  one signal per overflow, as in the packet simulator, halves once.  An ECN mark (RFC 3168)
+  cuts like a drop but loses nothing.
+
+Window growth outside recovery, G_i = (1 - rec_i) [ss_i g_ss + (1 - ss_i) g_ca]; ss_i (1 at
+the start) is the share still in slow start, ss_i *= 1 - e_i:
+
+  NewReno (ns-3.37, d = delayed_ack): g_ss = ln(1 + 1/d) W / R (+1 per ACK), g_ca = 1 / (d R)
+    (+1/cwnd per ACK), beta = 1/2 (ssthresh = flight / 2): with d = 1, MGT's
+    dW/dt = 1/R - W(t) W(t-R) p(t-R) / (2 R(t-R)).
+  CUBIC (an averaged form of ns-3.37's TcpCubic, Ha, Rhee, Xu 2008; in the spirit of
+    Vardoyan, Hollot, Towsley, INFOCOM 2018, arXiv 1801.02741): per flow W_max, K, tau (time
+    since the epoch began);
+        target = W_max + c (tau + Tp - K)^3
+        g_ca   = clip((target - W) / R, 0.01 / R, W / (2 R))     (ns-3's cnt in [2, 100 cwnd])
+        g_ss   = ln 2 W / R                                      (byte counting: x2 per RTT)
+    and on a reduction (share e_i): W_max -> W (1 + beta) / 2 if W < W_max (fast convergence,
+    a sigmoid of width 1 packet) else W, K -> cbrt((W_max - beta W) / c), tau -> 0, each
+    moved by the share e_i; tau grows at 1 - rec_i; beta = cubic_beta (0.7), c = cubic_c.
+
+AQMs (ns-3.37 RedQueueDisc, as rlbm_jax.env.switch.disciplines.red):
+  drop-tail: p_d = p_m = 0, the overflow above.
+  RED: the average (MGT's dx/dt = ln(1 - w_q) / delta (x - q), with 1 / delta the rate of
+    updates: the arrivals plus, when the link idles, its packet rate, as ns-3 decays an idle
+    queue's average), integrated exactly over a step:
+        avg' = q + (avg - q) exp(ln(1 - w_q) (A / dt + idle C) dt)
+    p_b(avg) = max_p (avg - min_th) / (max_th - min_th) on [min_th, max_th]; gentle: then
+    max_p0 + (1 - max_p0) (avg - max_th) / max_th up to 2 max_th; above the top (2 max_th,
+    or max_th without gentle) every arrival is dropped ("forced").  The kinks are smoothed by
+    softplus and the forced region by a sigmoid, of width sharpness x (max_th - min_th).
+    ns-3's "Wait" spaces early drops uniformly in [1/p_b, 2/p_b) packets, so the per-packet
+    rate is p_b / 1.5; ns-3 decides nothing while fewer than 2 packets are queued (a sigmoid of
+    q - 1.5, width 1/4 packet).  Early decisions drop, or with ECN mark; forced ones drop.
+  ARED: RED with max_p moved by ns-3's rule as a rate: +min(0.01, max_p/4) per 0.5 s while
+    avg > max_th - 0.4 (max_th - min_th) and max_p < 0.5, x0.9 per 0.5 s while avg < min_th
+    + 0.4 (max_th - min_th) and max_p > min(0.01, 0.1 s / C); the conditions as sigmoids.
+
+Integration: explicit Euler, step dt = (smallest base RTT) / steps_per_rtt (20), in a
+`lax.scan`; the rings of future signals hold the largest RTT (base + B / C, with a margin).
+Each long flow i starts sending at spread x (i + 1/2) / N + base RTT + access path (the
+packet simulator draws the starts uniformly in [0, spread); here the quantiles), with the
+initial window, in slow start.
+
+API (shapes: N flows, L ring slots)
+-----------------------------------
+    cfg = configure(params, overrides=None, steps_per_rtt=20, sharpness=0.003, ...)
+                      # static Config; ValueError naming anything not representable
+    st  = init(params, cfg, overrides)           # FluidState: w, ss, rec, wmax, kc, tau [N];
+                                                 # q, avg, max_p []; sig, rec_end [L, N]; tot
+    st  = advance(st, params, num_steps, cfg, overrides)     # num_steps static
+    out = summary(params, seconds, warmup_s=None, overrides=None, config=None, **config_kw)
+          # {"util_wire", "queue_mean_pkts", "drop_rate", "mark_rate", "window_mean_pkts",
+          #  "rtt_mean_s", "throughput_bps", totals, "delay_clipped_s", ...}: scalars
+
+`overrides` maps names of OVERRIDABLE (bottleneck_rate_bps, buffer_pkts, red_max_p,
+red_min_th_pkts, ...) to arrays that replace the params' values inside the traced function,
+so e.g. `jax.grad(lambda b: summary(p, 10.0, overrides={"buffer_pkts": b})["queue_mean_pkts"])`
+works although SimParams holds the buffer as an integer.  Inside `jit` or `vmap` over params,
+build the static config outside (`configure(params)`, a stacked batch included) and pass
+`config=`.  Computations run in float32, or float64 under `jax.enable_x64(True)`.
+
+Gradients are exact derivatives of this smooth (but stiff) function: central differences
+converge to them as the step shrinks (tests/test_fluid.py: within 0.2 % at a relative step of
+1e-4 in float64).  Where the link idles after synchronised drop-tail cuts (8 flows, 0.5 BDP)
+the function bends sharply at the default sharpness: differences with a step of 1e-3 of the
+buffer are then 22 % off the gradient (the utilisation's 7 %), with 1e-5 within 1 %.
+
+Where the loop oscillates (RED at half a BDP), trajectories are unstable and the exact
+derivative of a time average grows with the horizon (1e2 over 8 s, 1e13 over 30 s for
+max_p -> utilisation) while the function itself moves smoothly: prefer a finite difference
+of `summary` there (calibration/FLUID.md).
+
+Refused (ValueError naming the value): load > 0 (short flows), long_flows = 0, num_classes
+> 1, tcp=dctcp, any policy other than droptail, red and ared (PIE, CoDel, FQ-CoDel, the
+static / dynamic thresholds, the RL policies), a batch that mixes flow counts, TCPs,
+policies, ECN, RED's gentle region or CUBIC's fast convergence.
+
+Not modelled (the same equations for every value): retransmission timeouts (min_rto_s,
+max_rto_s, rto_recovery), HyStart, PRR's and ECN-CWR's packet-level variants (prr,
+prr_ssrb, ecn_cwr), RTT sampling (rtt_samples), the tick's fidelity (pkts_per_tick), the
+scheduler (one class), the random start times (replaced by their quantiles), and the
+dupthresh (losses are detected one RTT after they happen).
+"""
+from rlbm_jax.env.backends.fluid.core import (AQMS, OVERRIDABLE, SHARPNESS, STEPS_PER_RTT, TCPS, Config, FluidState,
+                                              Totals, advance, check, configure, init, limits, red_prob, refusal, step,
+                                              steps_for, summary, values)
+
+__all__ = ["AQMS", "OVERRIDABLE", "SHARPNESS", "STEPS_PER_RTT", "TCPS", "Config", "FluidState", "Totals", "advance",
+           "check", "configure", "init", "limits", "red_prob", "refusal", "step", "steps_for", "summary", "values"]

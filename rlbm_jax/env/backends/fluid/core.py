@@ -1,0 +1,532 @@
+"""The fluid model's implementation: configuration, state, one Euler step, the scan and the
+summary.  The equations, their sources and the API are described in the package docstring
+(`rlbm_jax.env.backends.fluid`)."""
+from __future__ import annotations
+
+import math
+from typing import Mapping, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from rlbm_jax.env import model
+from rlbm_jax.env.params import ACK_BYTES, DATA_HEADER_BYTES, SimParams
+
+# ---------------------------------------------------------------------------------------
+# constants
+# ---------------------------------------------------------------------------------------
+
+STEPS_PER_RTT = 20  # Euler steps per smallest base RTT
+SHARPNESS = 0.003  # width of every smoothed kink, as a fraction of its natural scale
+RTT_MARGIN = 2.0  # history covers this x the params' largest RTT when an override is traced
+NEWRENO_BETA = 0.5  # window after a reduction / before (ssthresh = flight / 2)
+RED_MIN_QUEUE, RED_MIN_QUEUE_WIDTH = 1.5, 0.25  # ns-3 RED: no early decision below 2 queued packets
+RED_WAIT_GAP = 1.5  # ns-3 RED "Wait": gaps between early drops uniform in [1/p_b, 2/p_b) packets
+CUBIC_MAX_CNT = 100.0  # ns-3.37 TcpCubic: cnt = 100 cwnd when the target is not above cwnd
+CUBIC_MIN_CNT = 2.0  # ns-3.37 TcpCubic: cnt >= 2 (at most +1/2 window per RTT)
+# ns-3.37 RedQueueDisc's adaptive max_p (rlbm_jax.env.switch.disciplines.red)
+ARED_INTERVAL_S, ARED_ALPHA, ARED_BETA, ARED_TOP, ARED_BOTTOM, ARED_RTT_S = 0.5, 0.01, 0.9, 0.5, 0.01, 0.1
+
+TINY_PKTS = 1e-6  # floor of divisors in packets
+TCPS = model.BY_NAME["tcp"].implemented("fluid")  # what the fluid model implements (declared in the model)
+AQMS = model.BY_NAME["policy"].implemented("fluid")
+
+# the values an override may replace inside a traced function (each names a SimParams field;
+# buffer_pkts replaces the FIFO's limit, the class cap and the shared buffer alike, one class;
+# a new rate or delay moves the base RTT with it)
+OVERRIDABLE = ("bottleneck_rate_bps", "bottleneck_delay_s", "access_rate_bps", "access_delay_s", "buffer_pkts",
+               "mss_bytes", "initial_cwnd_pkts", "red_min_th_pkts", "red_max_th_pkts", "red_max_p",
+               "red_weight", "cubic_beta", "cubic_c", "long_flow_start_spread_s")
+
+
+# ---------------------------------------------------------------------------------------
+# configuration (static) and the continuous values (traced)
+# ---------------------------------------------------------------------------------------
+
+class Config(NamedTuple):
+    """What fixes the fluid model's shapes and branches (static, hashable).
+
+    n_flows     N long-lived flows
+    tcp         "newreno" or "cubic"
+    aqm         "droptail", "red" or "ared"
+    ecn         the AQM's early decisions mark instead of drop
+    gentle      RED's gentle region
+    fast_conv   CUBIC's fast convergence
+    dt_s        the Euler step (s): the smallest base RTT / steps_per_rtt
+    hist_len    L, slots of the rings of scheduled feedback (covers the largest RTT)
+    sharpness   width of every smoothed kink, relative to its scale
+    sender_flows  per flow, the long flows sharing its sender's access link
+    """
+
+    n_flows: int
+    tcp: str
+    aqm: str
+    ecn: bool
+    gentle: bool
+    fast_conv: bool
+    dt_s: float
+    hist_len: int
+    sharpness: float
+    sender_flows: tuple
+
+
+def _is_traced(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def _concrete(params: SimParams, name: str) -> np.ndarray:
+    v = getattr(params, name)
+    if _is_traced(v):
+        raise ValueError("fluid: params are traced here (inside jit or vmap), so the static configuration cannot "
+                         "be read from them; build it outside with fluid.configure(params) and pass config=")
+    return np.asarray(v)
+
+
+def _one(params, name, what):
+    """The single value a (possibly batched) leaf holds; a ValueError if a batch disagrees."""
+    vals = np.unique(_concrete(params, name).reshape(-1))
+    if vals.size != 1:
+        raise ValueError(f"fluid: a batch must agree on {what} ({name} takes {vals.tolist()}): it selects the "
+                         "fluid model's equations")
+    return vals[0]
+
+
+def limits(params: SimParams) -> list[str]:
+    """What the fluid model cannot represent that the declared model's manifest does not
+    say (values of continuous parameters): ["load=0.7 (...)", ...]; reads concrete params
+    (a stacked batch included)."""
+    why = []
+    load = _concrete(params, "load")
+    if np.any(load > 0):
+        why.append(f"load={float(np.max(load)):g} (short flows: the fluid backend models long-lived flows only; "
+                   "use load=0)")
+    long_flows = _concrete(params, "long_flows")
+    if np.any(long_flows < 1):
+        why.append("long_flows=0 (nothing to model: give long_flows >= 1)")
+    return why
+
+
+def refusal(params: SimParams) -> str | None:
+    """Why the fluid model cannot represent `params` (None: it can): the choices and sizes
+    the manifest (`model.Param.backends["fluid"]`) does not list, and `limits`."""
+    why = model.missing("fluid", params) + limits(params)
+    return "; ".join(why) if why else None
+
+
+def check(params: SimParams) -> None:
+    """Raise a ValueError naming what the fluid model cannot represent in `params`."""
+    why = refusal(params)
+    if why:
+        raise ValueError(f"the fluid backend does not implement {why}")
+
+
+def _check_overrides(overrides):
+    overrides = dict(overrides or {})
+    for k in overrides:
+        if k not in OVERRIDABLE:
+            raise ValueError(f"fluid: cannot override {k!r}; overridable values: {', '.join(OVERRIDABLE)}")
+    return overrides
+
+
+def _rtt_bounds(params: SimParams, overrides: dict):
+    """(smallest base RTT, largest RTT with a full buffer) over a (batched) concrete params,
+    concrete overrides taken into account."""
+    def val(name, field=None):
+        v = overrides.get(name)
+        if v is not None and not _is_traced(v):
+            return np.asarray(v, np.float64)
+        return _concrete(params, field or name).astype(np.float64)
+
+    rate, acc = val("bottleneck_rate_bps"), val("access_rate_bps")
+    bits = (val("mss_bytes") + DATA_HEADER_BYTES) * 8.0
+    delay = val("access_delay_s") + val("bottleneck_delay_s")
+    base = 2 * delay + bits / acc + bits / rate + ACK_BYTES * 8.0 * (1 / acc + 1 / rate)
+    if "buffer_pkts" in overrides:
+        buf = val("buffer_pkts")
+    else:
+        buf = np.minimum(_concrete(params, "buffer_pkts"), _concrete(params, "class_cap_pkts")[..., 0])
+    full = base + buf * bits / rate
+    return float(np.min(base)), float(np.max(full))
+
+
+def _flows_per_sender(n_flows: int, n_senders: int) -> tuple:
+    """Per long flow, how many long flows share its sender (the packet sim puts flow i on
+    sender i % num_senders)."""
+    sender = np.arange(n_flows) % n_senders
+    counts = np.bincount(sender, minlength=n_senders)
+    return tuple(int(counts[s]) for s in sender)
+
+
+def configure(params: SimParams, *, overrides: Mapping | None = None, steps_per_rtt: int = STEPS_PER_RTT,
+              sharpness: float = SHARPNESS, rtt_margin: float = RTT_MARGIN, max_rtt_s: float | None = None,
+              dt_s: float | None = None) -> Config:
+    """The static configuration of the fluid model of concrete `params` (one set, or a stack
+    of sets for vmap, which must agree on the flow count, TCP, AQM, ECN and RED's gentle
+    region); a ValueError names what it cannot represent.
+
+    steps_per_rtt  Euler steps per smallest base RTT (dt = base RTT / steps_per_rtt), unless
+                   dt_s is given
+    sharpness      width of every smoothed kink relative to its scale (the buffer B for the
+                   queue's limits, max_th - min_th for RED's kinks)
+    max_rtt_s      the largest RTT the feedback rings must hold; default: base RTT + B / C of
+                   the params (and of concrete overrides) x 1.25, or x rtt_margin when an
+                   override is traced (its value is unknown here).  A step whose RTT exceeds
+                   the ring is delayed less and counted in the summary's `delay_clipped_s`."""
+    check(params)
+    overrides = _check_overrides(overrides)
+    from rlbm_jax.env.switch import buffer
+    from rlbm_jax.env.tcp.variants import TCP_NAMES
+
+    n = int(_one(params, "long_flows", "the number of long flows"))
+    tcp = TCP_NAMES[int(_one(params, "tcp_id", "the TCP"))]
+    aqm = buffer.POLICY_NAMES[int(_one(params, "policy_id", "the policy"))]
+    ecn = bool(_one(params, "ecn", "ECN"))
+    gentle = bool(_one(params, "red_gentle", "RED's gentle region"))
+    fast_conv = bool(_one(params, "cubic_fast_convergence", "CUBIC's fast convergence"))
+    if not (isinstance(steps_per_rtt, (int, np.integer)) and steps_per_rtt >= 4):
+        raise ValueError(f"fluid: steps_per_rtt must be an integer >= 4, got {steps_per_rtt!r}")
+    if not (math.isfinite(sharpness) and sharpness > 0):
+        raise ValueError(f"fluid: sharpness must be a positive number, got {sharpness!r}")
+    base_min, full_max = _rtt_bounds(params, overrides)
+    dt = float(dt_s) if dt_s is not None else base_min / steps_per_rtt
+    if not (math.isfinite(dt) and dt > 0):
+        raise ValueError(f"fluid: dt_s must be a positive number, got {dt!r}")
+    if max_rtt_s is None:
+        traced = any(_is_traced(v) for v in overrides.values())
+        max_rtt_s = full_max * (rtt_margin if traced else 1.25)
+    hist = int(math.ceil(max_rtt_s / dt)) + 3
+    return Config(n_flows=n, tcp=tcp, aqm=aqm, ecn=ecn, gentle=gentle, fast_conv=fast_conv, dt_s=dt,
+                  hist_len=hist, sharpness=float(sharpness),
+                  sender_flows=_flows_per_sender(n, params.num_senders))
+
+
+def _dtype():
+    return jnp.zeros((), float).dtype  # float64 where x64 is enabled, else float32
+
+
+def values(params: SimParams, cfg: Config, overrides: Mapping | None = None) -> dict:
+    """The continuous values the equations read (traceable; overrides replace the params'
+    values): capacity C (packets/s), buffer B (packets), base RTT per flow (s), RED's and
+    CUBIC's constants, each flow's start time and access-link cap (packets/s)."""
+    overrides = _check_overrides(overrides)
+    dt = _dtype()
+
+    def get(name, field=None):
+        v = overrides[name] if name in overrides else getattr(params, field or name)
+        return jnp.asarray(v, dt)
+
+    rate, acc = get("bottleneck_rate_bps"), get("access_rate_bps")
+    mss = get("mss_bytes")
+    bits = (mss + DATA_HEADER_BYTES) * 8.0
+    delay = get("access_delay_s") + get("bottleneck_delay_s")
+    base = 2 * delay + bits / acc + bits / rate + ACK_BYTES * 8.0 * (1 / acc + 1 / rate)
+    access_offset = bits / acc + get("access_delay_s")
+    if "buffer_pkts" in overrides:
+        buf = get("buffer_pkts")
+    else:
+        buf = jnp.minimum(jnp.asarray(params.buffer_pkts, dt), jnp.asarray(params.class_cap_pkts, dt)[..., 0])
+    n = cfg.n_flows
+    i = jnp.arange(n, dtype=dt)
+    # the packet sim draws each start uniformly in [0, spread); here flow i starts at its
+    # quantile (i + 1/2) / N, and sends after the handshake (base RTT + access path)
+    start = get("long_flow_start_spread_s") * (i + 0.5) / n + base + access_offset
+    share = jnp.asarray(cfg.sender_flows, dt)
+    return dict(
+        cap_pps=rate / bits, buffer=buf, pkt_bits=bits, base_rtt=jnp.broadcast_to(base, (n,)), start_s=start,
+        access_pps=acc / bits / share, init_cwnd=get("initial_cwnd_pkts"), delayed_ack=get("delayed_ack"),
+        red_min=get("red_min_th_pkts"), red_max=get("red_max_th_pkts"), red_max_p=get("red_max_p"),
+        red_weight=get("red_weight"), cubic_beta=get("cubic_beta"), cubic_c=get("cubic_c"),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# state
+# ---------------------------------------------------------------------------------------
+
+@struct.dataclass
+class Totals:
+    """Integrals since t = 0 (packets, or packets x s, or s)."""
+
+    arrived: jnp.ndarray  # [] offered to the FIFO
+    delivered: jnp.ndarray  # [] sent on the bottleneck wire
+    dropped: jnp.ndarray  # [] dropped (the AQM's early / forced drops and the overflow at B)
+    marked: jnp.ndarray  # [] CE-marked (ECN)
+    queue_s: jnp.ndarray  # [] integral of the queue (packets x s)
+    window_s: jnp.ndarray  # [] integral of the mean window over flows (packets x s)
+    rtt_s: jnp.ndarray  # [] integral of the RTT (s x s)
+    time_s: jnp.ndarray  # [] time
+    clipped_s: jnp.ndarray  # [] time during which some flow's RTT exceeded the feedback ring
+
+
+@struct.dataclass
+class FluidState:
+    """The fluid model's state.  N flows, L = `Config.hist_len` ring slots."""
+
+    step: jnp.ndarray  # [] int32 Euler steps taken (time = step * dt)
+    w: jnp.ndarray  # [N] congestion window (packets)
+    ss: jnp.ndarray  # [N] weight of slow start (1 until the first reduction)
+    rec: jnp.ndarray  # [N] weight of recovery (a reduction in the last RTT: no growth, no further cut)
+    wmax: jnp.ndarray  # [N] CUBIC W_max (packets)
+    kc: jnp.ndarray  # [N] CUBIC K (s)
+    tau: jnp.ndarray  # [N] CUBIC time since the epoch began (s)
+    q: jnp.ndarray  # [] queue (packets)
+    avg: jnp.ndarray  # [] RED's average queue (packets)
+    max_p: jnp.ndarray  # [] RED's max_p (ARED adapts it)
+    sig: jnp.ndarray  # [L, N] congestion signals (drops + marks) due at each sender per future step
+    rec_end: jnp.ndarray  # [L, N] ends of recovery due per future step
+    tot: Totals
+    tot_err: Totals  # Kahan compensation of each total (float32 sums of many steps stay exact to an ulp)
+
+
+def init(params: SimParams, config: Config | None = None, overrides: Mapping | None = None) -> FluidState:
+    """The state at t = 0: every window at the initial cwnd, in slow start, empty queue."""
+    cfg = configure(params, overrides=overrides) if config is None else config
+    v = values(params, cfg, overrides)
+    dt = _dtype()
+    n, L = cfg.n_flows, cfg.hist_len
+    zn = jnp.zeros((n,), dt)
+    z = jnp.zeros((), dt)
+    w0 = jnp.broadcast_to(v["init_cwnd"], (n,)).astype(dt)
+    tot = Totals(arrived=z, delivered=z, dropped=z, marked=z, queue_s=z, window_s=z, rtt_s=z, time_s=z, clipped_s=z)
+    return FluidState(step=jnp.zeros((), jnp.int32), w=w0, ss=zn + 1.0, rec=zn, wmax=w0, kc=zn, tau=zn, q=z, avg=z,
+                      max_p=v["red_max_p"] + z, sig=jnp.zeros((L, n), dt), rec_end=jnp.zeros((L, n), dt), tot=tot,
+                      tot_err=tot)
+
+
+# ---------------------------------------------------------------------------------------
+# smooth pieces
+# ---------------------------------------------------------------------------------------
+
+def _ramp(x, h):
+    """Smooth max(x, 0): h * softplus(x / h)."""
+    return h * jax.nn.softplus(x / h)
+
+
+def _step_fn(x, h):
+    """Smooth 1{x > 0}: sigmoid(x / h)."""
+    return jax.nn.sigmoid(x / h)
+
+
+def red_prob(avg, max_p, v, cfg: Config):
+    """RED's (early, forced) probabilities at average `avg`: the base probability p_b of ns-3.37
+    (linear from 0 at min_th to max_p at max_th; gentle: on to 1 at 2 max_th, its slope set by
+    the initial max_p) with its kinks smoothed over sharpness x (max_th - min_th), and the
+    weight of the forced region (avg above 2 max_th, gentle, or max_th) as a sigmoid of the
+    same width.  The early probability per packet is p_b / 1.5 (ns-3's Wait spacing)."""
+    lo, hi = v["red_min"], v["red_max"]
+    h = cfg.sharpness * (hi - lo)
+    lin = max_p / (hi - lo) * (_ramp(avg - lo, h) - _ramp(avg - hi, h))
+    if cfg.gentle:
+        pb = lin + (1.0 - v["red_max_p"]) / hi * _ramp(avg - hi, h)
+        top = 2.0 * hi
+    else:
+        pb = lin
+        top = hi
+    forced = _step_fn(avg - top, h)
+    return jnp.clip(pb, 0.0, 1.0) / RED_WAIT_GAP, forced
+
+
+# ---------------------------------------------------------------------------------------
+# one step
+# ---------------------------------------------------------------------------------------
+
+def _schedule(ring, slot, delay_steps, amount, L):
+    """Add `amount` [N] into `ring` [L, N] `delay_steps` [N] (fractional) after `slot`, split
+    linearly between the two neighbouring slots.  Returns (ring, clipped [N] bool)."""
+    clipped = delay_steps > L - 2
+    d = jnp.clip(delay_steps, 1.0, L - 2.0)
+    j = jnp.floor(jax.lax.stop_gradient(d))
+    frac = d - j
+    j = j.astype(jnp.int32)
+    cols = jnp.arange(amount.shape[0])
+    ring = ring.at[(slot + j) % L, cols].add((1.0 - frac) * amount)
+    ring = ring.at[(slot + j + 1) % L, cols].add(frac * amount)
+    return ring, clipped
+
+
+def _kahan(total, err, inc):
+    """Compensated (Kahan) summation of every field: (total + inc, its new compensation)."""
+    def add(s, c, x):
+        y = x - c
+        t = s + y
+        return t, (t - s) - y
+    pairs = jax.tree.map(add, total, err, inc)
+    return (jax.tree.map(lambda _, p: p[0], total, pairs), jax.tree.map(lambda _, p: p[1], total, pairs))
+
+
+def _growth(st: FluidState, v: dict, cfg: Config, rtt):
+    """Each flow's window growth rate (packets/s) outside recovery: slow start weighted by
+    `ss`, congestion avoidance by 1 - ss."""
+    if cfg.tcp == "newreno":
+        # ns-3.37 NewReno: slow start +1 per ACK, one ACK per delayed_ack segments (x (1 + 1/d)
+        # per RTT); congestion avoidance +1/cwnd per ACK (+1/d per RTT)
+        d = v["delayed_ack"]
+        return st.ss * jnp.log1p(1.0 / d) * st.w / rtt + (1.0 - st.ss) / (d * rtt)
+    # ns-3.37 CUBIC: target = W_max + C (tau + min RTT - K)^3; cnt = cwnd / (target - cwnd), 100 cwnd
+    # when the target is not above cwnd, at least 2: growth per RTT (target - cwnd) within
+    # [0.01, cwnd / 2]; slow start counts bytes (x 2 per RTT)
+    target = st.wmax + v["cubic_c"] * (st.tau + v["base_rtt"] - st.kc) ** 3
+    g_ca = jnp.clip((target - st.w) / rtt, 1.0 / (CUBIC_MAX_CNT * rtt), st.w / (CUBIC_MIN_CNT * rtt))
+    return st.ss * jnp.log(2.0) * st.w / rtt + (1.0 - st.ss) * g_ca
+
+
+def step(st: FluidState, v: dict, cfg: Config) -> FluidState:
+    """One explicit Euler step of length cfg.dt_s (the package docstring's equations)."""
+    L, dt, s = cfg.hist_len, cfg.dt_s, cfg.sharpness
+    C, B = v["cap_pps"], v["buffer"]
+    slot = st.step % L
+    t = st.step.astype(C.dtype) * dt
+    # ---- feedback due now: congestion signals and ends of recovery ----------------------
+    sig = st.sig[slot]
+    ends = st.rec_end[slot]
+    sig_ring = st.sig.at[slot].set(0.0)
+    end_ring = st.rec_end.at[slot].set(0.0)
+    # ---- senders: the ACK clock W / R plus the window's growth --------------------------
+    active = (t >= v["start_s"]).astype(C.dtype)
+    rtt = v["base_rtt"] + st.q / C  # [N]
+    grow = active * (1.0 - st.rec) * _growth(st, v, cfg, rtt)  # [N] packets/s
+    x = active * jnp.minimum(st.w / rtt + grow, v["access_pps"])  # [N] packets/s
+    a = x * dt  # [N] packets offered this step
+    A = jnp.sum(a)
+    # ---- the AQM at enqueue ---------------------------------------------------------------
+    if cfg.aqm in ("red", "ared"):
+        early, forced = red_prob(st.avg, st.max_p, v, cfg)
+        # ns-3 RED decides nothing while fewer than 2 packets are queued (q > 1, smoothed)
+        early = early * _step_fn(st.q - RED_MIN_QUEUE, RED_MIN_QUEUE_WIDTH)
+        p_drop = forced + (1.0 - forced) * (0.0 if cfg.ecn else early)
+        p_mark = (1.0 - forced) * early if cfg.ecn else jnp.zeros_like(early)
+    else:
+        p_drop = jnp.zeros((), C.dtype)
+        p_mark = jnp.zeros((), C.dtype)
+    adm = A * (1.0 - p_drop)
+    # ---- the FIFO: a smooth projection of q + admitted - C dt onto [0, B] ------------------
+    u = st.q + adm - C * dt
+    h = s * jnp.minimum(B, C * jnp.min(v["base_rtt"]))  # sharpness x min(B, BDP) packets
+    under = _ramp(-u, h)  # service the link could not give (it idles)
+    over = _ramp(u - B, h)  # overflow at the buffer's limit (dropped)
+    q_new = u + under - over
+    delivered = C * dt - under
+    dropped = A * p_drop + over
+    marked = adm * p_mark
+    share = a / jnp.maximum(A, TINY_PKTS)  # (a floor, not an epsilon: its square underflows in float32)
+    drops_i = a * p_drop + over * share
+    marks_i = a * (1.0 - p_drop) * p_mark
+    # ---- congestion signals reach each sender one RTT later --------------------------------
+    sig_ring, clip_sig = _schedule(sig_ring, slot, rtt / dt, drops_i + marks_i, L)
+    # ---- RED's average: d avg/dt = ln(1 - w_q) * (arrivals + idle link slots)/s * (avg - q) -
+    if cfg.aqm in ("red", "ared"):
+        idle = under / (C * dt)
+        k = -jnp.log1p(-v["red_weight"]) * (A / dt + idle * C)
+        avg = st.q + (st.avg - st.q) * jnp.exp(-k * dt)
+    else:
+        avg = st.avg
+    max_p = st.max_p
+    if cfg.aqm == "ared":
+        lo, hi = v["red_min"], v["red_max"]
+        part = 0.4 * (hi - lo)
+        hh = s * (hi - lo)
+        bottom = jnp.minimum(ARED_BOTTOM, ARED_RTT_S / C)  # ns-3: min(0.01, one packet's time x 0.1 s / 1 s)
+        up = _step_fn(st.avg - (hi - part), hh) * _step_fn(ARED_TOP - st.max_p, s * ARED_TOP)
+        down = _step_fn(lo + part - st.avg, hh) * _step_fn(st.max_p - bottom, s * ARED_TOP)
+        rate = (up * jnp.minimum(ARED_ALPHA, st.max_p / 4.0) - down * (1.0 - ARED_BETA) * st.max_p) / ARED_INTERVAL_S
+        max_p = st.max_p + rate * dt
+    # ---- reductions: at most one per RTT ------------------------------------------------------
+    # the share of the flow's population that starts a reduction now: the signals, up to the
+    # share not yet in recovery, saturating smoothly; it leaves recovery one RTT later
+    free = 1.0 - st.rec
+    e = active * free * -jnp.expm1(-sig / (free + 1e-6))
+    end_ring, clip_end = _schedule(end_ring, slot, rtt / dt, e, L)
+    rec = jnp.clip(st.rec + e - ends, 0.0, 1.0)
+    ss = st.ss * (1.0 - e)
+    # the cut lands on the windows of the share not yet cut, W / (1 - rec (1 - beta))
+    beta = NEWRENO_BETA if cfg.tcp == "newreno" else v["cubic_beta"]
+    cut = e * (1.0 - beta) / (1.0 - st.rec * (1.0 - beta))
+    w = jnp.maximum(st.w * (1.0 - cut) + grow * dt, 1.0)
+    if cfg.tcp == "cubic":
+        # a reduction sets W_max (fast convergence: W (1 + beta) / 2 below the last W_max), K and
+        # the epoch's start; the population's values move by the share e
+        if cfg.fast_conv:
+            fc = 1.0 - (1.0 - beta) / 2.0 * _step_fn(st.wmax - st.w, 1.0)
+        else:
+            fc = 1.0
+        wmax_cut = st.w * fc
+        k_cut = jnp.cbrt(jnp.maximum(wmax_cut - beta * st.w, TINY_PKTS) / v["cubic_c"])
+        wmax = st.wmax + e * (wmax_cut - st.wmax)
+        kc = st.kc + e * (k_cut - st.kc)
+        tau = (1.0 - e) * st.tau + active * (1.0 - st.rec) * dt
+    else:
+        wmax, kc, tau = st.wmax, st.kc, st.tau
+    # ---- integrals ------------------------------------------------------------------------
+    clipped = jnp.any(clip_sig | clip_end).astype(C.dtype)
+    inc = Totals(arrived=A, delivered=delivered, dropped=dropped, marked=marked, queue_s=0.5 * (st.q + q_new) * dt,
+                 window_s=jnp.mean(st.w) * dt, rtt_s=jnp.mean(rtt) * dt, time_s=jnp.asarray(dt, C.dtype),
+                 clipped_s=clipped * dt)
+    tot, tot_err = _kahan(st.tot, st.tot_err, inc)
+    return FluidState(step=st.step + 1, w=w, ss=ss, rec=rec, wmax=wmax, kc=kc, tau=tau, q=q_new, avg=avg,
+                      max_p=max_p, sig=sig_ring, rec_end=end_ring, tot=tot, tot_err=tot_err)
+
+
+def advance(state: FluidState, params: SimParams, num_steps: int, config: Config | None = None,
+            overrides: Mapping | None = None) -> FluidState:
+    """`num_steps` (static) Euler steps of `config.dt_s` each, in a `lax.scan`."""
+    cfg = configure(params, overrides=overrides) if config is None else config
+    v = values(params, cfg, overrides)
+    return jax.lax.scan(lambda st, _: (step(st, v, cfg), None), state, None, length=int(num_steps))[0]
+
+
+def steps_for(seconds: float, config: Config) -> int:
+    """Euler steps covering `seconds` (Python int)."""
+    return int(round(float(seconds) / config.dt_s))
+
+
+def summary(params: SimParams, seconds: float, warmup_s: float | None = None, overrides: Mapping | None = None,
+            config: Config | None = None, **config_kw) -> dict:
+    """Simulate `seconds` (static) from t = 0 and summarise the time after `warmup_s`
+    (static; default the params' warmup_s): a dict of scalars, jittable and differentiable
+    with respect to the params' float leaves and `overrides` (a dict of OVERRIDABLE names
+    to arrays that replace the params' values inside the traced function).
+
+    util_wire         delivered / (C x measured time)
+    queue_mean_pkts   time-average queue
+    drop_rate         dropped / arrived;  mark_rate  marked / arrived
+    window_mean_pkts  time-average of the mean window over flows
+    rtt_mean_s        time-average of the mean RTT (base + q / C)
+    throughput_bps    delivered data packets' bits (headers included) per second
+    arrived_pkts, delivered_pkts, dropped_pkts, marked_pkts, queue_start_pkts, queue_end_pkts
+                      the measured stretch's totals (arrived = delivered + dropped + end - start)
+    measured_s        the measured time
+    delay_clipped_s   time during which an RTT exceeded the feedback ring (0 unless the
+                      config's max_rtt_s was too small: then raise it)"""
+    cfg = configure(params, overrides=overrides, **config_kw) if config is None else config
+    if warmup_s is None:
+        if _is_traced(params.warmup_s):
+            raise ValueError("fluid: params are traced here, so warmup_s cannot be read from them; pass warmup_s=")
+        warmup_s = float(np.max(np.asarray(params.warmup_s)))
+    n_total, n_warm = steps_for(seconds, cfg), steps_for(warmup_s, cfg)
+    if not 0 <= n_warm < n_total:
+        raise ValueError(f"fluid: warmup_s ({warmup_s}) must be in [0, seconds) ({seconds})")
+    st0 = init(params, cfg, overrides)
+    st1 = advance(st0, params, n_warm, cfg, overrides) if n_warm else st0
+    st2 = advance(st1, params, n_total - n_warm, cfg, overrides)
+    a, b = st1.tot, st2.tot
+    dur = b.time_s - a.time_s
+    v = values(params, cfg, overrides)
+    arrived = b.arrived - a.arrived
+    delivered = b.delivered - a.delivered
+    dropped = b.dropped - a.dropped
+    marked = b.marked - a.marked
+    return {
+        "util_wire": delivered / (v["cap_pps"] * dur),
+        "queue_mean_pkts": (b.queue_s - a.queue_s) / dur,
+        "drop_rate": dropped / jnp.maximum(arrived, TINY_PKTS),
+        "mark_rate": marked / jnp.maximum(arrived, TINY_PKTS),
+        "window_mean_pkts": (b.window_s - a.window_s) / dur,
+        "rtt_mean_s": (b.rtt_s - a.rtt_s) / dur,
+        "throughput_bps": delivered * v["pkt_bits"] / dur,
+        "arrived_pkts": arrived, "delivered_pkts": delivered, "dropped_pkts": dropped, "marked_pkts": marked,
+        "queue_start_pkts": st1.q, "queue_end_pkts": st2.q,
+        "measured_s": dur,
+        "delay_clipped_s": b.clipped_s,
+    }
