@@ -12,7 +12,7 @@ Each cell runs our simulator (all seeds of all cells in one vmapped batch per
 static shape) and the ns-3 scenario `rlbm_jax/ns3/scenario/rlbm_scenario.cc` (built by
 `rlbm_jax/ns3/scenario/build.sh`, one process per seed, `--jobs` at a time) with the same
 parameters under the same names.  Poisson cells spread their seeds over the phase of
-ns-3's packet clock (`rlbm_jax.ns3.delay_phase_s`: seed s runs, in both simulators, with
+ns-3's packet clock (`rlbm_jax.ns3.harness.delay_phase_s`: seed s runs, in both simulators, with
 the bottleneck delay lengthened by up to half a packet's serialisation).  The error of
 a metric is that of the mean over seeds; `TOLERANCES` says what counts as agreement.  Writes, under `--out`:
 results.json (every per-seed number), errors.csv (one row per cell x metric),
@@ -769,7 +769,8 @@ def main(argv=None):
     ap.add_argument("--fresh-ns3", action="store_true",
                     help="rerun every ns-3 run (by default a run whose source, command line and "
                          "flow schedule are unchanged is read back from --out)")
-    ap.add_argument("--backend", choices=list(backends.NAMES), default=None,
+    ap.add_argument("--backend", choices=[n for n in backends.NAMES if n == "auto" or backends.BACKENDS[n].ticks],
+                    default=None,
                     help="our simulator's tick (unset: $RLBM_JAX_BACKEND, else auto: native where it can run)")
     ap.add_argument("--ns3-runs", default=None,
                     help="directory of the ns-3 runs and their cache (default <out>/ns3_runs): an ablation of our "

@@ -160,12 +160,6 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     return out
 
 
-# the report fields the fluid model gives (the rest of `metrics.summarize`'s are null), and
-# its own: the time-averages of the mean window and RTT
-FLUID_FIELDS = ("util_wire", "goodput_bps", "drop_rate", "mark_rate", "queue_mean_pkts", "probe_rtt_mean_s",
-                "measured_s")
-
-
 def _run_fluid(params: SimParams, seconds: float, seeds: Sequence[int]) -> dict:
     """`run_scenario` on the fluid backend: one deterministic run (the long flows start at
     the quantiles of the packet simulator's start times, so every seed gives it), reported

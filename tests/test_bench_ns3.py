@@ -1,5 +1,5 @@
 """The ns-3 side of `bench_env --ns3`: one ns-3.37 process of the benchmarked scenario,
-timed from start to exit (`rlbm_jax.ns3.time_ns3`), and every row's ratio to it."""
+timed from start to exit (`rlbm_jax.ns3.harness.time_ns3`), and every row's ratio to it."""
 import json
 
 import pytest

@@ -324,6 +324,25 @@ def test_simulate_runs_the_fluid_backend_and_reports_what_it_models(tmp_path, mo
                          "--no-progress", "--json", str(out)]) == 2
 
 
+
+def test_what_the_fluid_model_does_not_read_is_refused_when_given(tmp_path, monkeypatch, capsys):
+    """A parameter the fluid model never reads, given on the command line, is refused by
+    its flag; a script that drives the tick refuses $RLBM_JAX_BACKEND=fluid before running."""
+    from rlbm_jax.cli import evaluate as eval_cli, simulate as sim_cli
+    from rlbm_jax.env import model
+
+    assert all(n in model.BY_NAME and not model.BY_NAME[n].is_choice for n in fluid.IGNORES)
+    monkeypatch.setattr(backends, "_default", None)
+    argv = ["--scenario", "long", "--long-flows", "8", "--policy", "droptail", "--backend", "fluid", "--seconds", "2",
+            "--seeds", "1", "--no-progress", "--json", str(tmp_path / "f.json")]
+    assert sim_cli.main([*argv, "--min-rto-s", "5"]) == 2
+    assert "--min-rto-s" in capsys.readouterr().err
+    monkeypatch.setenv(backends.BACKEND_VAR, "fluid")
+    with pytest.raises(SystemExit, match="drives the packet tick"):
+        eval_cli.main(["--tcp", "cubic", "--buffer-pkts", "100", "--load", "0.5", "--seeds", "1", "--seconds", "1",
+                       "--baselines", "sb-naive", "--out", str(tmp_path / "ev")])
+    assert not (tmp_path / "ev").exists()
+
 # ---- usefulness: does the fluid gradient point where the packet simulator moves? ----------
 # (name, cell: (flows, buffer in BDP, cell_params keywords), parameter, metric); the parameter
 # is a make_params keyword, moved by PROBE_STEP of its value (the buffer by whole packets)

@@ -169,6 +169,7 @@ def add_backend_arg(ap, whole_scenarios: bool = False) -> None:
     names = [n for n in backends.NAMES if whole_scenarios or n == "auto" or backends.BACKENDS[n].ticks]
     extra = ", fluid (the fluid model of long-lived flows: differentiable, no flow completions)" \
         if "fluid" in names else ""
+    ap.set_defaults(tick_backends_only=not whole_scenarios)
     ap.add_argument("--backend", choices=names, default=None,
                     help="the simulator's tick: native (C++, compiled on first use), jax (the reference), or auto "
                          f"(native where it can run){extra}; unset: $RLBM_JAX_BACKEND, else auto")
@@ -180,7 +181,11 @@ def apply_backend(a) -> str:
 
     if getattr(a, "backend", None):
         backends.set_default(a.backend)
-    return backends.default()
+    name = backends.default()
+    if getattr(a, "tick_backends_only", False) and name != "auto" and not backends.BACKENDS[name].ticks:
+        raise SystemExit(f"error: ${backends.BACKEND_VAR}={name}: the {name} backend runs whole scenarios, and "
+                         "this script drives the packet tick (use jax, native or auto)")
+    return name
 
 
 def fail(prog: str, message: str, code: int = 2) -> int:

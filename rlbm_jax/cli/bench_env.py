@@ -3,7 +3,7 @@ over envs) and env ticks per second, for several batch sizes.
 
     python scripts/bench_env.py --scenario thesis --num-envs 1 64 1024 4096 --seconds 2
 
-With --ns3, one ns-3.37 process of the same scenario (`rlbm_jax.ns3.time_ns3`: the same
+With --ns3, one ns-3.37 process of the same scenario (`rlbm_jax.ns3.harness.time_ns3`: the same
 rate, delays, buffer, TCP, load and flow sizes, flows fed from our schedule for seed 1,
 arrivals on for the whole run) is timed from process start to exit over --ns3-seconds
 simulated seconds before the batches, and every row gets `x_ns3`, its sim-s / wall-s
@@ -37,6 +37,7 @@ PROG = "bench_env.py"
 BENCH = {"thesis": dict(), "long": dict(long_flows=16, buffer_bdp=0.25), "dumbbell": dict(rate_bps=1e9)}
 REPEATS = 2  # timed calls per batch size; the fastest is reported
 NS3_SEED = 1  # the seed of the ns-3 reference run
+FLUID_RATE_SPREAD = 0.01  # the fluid backend's envs: bottleneck rates within +-1 % (no two the same run)
 
 
 def scenario_kw(name: str, **overrides) -> dict:
@@ -63,7 +64,7 @@ def bench_fluid(params, num_envs: int, seconds: float, repeats: int = REPEATS):
 
     from rlbm_jax.env.backends import fluid
 
-    rates = float(params.bottleneck_rate_bps) * (1 + 0.01 * jnp.linspace(-1, 1, num_envs))
+    rates = float(params.bottleneck_rate_bps) * (1 + FLUID_RATE_SPREAD * jnp.linspace(-1, 1, num_envs))
     cfg = fluid.configure(params, overrides={"bottleneck_rate_bps": np.asarray(rates)})  # its step and rings
     run = batched(lambda r: fluid.summary(params, seconds, warmup_s=0.0, config=cfg,
                                           overrides={"bottleneck_rate_bps": r})["util_wire"], num_envs)
@@ -135,13 +136,24 @@ def plan(a):
         config.append(config_record(kw, params[k]))
         if (a.backend or backends.default()) != "auto":
             backends.resolve(a.backend, params[k])  # a named backend that cannot run it is refused by name
+    fluid_run = (a.backend or backends.default()) == "fluid"
+    if fluid_run:  # another model: no ticks, so one --pkts-per-tick; what it does not read, refused
+        from rlbm_jax.cli.simulate import fluid_refuses_given
+        from rlbm_jax.env.backends import fluid
+
+        fluid_refuses_given(model_kw(a))
+        if len(a.pkts_per_tick) > 1 or a.pkts_per_tick != [1]:
+            raise ValueError("the fluid backend has no ticks: --pkts-per-tick takes 1 with --backend fluid")
     ns3_run = None
     if a.ns3:
         cell = ns3_cell(a.scenario, a.ns3_seconds, **model_kw(a))
         ns3_run = {"seconds": a.ns3_seconds, "seed": NS3_SEED, "cell": cell.name, "kind": cell.kind,
                    "config": config_record(cell.kw)}
     return {"scenario": a.scenario, "num_envs": list(a.num_envs), "pkts_per_tick": list(a.pkts_per_tick),
-            "seconds": a.seconds, "ticks": [sim.ticks_for(a.seconds, p) for p in params.values()],
+            "seconds": a.seconds,
+            "ticks": [fluid.steps_for(a.seconds, fluid.configure(p)) if fluid_run else sim.ticks_for(a.seconds, p)
+                      for p in params.values()],
+            **({"fluid_rate_spread": FLUID_RATE_SPREAD} if fluid_run else {}),
             "repeats": REPEATS, "ns3": ns3_run, "json": a.json, "backend": a.backend or backends.default(),
             "config": config}, params
 
@@ -173,8 +185,9 @@ def main(argv=None):
         print(f"{a.scenario} ns-3.37, one process: {ref['ns3_sim_seconds']:g} sim-s in {ref['ns3_wall_s']:.2f} s "
               f"(Simulator::Run {ref['ns3_run_wall_s']:.2f} s, seed {ref['ns3_seed']}, bottleneck utilisation "
               f"{ref['ns3_util_wire']:.2f})  sim-s/wall-s {ref['ns3_sim_seconds_per_wall_s']:9.1f}", flush=True)
-    try:  # every batch size checked before the first compiles
-        for k, p in params.items():
+    try:  # every batch size checked before the first compiles (the packet state's size)
+        for k, p in (params.items() if backends.BACKENDS[backends.resolve(None, next(iter(params.values())))].ticks
+                     else ()):
             for n in cfg["num_envs"]:
                 check_memory(p, n, what="num_envs")
     except ValueError as e:

@@ -10,7 +10,7 @@ refused, status 2, before anything is simulated.  Then, for every cell (TCP x pe
 buffer N x load) and held-out seed:
   - ns-3 (`rlbm_jax/ns3/scenario/rlbm_scenario.cc`): the policy runs as the scenario's rl
     buffer policy, the scenario and this process in lock-step over a pipe
-    (`rlbm_jax.ns3.drive`): ns-3 sends each interval's raw record, this process computes
+    (`rlbm_jax.ns3.harness.drive`): ns-3 sends each interval's raw record, this process computes
     the formulation's observation from it, asks onnxruntime for the action and sends
     back the knobs; the baselines run natively; every run's interval records are scored
     here with the formulation's reward (the JAX function the env uses);

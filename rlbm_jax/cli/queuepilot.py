@@ -46,7 +46,7 @@ from rlbm_jax.queuepilot.study import DEFAULT_VARIANTS, load_trained
 
 PROG = "queuepilot.py"
 # ns3: the default test configurations (long flows, RTT ms, TCP); its classic AQMs' variants
-# when the run's results.json has chosen none are `rlbm_jax.queuepilot.DEFAULT_VARIANTS`
+# when the run's results.json has chosen none are `rlbm_jax.queuepilot.study.DEFAULT_VARIANTS`
 NS3_CONFIGS = ("20:40:cubic", "20:40:newreno")
 
 

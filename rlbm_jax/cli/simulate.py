@@ -84,6 +84,17 @@ def cdf_info(name_or_table) -> dict:
             "sha256": table.digest}
 
 
+def fluid_refuses_given(given) -> None:
+    """A ValueError naming each parameter in `given` (set on the command line) that the
+    fluid model does not read: nothing asked for is dropped silently."""
+    from rlbm_jax.env.backends import fluid
+
+    bad = fluid.ignored(given)
+    if bad:
+        raise ValueError(f"the fluid backend does not model {', '.join(bad)}: leave them unset, or use a packet "
+                         "backend (--backend jax or native)")
+
+
 def plan(a):
     """(run_config(a), the SimParams it runs)."""
     from rlbm_jax.env import backends
@@ -100,8 +111,11 @@ def plan(a):
 
         form = formulations.get(read_policy(a.policy)[1].get("formulation") or "")
         params = with_policy(params, "rl")
-    if (a.backend or backends.default()) != "auto":
-        backends.resolve(a.backend, params)  # a named backend that cannot run it is refused by name
+    name = a.backend or backends.default()
+    if name != "auto":
+        backends.resolve(name, params)  # a named backend that cannot run it is refused by name
+    if name == "fluid":
+        fluid_refuses_given(param_kw(a))
     return {"scenario": a.scenario, "policy": a.policy, "formulation": form.id if a.policy not in buffer.POLICY_NAMES
             else None, "seconds": a.seconds, "seeds": list(range(a.seed_base, a.seed_base + a.seeds)),
             "agent_interval_s": a.agent_interval_s, "backend": a.backend or backends.default(),

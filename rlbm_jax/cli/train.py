@@ -203,7 +203,7 @@ def sim_backend(env_params) -> str:
     p = env_params
     while not hasattr(p, "sim"):  # the randomised env's params wrap the env's
         p = p.env
-    return backends.resolve(None, p.sim)
+    return backends.resolve(None, p.sim, ticks=True)
 
 
 def _flags(ap) -> dict:

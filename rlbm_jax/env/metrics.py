@@ -72,7 +72,7 @@ class Interval:
     observation and reward from (`rlbm_jax.env.formulations`).  The env opens a fresh one
     at each step (`sim.open_interval`), the simulator fills it tick by tick, the env
     closes it (`sim.close_interval`); the ns-3 scenario writes the same record at every
-    agent boundary (`rlbm_jax.ns3.records_to_interval` reads it).  P classes,
+    agent boundary (`rlbm_jax.ns3.harness.records_to_interval` reads it).  P classes,
     M = `interval_log_size`.  Data packets only (a SYN takes no queue space here; in
     ns-3 it is not counted as data).
     """

@@ -215,7 +215,7 @@ def time_ns3(c: Cell, seed: int = 1, seconds: float | None = None, binary: Path 
         raise ValueError(f"seconds must be a positive number, got {c.seconds!r}")
     binary = Path(binary) if binary is not None else build_ns3()
     if not os.access(binary, os.X_OK) or not binary.is_file():
-        raise RuntimeError(f"no ns-3 scenario binary at {binary}: build it with {BUILD} (rlbm_jax.ns3.build_ns3)")
+        raise RuntimeError(f"no ns-3 scenario binary at {binary}: build it with {BUILD} (rlbm_jax.ns3.harness.build_ns3)")
     with tempfile.TemporaryDirectory(prefix="rlbm_ns3_time_") as tmp:
         out = Path(tmp) / "report.json"
         cmd = [str(binary), *ns3_args(c, seed), f"--out={out}"]

@@ -5,8 +5,10 @@ The packet tick (`rlbm_jax.env.sim`, run by `rlbm_jax.env.backends.run`) has no 
 gradients.  This package integrates delay-differential equations of the same scenario, so
 `jax.grad` of a time-averaged metric with respect to the capacity, the buffer, RED's
 thresholds and max_p, the delays or CUBIC's constants is defined.  Its time averages are
-checked against the packet simulator in tests/test_fluid.py.  It is not a `Backend` of
-`rlbm_jax.env.backends.BACKENDS`: it advances its own `FluidState`, not a `SimState`.
+checked against the packet simulator in tests/test_fluid.py and calibration/FLUID.md.  It is
+the `fluid` entry of `rlbm_jax.env.backends.BACKENDS` with `ticks=False`: it advances its own
+`FluidState`, not a `SimState`, so it runs whole scenarios (`simulate.run_scenario`), never
+ticks.
 
 Equations (time t in s, windows and queues in packets, C = bottleneck rate / data packet
 bits in packets/s, flow i = 1..N)
@@ -123,15 +125,19 @@ Refused (ValueError naming the value): load > 0 (short flows), long_flows = 0, n
 static / dynamic thresholds, the RL policies), a batch that mixes flow counts, TCPs,
 policies, ECN, RED's gentle region or CUBIC's fast convergence.
 
-Not modelled (the same equations for every value): retransmission timeouts (min_rto_s,
-max_rto_s, rto_recovery), HyStart, PRR's and ECN-CWR's packet-level variants (prr,
+Not modelled (the same equations for every value; a parameter of `IGNORES` set on purpose is
+refused by simulate.py and bench_env.py, a choice other than its default by the manifest):
+retransmission timeouts (min_rto_s, max_rto_s, rto_recovery), HyStart (the default, on, is
+accepted: the fluid slow start ends at the first loss, which the long-run averages of
+calibration/FLUID.md do not see), PRR's and ECN-CWR's packet-level variants (prr,
 prr_ssrb, ecn_cwr), RTT sampling (rtt_samples), the tick's fidelity (pkts_per_tick), the
 scheduler (one class), the random start times (replaced by their quantiles), and the
 dupthresh (losses are detected one RTT after they happen).
 """
-from rlbm_jax.env.backends.fluid.core import (AQMS, OVERRIDABLE, SHARPNESS, STEPS_PER_RTT, TCPS, Config, FluidState,
-                                              Totals, advance, check, configure, init, limits, red_prob, refusal, step,
-                                              steps_for, summary, values)
+from rlbm_jax.env.backends.fluid.core import (AQMS, IGNORES, OVERRIDABLE, SHARPNESS, STEPS_PER_RTT, TCPS, Config,
+                                              FluidState, Totals, advance, check, configure, ignored, init, limits,
+                                              red_prob, refusal, step, steps_for, summary, values)
 
-__all__ = ["AQMS", "OVERRIDABLE", "SHARPNESS", "STEPS_PER_RTT", "TCPS", "Config", "FluidState", "Totals", "advance",
-           "check", "configure", "init", "limits", "red_prob", "refusal", "step", "steps_for", "summary", "values"]
+__all__ = ["AQMS", "IGNORES", "OVERRIDABLE", "SHARPNESS", "STEPS_PER_RTT", "TCPS", "Config", "FluidState", "Totals",
+           "advance", "check", "configure", "ignored", "init", "limits", "red_prob", "refusal", "step", "steps_for",
+           "summary", "values"]

@@ -93,6 +93,20 @@ def _one(params, name, what):
     return vals[0]
 
 
+# declared parameters whose value the fluid model never reads (the choices it does not model
+# are the manifest's business): a run that sets one on purpose is refused (`ignored`)
+IGNORES = ("min_rto_s", "max_rto_s", "syn_timeout_s", "rto_granularity_s", "dupthresh", "hystart_low_window_pkts",
+           "hystart_min_samples", "hystart_ack_delta_s", "hystart_delay_min_s", "hystart_delay_max_s", "dctcp_g",
+           "pie_target_s", "pie_tupdate_s", "pie_a", "pie_b", "pie_max_burst_s", "pie_mark_threshold",
+           "codel_target_s", "codel_interval_s", "fq_quantum_bytes", "pkts_per_tick", "cdf", "class_threshold_bytes",
+           "alpha", "beta")
+
+
+def ignored(names) -> list[str]:
+    """Of the parameter names a user set (`names`), those the fluid model does not read."""
+    return [n for n in names if n in IGNORES]
+
+
 def limits(params: SimParams) -> list[str]:
     """What the fluid model cannot represent that the declared model's manifest does not
     say (values of continuous parameters): ["load=0.7 (...)", ...]; reads concrete params
