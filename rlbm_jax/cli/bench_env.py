@@ -137,12 +137,10 @@ def plan(a):
         if (a.backend or backends.default()) != "auto":
             backends.resolve(a.backend, params[k])  # a named backend that cannot run it is refused by name
     fluid_run = (a.backend or backends.default()) == "fluid"
-    if fluid_run:  # another model: no ticks, so one --pkts-per-tick; what it does not read, refused
-        from rlbm_jax.cli.simulate import fluid_refuses_given
+    if fluid_run:  # another model: no ticks, so one --pkts-per-tick
         from rlbm_jax.env.backends import fluid
 
-        fluid_refuses_given(model_kw(a))
-        if len(a.pkts_per_tick) > 1 or a.pkts_per_tick != [1]:
+        if a.pkts_per_tick != [1]:
             raise ValueError("the fluid backend has no ticks: --pkts-per-tick takes 1 with --backend fluid")
     ns3_run = None
     if a.ns3:

@@ -126,7 +126,7 @@ static / dynamic thresholds, the RL policies), a batch that mixes flow counts, T
 policies, ECN, RED's gentle region or CUBIC's fast convergence.
 
 Not modelled (the same equations for every value; a parameter of `IGNORES` set on purpose is
-refused by simulate.py and bench_env.py, a choice other than its default by the manifest):
+refused by simulate.py, a choice other than its default by the manifest):
 retransmission timeouts (min_rto_s, max_rto_s, rto_recovery), HyStart (the default, on, is
 accepted: the fluid slow start ends at the first loss, which the long-run averages of
 calibration/FLUID.md do not see), PRR's and ECN-CWR's packet-level variants (prr,
