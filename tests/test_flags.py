@@ -65,6 +65,9 @@ SAMPLES = {
     ("queuepilot", ("ns3",), "seeds"): ["2"],  # at most len(TEST_SEEDS)
     ("queuepilot", ("ns3",), "configs"): ["10:20:newreno"],  # N:RTT_MS:TCP
     ("queuepilot", ("ns3",), "variants"): ["pie-5ms"],  # a name of queuepilot.study.baseline_variants
+    ("train_apg", (), "eval_seeds"): ["2"],  # at most len(TEST_SEEDS)
+    ("tune_aqm", (), "grid"): ["max_p=0.2,0.4"],  # AXIS=V,V,... of the knob's grid
+    ("tune_aqm", (), "tcp"): ["cubic"],  # a TCP the fluid model implements
 }
 # the same for an option of that name in every script
 DEST_SAMPLES = {

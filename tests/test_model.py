@@ -36,10 +36,10 @@ BASE = dict(num_senders=4, num_classes=2, num_flow_slots=12, queue_capacity_pkts
 SCENARIO_BASE = {"fluid": dict(num_classes=1, long_flows=4, load=0.0, policy="red", tcp="newreno")}
 
 
-def _with(name, value) -> dict:
-    """BASE with one choice set; a value that needs company gets it (a marking-only policy
-    needs ECN senders)."""
-    kw = {**BASE, name: value}
+def _with(name, value, base=None) -> dict:
+    """BASE (or `base`) with one choice set; a value that needs company gets it (a
+    marking-only policy needs ECN senders)."""
+    kw = {**(BASE if base is None else base), name: value}
     if name == "policy" and value == "rl-mark":
         kw["ecn"] = True
     return kw
@@ -100,7 +100,7 @@ def test_every_choice_value_runs_or_is_refused_by_name():
             for b in backends.BACKENDS:
                 if v in c.implemented(b):
                     if b in SCENARIO_BASE:  # a backend of a narrower scenario: its own context
-                        p = make_params(**{**SCENARIO_BASE[b], c.name: v})
+                        p = make_params(**_with(c.name, v, SCENARIO_BASE[b]))
                     assert backends.resolve(b, p) == b
                     claimed += 1
                     continue

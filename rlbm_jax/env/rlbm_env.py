@@ -110,20 +110,17 @@ def interval_info(rec, params: EnvParams) -> dict:
             "flows_done": done, "drops": jnp.sum(rec.drops_pkts)}
 
 
-class RLBMEnv(environment.Environment[EnvState, EnvParams]):
-    """The switch's buffer set by an agent through a formulation (gymnax 1.0 API: `step`
-    returns obs, state, reward, terminated, truncated, info).  With a baseline buffer
-    policy in the sim params the action is ignored, which scores that baseline on the
-    same reward."""
+class FormulationEnv(environment.Environment):
+    """What every env of a formulation shares, whatever simulates it (`RLBMEnv`: the packet
+    tick; `fluid_env.FluidEnv`: the fluid model): the formulation, the default params, the
+    spaces, the observation from the state's interval record (`state.sim.interval`)."""
 
-    def __init__(self, sim_params: SimParams | None = None, formulation=DEFAULT_FORMULATION, **kwargs):
-        super().__init__()
+    def _set_formulation(self, formulation, num_classes: int) -> None:
         self.formulation = formulations.get(formulation) if isinstance(formulation, str) else formulation
         if not isinstance(self.formulation, formulations.Formulation):
             raise TypeError(f"formulation must be an id or a Formulation, got {type(formulation).__name__}")
-        self._default = make_env_params(sim_params, **kwargs)
-        self.num_classes = self._default.sim.num_classes
-        self.obs_layout = self.formulation.obs_layout(self.num_classes)
+        self.num_classes = num_classes
+        self.obs_layout = self.formulation.obs_layout(num_classes)
         self.obs_shape = (len(self.obs_layout),)
 
     @property
@@ -145,7 +142,32 @@ class RLBMEnv(environment.Environment[EnvState, EnvParams]):
         return spaces.Box(-jnp.inf, jnp.inf, self.obs_shape, jnp.float32)
 
     def state_space(self, params: EnvParams | None = None):
-        raise NotImplementedError("the simulator state is a large pytree; see EnvState")
+        raise NotImplementedError("the simulator state is a large pytree; see the env's state class")
+
+    def get_obs(self, state, params: EnvParams, key=None):
+        return self.formulation.observe(state.sim.interval, params)
+
+    def is_terminated(self, state, params: EnvParams):
+        return jnp.asarray(False)
+
+
+class RLBMEnv(FormulationEnv):
+    """The switch's buffer set by an agent through a formulation (gymnax 1.0 API: `step`
+    returns obs, state, reward, terminated, truncated, info).  With a baseline buffer
+    policy in the sim params the action is ignored, which scores that baseline on the
+    same reward."""
+
+    def __init__(self, sim_params: SimParams | None = None, formulation=DEFAULT_FORMULATION, backend: str | None = None,
+                 **kwargs):
+        super().__init__()
+        if backend is not None and backend not in backends.NAMES:
+            raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(backends.NAMES)}")
+        if backend is not None and backend != "auto" and not backends.BACKENDS[backend].ticks:
+            raise ValueError(f"RLBMEnv steps the packet tick; the {backend} backend runs another model: use "
+                             f"rlbm_jax.make(..., backend={backend!r}) (rlbm_jax.env.fluid_env.FluidEnv)")
+        self.backend = backend  # None: the process's default (`backends.set_default`, $RLBM_JAX_BACKEND)
+        self._default = make_env_params(sim_params, **kwargs)
+        self._set_formulation(formulation, self._default.sim.num_classes)
 
     def reset_env(self, key, params: EnvParams):
         params = no_gradient(params)
@@ -161,15 +183,9 @@ class RLBMEnv(environment.Environment[EnvState, EnvParams]):
         # the action answers the record of the interval that just ended (still in the state)
         s = sim.apply_knobs(state.sim, f.knobs(action, state.sim.interval, params))
         s = sim.open_interval(s, params.sim)
-        s, _ = backends.run(s, params.sim, params.ticks_per_step)
+        s, _ = backends.run(s, params.sim, params.ticks_per_step, backend=self.backend)
         s = sim.close_interval(s, params.sim)
         new = EnvState(sim=s, time=(state.time + 1).astype(jnp.int32))
         reward, parts = f.reward_of(s.interval, params)
         info = {**interval_info(s.interval, params), **parts}
         return self.get_obs(new, params), new, reward, jnp.asarray(False), info
-
-    def get_obs(self, state: EnvState, params: EnvParams, key=None):
-        return self.formulation.observe(state.sim.interval, params)
-
-    def is_terminated(self, state: EnvState, params: EnvParams):
-        return jnp.asarray(False)

@@ -27,6 +27,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from gymnax.environments import spaces
 
 from rlbm_jax import scenarios
 from rlbm_jax.env import formulations, metrics as mx
@@ -71,8 +72,11 @@ def train_configs(flows=TRAIN_FLOWS, rtts_s=TRAIN_RTTS_S, tcps=TRAIN_TCPS) -> li
     return [config_kw(n, r, t) for t in tcps for n in flows for r in rtts_s]
 
 
-def make_env(sim_params, episode_s: float = EPISODE_S) -> RLBMEnv:
-    return RLBMEnv(sim_params, formulation=QUEUEPILOT, agent_interval_s=STEP_S, episode_s=episode_s)
+def make_env(sim_params, episode_s: float = EPISODE_S, formulation=QUEUEPILOT) -> RLBMEnv:
+    """The study's env (QueuePilot's 5 ms step) of one configuration; `formulation` another
+    with QueuePilot's knob (QueuePilot-continuous-v0 for a policy that outputs the marking
+    probability)."""
+    return RLBMEnv(sim_params, formulation=formulation, agent_interval_s=STEP_S, episode_s=episode_s)
 
 
 def train_env(episode_s: float = EPISODE_S, configs=None):
@@ -160,8 +164,13 @@ def rollout_fn(env: RLBMEnv, steps: int, warm_steps: int, actor=None):
     a drop, the action histogram, the run summary (`metrics.summarize`, measured from the
     sims' warmup_s) and the completion log.  `actor` is None (the switch's own policy acts;
     the action is ignored) or a function (actor_args, carry, obs [D], first) -> (carry,
-    action index); its carry is made by actor_args["carry0"]."""
+    action); its carry is made by actor_args["carry0"].  With a discrete action (an index into
+    MARK_LEVELS) the histogram counts indices; with a continuous one (the marking probability,
+    QueuePilot-continuous-v0) it counts the probabilities by the level each is nearest to."""
     n_levels = len(MARK_LEVELS)
+    discrete = isinstance(env.action_space(), spaces.Discrete)
+    levels = np.asarray(MARK_LEVELS, np.float32)
+    edges = jnp.asarray((levels[1:] + levels[:-1]) / 2)
 
     def one(sp, key, actor_args):
         ep = env.default_params.replace(sim=sp)
@@ -173,13 +182,14 @@ def rollout_fn(env: RLBMEnv, steps: int, warm_steps: int, actor=None):
             st, obs, carry, key, first = c
             key, k = jax.random.split(key)
             if actor is None:
-                a = jnp.zeros((), jnp.int32)
+                a = jnp.zeros((), jnp.int32) if discrete else jnp.zeros((1,), jnp.float32)
             else:
                 carry, a = actor(actor_args, carry, obs, first)
             obs, st, r, _, info = env.step_env(k, st, a, ep)
             warm = i >= warm_steps
             out = dict(reward=jnp.where(warm, r, 0.0), drop_step=jnp.where(warm, info["dropped_step"], 0.0),
-                       hist=jnp.where(warm, jax.nn.one_hot(a, n_levels), 0.0))
+                       hist=jnp.where(warm, jax.nn.one_hot(a if discrete else jnp.searchsorted(edges, a.reshape(())),
+                                                           n_levels), 0.0))
             return (st, obs, carry, key, jnp.zeros((), bool)), out
 
         init = (st, obs, carry, key, jnp.ones((), bool))
@@ -215,14 +225,14 @@ def actor_args(ppo, params, obs_stats) -> dict:
 _COMPILED: dict = {}
 
 
-def run_batch(runs, steps, warm_steps, actor=None, args=None, chunk: int = 50, progress=None):
+def run_batch(runs, steps, warm_steps, actor=None, args=None, chunk: int = 50, progress=None, formulation=QUEUEPILOT):
     """runs: list of (make_params kwargs, seed).  Returns a list of per-run result dicts
     (numpy), evaluated in batches of `chunk` runs (the last padded): one compiled function
-    per (steps, warm_steps, actor, static sizes, chunk), reused across calls."""
+    per (steps, warm_steps, actor, formulation, static sizes, chunk), reused across calls."""
     sims = [make_params(**kw) for kw, _ in runs]
-    key = (steps, warm_steps, actor, jax.tree.structure(sims[0]), chunk)
+    key = (steps, warm_steps, actor, formulation.id, jax.tree.structure(sims[0]), chunk)
     if key not in _COMPILED:
-        env = make_env(sims[0], episode_s=max(steps * STEP_S, STEP_S))
+        env = make_env(sims[0], episode_s=max(steps * STEP_S, STEP_S), formulation=formulation)
         _COMPILED[key] = rollout_fn(env, steps, warm_steps, actor)
     fn = _COMPILED[key]
     out = []

@@ -50,6 +50,8 @@ class Formulation:
     observation: Any
     action: Any
     reward: Any
+    scenario: str = "thesis"  # the scenario `rlbm_jax.make` builds unless told another (`rlbm_jax.scenarios`)
+    agent_interval_s: float = 0.1  # the agent's step `rlbm_jax.make` uses unless told another
 
     def obs_fields(self, num_classes: int) -> tuple:
         return tuple(self.observation.fields(num_classes))

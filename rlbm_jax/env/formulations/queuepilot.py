@@ -12,7 +12,13 @@ carries in one step; the buffer policy "rl-mark", ECN senders):
     [5] queue_delay_steps    average queue / C (D: the delay a new packet meets, in steps), at most 30
 Action, `spaces.Discrete(6)`: index into MARK_LEVELS = (0, 0.01, 0.05, 0.1, 0.5, 1); the
 marking probability holds from the step's first tick (knob `mark_prob`, every class).
-Reward: -1 when any data packet was dropped in the step, else U^2 / sqrt(1 + D).
+Reward: -1 when any data packet was dropped in the step, else U^2 / sqrt(1 + D).  ("Any":
+at least half a packet, which on the packet simulator's counts is at least one; the fluid
+backend's record holds expected amounts, `rlbm_jax.env.fluid_env`.)
+
+`QueuePilot-continuous-v0`: the same observation and reward, the marking probability itself
+as the action (`spaces.Box(0, 1, (1,))`, clipped to [0, 1]): the action an analytic policy
+gradient differentiates through (`rlbm_jax.apg`).
 
 The paper's average queue is an EWMA of the queue with weight 2^-9 per packet: at its
 1 Gbit/s that is a time constant of 512 packet times, 6 ms, about one step.  Here it is
@@ -29,6 +35,7 @@ from gymnax.environments import spaces
 from rlbm_jax.env.formulations.base import Field, Formulation, capacity_pkts, register
 
 MARK_LEVELS = (0.0, 0.01, 0.05, 0.1, 0.5, 1.0)
+DROPPED_PKTS = 0.5  # a step "had a drop" when at least this many packets were dropped (integer counts: >= 1)
 RX_CAP, DELAY_CAP_STEPS = 3.0, 30.0
 
 
@@ -41,6 +48,7 @@ def step_stats(rec, params) -> dict:
     q_avg = jnp.sum(rec.queue_pkt_s) / step_s
     return {"rx": arr / cap, "utilisation": jnp.sum(rec.dequeues_pkts) / cap,
             "drops": jnp.sum(rec.drops_pkts).astype(jnp.float32), "drop_rate": jnp.sum(rec.drops_pkts) / cap,
+            "dropped": jnp.sum(rec.drops_pkts) >= DROPPED_PKTS,
             "mark_fraction": jnp.sum(rec.marks_pkts) / jnp.maximum(arr, 1.0), "queue_avg_pkts": q_avg,
             "delay_steps": q_avg / cap}
 
@@ -96,12 +104,36 @@ class QueuePilotReward:
         s = step_stats(rec, params)
         d = jnp.minimum(s["delay_steps"], DELAY_CAP_STEPS)
         ok = s["utilisation"] ** 2 / jnp.sqrt(1.0 + d)
-        r = jnp.where(s["drops"] > 0, -1.0, ok)
+        r = jnp.where(s["dropped"], -1.0, ok)
         return r, {"utilisation": s["utilisation"], "delay_steps": s["delay_steps"],
-                   "dropped_step": (s["drops"] > 0).astype(jnp.float32), "mark_fraction": s["mark_fraction"]}
+                   "dropped_step": s["dropped"].astype(jnp.float32), "mark_fraction": s["mark_fraction"]}
 
 
 QUEUEPILOT = register(Formulation(
     "QueuePilot-v0", "QueuePilot: the ECN marking probability every step (6 levels, 0 to 1), its six rate and "
     "queue features, reward -1 on a drop else U^2 / sqrt(1 + D)",
-    QueuePilotObservation(), MarkProbability(), QueuePilotReward()))
+    QueuePilotObservation(), MarkProbability(), QueuePilotReward(), scenario="queuepilot", agent_interval_s=0.005))
+
+
+@dataclasses.dataclass(frozen=True)
+class MarkProbabilityContinuous:
+    """The marking probability itself, in [0, 1]."""
+
+    text: str = ("the probability of CE-marking each arriving packet, in [0, 1] (clipped; buffer policy "
+                 "'rl-mark')")
+
+    def fields(self, P: int) -> tuple:
+        return (Field("mark_prob", "1", "probability of CE-marking each arriving packet"),)
+
+    def space(self, P: int):
+        return spaces.Box(0.0, 1.0, (1,), jnp.float32)
+
+    def knobs(self, action, rec, params) -> dict:
+        return {"mark_prob": jnp.clip(jnp.asarray(action, jnp.float32).reshape(()), 0.0, 1.0)}
+
+
+QUEUEPILOT_CONTINUOUS = register(Formulation(
+    "QueuePilot-continuous-v0", "QueuePilot's observation and reward with the marking probability in [0, 1] as the "
+    "action (for analytic policy gradients through the fluid backend)",
+    QueuePilotObservation(), MarkProbabilityContinuous(), QueuePilotReward(), scenario="queuepilot",
+    agent_interval_s=0.005))

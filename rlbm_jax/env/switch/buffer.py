@@ -112,6 +112,14 @@ def needs_flow_queues(policy: str) -> bool:
     return discipline(policy).owns_departure
 
 
+def reads_knob(policy: str, knob: str) -> bool:
+    """Whether `policy` acts on an agent's knob (`sim.KNOBS`): class_alpha is the "rl"
+    policy's; a discipline's knob (mark_prob) is read by the policies of that discipline."""
+    if knob == "class_alpha":
+        return policy == "rl"
+    return any(k == knob for k, _ in discipline(policy).knobs)
+
+
 def needs_ecn(policy: str) -> bool:
     """Whether `policy`'s discipline only marks (its runs need ECN senders)."""
     return discipline(policy).needs_ecn

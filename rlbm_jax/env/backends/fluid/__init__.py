@@ -1,10 +1,12 @@
 """A differentiable fluid model of the long-lived-flow scenarios (`presets.long_flow_params`,
-`make_params(long_flows=N, load=0, num_classes=1, policy="droptail" | "red" | "ared")`).
+`make_params(long_flows=N, load=0, num_classes=1, policy="droptail" | "red" | "ared" | "pie" |
+"codel" | "rl-mark")`), and the formulations on them (`rlbm_jax.env.fluid_env.FluidEnv`).
 
 The packet tick (`rlbm_jax.env.sim`, run by `rlbm_jax.env.backends.run`) has no useful
 gradients.  This package integrates delay-differential equations of the same scenario, so
 `jax.grad` of a time-averaged metric with respect to the capacity, the buffer, RED's
-thresholds and max_p, the delays or CUBIC's constants is defined.  Its time averages are
+thresholds and max_p, PIE's and CoDel's targets and gains, the delays or CUBIC's constants is
+defined.  Its time averages are
 checked against the packet simulator in tests/test_fluid.py and calibration/FLUID.md.  It is
 the `fluid` entry of `rlbm_jax.env.backends.BACKENDS` with `ticks=False`: it advances its own
 `FluidState`, not a `SimState`, so it runs whole scenarios (`simulate.run_scenario`), never
@@ -68,7 +70,8 @@ the start) is the share still in slow start, ss_i *= 1 - e_i:
     a sigmoid of width 1 packet) else W, K -> cbrt((W_max - beta W) / c), tau -> 0, each
     moved by the share e_i; tau grows at 1 - rec_i; beta = cubic_beta (0.7), c = cubic_c.
 
-AQMs (ns-3.37 RedQueueDisc, as rlbm_jax.env.switch.disciplines.red):
+AQMs (ns-3.37 RedQueueDisc, PieQueueDisc and CoDelQueueDisc, as rlbm_jax.env.switch.disciplines
+red, pie and codel):
   drop-tail: p_d = p_m = 0, the overflow above.
   RED: the average (MGT's dx/dt = ln(1 - w_q) / delta (x - q), with 1 / delta the rate of
     updates: the arrivals plus, when the link idles, its packet rate, as ns-3 decays an idle
@@ -84,6 +87,48 @@ AQMs (ns-3.37 RedQueueDisc, as rlbm_jax.env.switch.disciplines.red):
   ARED: RED with max_p moved by ns-3's rule as a rate: +min(0.01, max_p/4) per 0.5 s while
     avg > max_th - 0.4 (max_th - min_th) and max_p < 0.5, x0.9 per 0.5 s while avg < min_th
     + 0.4 (max_th - min_th) and max_p > min(0.01, 0.1 s / C); the conditions as sigmoids.
+  PIE (Pan et al., "PIE: a lightweight control scheme to address the bufferbloat problem",
+    IEEE HPSR 2013; RFC 8033; ns-3.37 PieQueueDisc): the probability p is a state.  ns-3 moves
+    it every tupdate by scale(p) [a (qd - target) + b (qd - qd_old)]; here each update is spread
+    over its tupdate as a rate (the same sum; p reacts within the period instead of at its end):
+        dp/dt = scale(p) [a (qd - target) / tupdate + b dqd/dt],      qd = q / C
+    qd is ns-3's sojourn of the last packet dequeued, q / C in a FIFO served at C (its lag of
+    one sojourn and the half period an update holds, tried as delays, moved the mean queue of
+    the cells tried, 8 and 16 flows at 0.5-2 BDP, by at most 5 %).  scale(p) = 1/2048 below p = 1e-6, x4 at
+    each decade up to 1/2 below 0.1, 1 from 0.1 (each step a sigmoid of p - threshold, width
+    sharpness x threshold); from p = 0.1 an update adds at most 0.02; p x 0.98 per tupdate while
+    the queue is empty (q < 1/2 packet, a sigmoid of width 1/4); p kept in [0, 1] (softplus of
+    width sharpness x 1e-6 at 0) and held at 0 during the burst allowance (max_burst from the
+    first arrival; ns-3 re-arms it only after 100 calm updates at p = 0, which long-lived
+    flows keeping the link busy do not give: it is not re-armed).  Each arrival is decided
+    with probability p (ns-3 draws each packet independently), except while qd < target / 2
+    and p < 0.2, or while at most 2 packets are queued (sigmoids of width sharpness x target / 2,
+    sharpness x 0.2 and 1/4 packet).  With ECN a decision marks while p < mark_threshold (a
+    sigmoid of width sharpness x mark_threshold), else drops.  Where p alone holds the queue
+    with few CUBIC flows (8 flows, 2 BDP) the packet simulator runs a limit cycle: a few drops,
+    each cutting one flow by 30 %, empty the queue to ~30 packets, p sits at 0 half the time,
+    then climbs the scale's ladder while the queue overshoots to ~300; its time-mean queue is
+    ~20 % below target.  The fluid flows, each cut by a sliver per drop, settle near target
+    (27 % above the packet simulator there).
+  CoDel (Nichols, Jacobson, "Controlling queue delay", ACM Queue 2012; RFC 8289; ns-3.37
+    CoDelQueueDisc) decides on the head of the queue, whose sojourn is s = q / C.  Its state
+    machine as smooth state variables of a population, d of it in the dropping state:
+        above  = [s > target] [(q - 1) packet bytes >= MinBytes (1500)]      (sigmoids)
+        enter  = (1 - d) above [timer + dt > interval]      leave = (1 - above) d
+        d     += enter - leave
+        acts   = d above sqrt(count) / interval dt + enter      (packets this step)
+    timer: the not-dropping share's time above target (its part below target and the leavers
+    bring 0); count and run (acts since entering) grow by above sqrt(count) / interval dt, and
+    entrants bring count = 1 + [idle < 16 interval] max(last_run - 1, 0) and a run of 0
+    (ns-3: count - lastcount if above 1 and the last run ended within 16 intervals, else 1);
+    last_run and idle: the run the leavers brought and the time since.  A share moving brings
+    its own values (means weighted by the shares), so a share that just left, its timer 0,
+    does not re-enter before another interval.  The acts drop packets from the head (at most
+    q, a smooth min that is 0 at 0), or with ECN mark packets leaving (at most C dt).  A
+    decision on the head reaches its sender one base RTT later (the packets behind it, or the
+    marked packet, leave now), not R = base + q / C as a decision at the tail, shared among
+    the flows as the arrivals are.  The brackets are sigmoids of width sharpness x target,
+    1/4 packet, sharpness x interval and sharpness x 16 intervals.
 
 Integration: explicit Euler, step dt = (smallest base RTT) / steps_per_rtt (20), in a
 `lax.scan`; the rings of future signals hold the largest RTT (base + B / C, with a margin).
@@ -96,15 +141,16 @@ API (shapes: N flows, L ring slots)
     cfg = configure(params, overrides=None, steps_per_rtt=20, sharpness=0.003, ...)
                       # static Config; ValueError naming anything not representable
     st  = init(params, cfg, overrides)           # FluidState: w, ss, rec, wmax, kc, tau [N];
-                                                 # q, avg, max_p []; sig, rec_end [L, N]; tot
+                                                 # q, avg, max_p, pie_p, cd_* []; sig,
+                                                 # rec_end [L, N]; tot
     st  = advance(st, params, num_steps, cfg, overrides)     # num_steps static
     out = summary(params, seconds, warmup_s=None, overrides=None, config=None, **config_kw)
           # {"util_wire", "queue_mean_pkts", "drop_rate", "mark_rate", "window_mean_pkts",
           #  "rtt_mean_s", "throughput_bps", totals, "delay_clipped_s", ...}: scalars
 
 `overrides` maps names of OVERRIDABLE (bottleneck_rate_bps, buffer_pkts, red_max_p,
-red_min_th_pkts, ...) to arrays that replace the params' values inside the traced function,
-so e.g. `jax.grad(lambda b: summary(p, 10.0, overrides={"buffer_pkts": b})["queue_mean_pkts"])`
+red_min_th_pkts, pie_target_s, codel_interval_s, ...) to arrays that replace the params'
+values inside the traced function, so e.g. `jax.grad(lambda b: summary(p, 10.0, overrides={"buffer_pkts": b})["queue_mean_pkts"])`
 works although SimParams holds the buffer as an integer.  Inside `jit` or `vmap` over params,
 build the static config outside (`configure(params)`, a stacked batch included) and pass
 `config=`.  Computations run in float32, or float64 under `jax.enable_x64(True)`.
@@ -113,17 +159,30 @@ Gradients are exact derivatives of this smooth (but stiff) function: central dif
 converge to them as the step shrinks (tests/test_fluid.py: within 0.2 % at a relative step of
 1e-4 in float64).  Where the link idles after synchronised drop-tail cuts (8 flows, 0.5 BDP)
 the function bends sharply at the default sharpness: differences with a step of 1e-3 of the
-buffer are then 22 % off the gradient (the utilisation's 7 %), with 1e-5 within 1 %.
+buffer are then 22 % off the gradient (the utilisation's 7 %), with 1e-5 within 1 %.  So
+with CoDel's interval (16 flows, 1 BDP: its timer's sigmoid, of width sharpness x interval, is
+crossed within an Euler step): 22 % off at a relative step of 1e-4, 0.1 % at 1e-5.
 
 Where the loop oscillates (RED at half a BDP), trajectories are unstable and the exact
 derivative of a time average grows with the horizon (1e2 over 8 s, 1e13 over 30 s for
-max_p -> utilisation) while the function itself moves smoothly: prefer a finite difference
-of `summary` there (calibration/FLUID.md).
+max_p -> utilisation) while the function itself moves smoothly.  There pass
+`grad_horizon_s` (to `summary` or `advance`): the values do not change (to float
+rounding), but every `grad_horizon_s` of simulated time the dynamic state is cut from the
+derivative (truncated backpropagation through time), so the derivative is a sum of each
+stretch's own response and stays of the size the packet simulator shows.  With 1 s its sign
+is the packet simulator's in every committed probe (calibration/FLUID.md), and its size
+closer than the exact derivative's; the exact one (None, the default) is what central
+differences of the fluid function check.
 
 Refused (ValueError naming the value): load > 0 (short flows), long_flows = 0, num_classes
-> 1, tcp=dctcp, any policy other than droptail, red and ared (PIE, CoDel, FQ-CoDel, the
-static / dynamic thresholds, the RL policies), a batch that mixes flow counts, TCPs,
-policies, ECN, RED's gentle region or CUBIC's fast convergence.
+> 1, tcp=dctcp, any policy other than droptail, red, ared, pie, codel and rl-mark
+(FQ-CoDel, the static / dynamic thresholds, the class-threshold policy "rl"), a batch that
+mixes flow counts, TCPs, policies, ECN, RED's gentle region or CUBIC's fast convergence.
+
+An agent: the "rl-mark" policy CE-marks every arrival with the probability
+`FluidState.mark_p` (0 at start: drop-tail), which `rlbm_jax.env.fluid_env.FluidEnv` sets
+from a formulation's action every agent interval; that env turns the fluid totals into
+the interval record every formulation reads, so `jax.grad` of a return reaches a policy.
 
 Not modelled (the same equations for every value; a parameter of `IGNORES` set on purpose is
 refused by simulate.py, a choice other than its default by the manifest):
@@ -131,8 +190,10 @@ retransmission timeouts (min_rto_s, max_rto_s, rto_recovery), HyStart (the defau
 accepted: the fluid slow start ends at the first loss, which the long-run averages of
 calibration/FLUID.md do not see), PRR's and ECN-CWR's packet-level variants (prr,
 prr_ssrb, ecn_cwr), RTT sampling (rtt_samples), the tick's fidelity (pkts_per_tick), the
-scheduler (one class), the random start times (replaced by their quantiles), and the
-dupthresh (losses are detected one RTT after they happen).
+scheduler (one class), the random start times (replaced by their quantiles), the
+dupthresh (losses are detected one RTT after they happen), PIE's updates at discrete instants
+(a rate instead) and the re-arming of its burst allowance, and CoDel's several drops in one
+dequeue (a rate instead).
 """
 from rlbm_jax.env.backends.fluid.core import (AQMS, IGNORES, OVERRIDABLE, SHARPNESS, STEPS_PER_RTT, TCPS, Config,
                                               FluidState, Totals, advance, check, configure, ignored, init, limits,

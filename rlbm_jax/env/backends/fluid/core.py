@@ -28,6 +28,19 @@ CUBIC_MAX_CNT = 100.0  # ns-3.37 TcpCubic: cnt = 100 cwnd when the target is not
 CUBIC_MIN_CNT = 2.0  # ns-3.37 TcpCubic: cnt >= 2 (at most +1/2 window per RTT)
 # ns-3.37 RedQueueDisc's adaptive max_p (rlbm_jax.env.switch.disciplines.red)
 ARED_INTERVAL_S, ARED_ALPHA, ARED_BETA, ARED_TOP, ARED_BOTTOM, ARED_RTT_S = 0.5, 0.01, 0.9, 0.5, 0.01, 0.1
+# ns-3.37 PieQueueDisc::CalculateP (rlbm_jax.env.switch.disciplines.pie): the increment is divided
+# by 2048 below p = 1e-6, and by 4 less at each threshold up to 0.1 (/2 below 0.1, x1 above)
+PIE_SCALE_STEPS = ((1e-6, 2.0), (1e-5, 2.0), (1e-4, 2.0), (1e-3, 2.0), (1e-2, 2.0), (0.1, 1.0))  # (p, log2 step)
+PIE_SCALE_LOG2_MIN = -11.0  # 1/2048
+PIE_CAP_FROM_P, PIE_CAP_INC = 0.1, 0.02  # from p >= 0.1 an update adds at most 0.02
+PIE_DECAY = 0.98  # p x 0.98 per update while the queue stays empty
+PIE_QUIET_P = 0.2  # no early drop while qdelay_old < target / 2 and p < 0.2 ...
+PIE_MIN_QUEUE = 2.5  # ... or while at most 2 packets are queued (q > 2, smoothed)
+PIE_P_FLOOR = 1e-6  # p's scale at its lower clip (the smallest threshold of the scaling)
+# ns-3.37 CoDelQueueDisc (rlbm_jax.env.switch.disciplines.codel)
+CODEL_MIN_BYTES = 1500.0  # MinBytes: no drop while less than this waits behind the head packet
+CODEL_RECENT_INTERVALS = 16.0  # count resumes from the last run's drops if it ended within 16 intervals
+EMPTY_QUEUE = 0.5  # a fluid queue below half a packet is the packet simulator's empty queue
 
 TINY_PKTS = 1e-6  # floor of divisors in packets
 TCPS = model.BY_NAME["tcp"].implemented("fluid")  # what the fluid model implements (declared in the model)
@@ -38,7 +51,9 @@ AQMS = model.BY_NAME["policy"].implemented("fluid")
 # a new rate or delay moves the base RTT with it)
 OVERRIDABLE = ("bottleneck_rate_bps", "bottleneck_delay_s", "access_rate_bps", "access_delay_s", "buffer_pkts",
                "mss_bytes", "initial_cwnd_pkts", "red_min_th_pkts", "red_max_th_pkts", "red_max_p",
-               "red_weight", "cubic_beta", "cubic_c", "long_flow_start_spread_s")
+               "red_weight", "pie_target_s", "pie_tupdate_s", "pie_a", "pie_b", "pie_max_burst_s",
+               "pie_mark_threshold", "codel_target_s", "codel_interval_s", "cubic_beta", "cubic_c",
+               "long_flow_start_spread_s")
 
 
 # ---------------------------------------------------------------------------------------
@@ -50,7 +65,7 @@ class Config(NamedTuple):
 
     n_flows     N long-lived flows
     tcp         "newreno" or "cubic"
-    aqm         "droptail", "red" or "ared"
+    aqm         "droptail", "red", "ared", "pie", "codel" or "rl-mark" (an agent's marking probability)
     ecn         the AQM's early decisions mark instead of drop
     gentle      RED's gentle region
     fast_conv   CUBIC's fast convergence
@@ -97,9 +112,7 @@ def _one(params, name, what):
 # are the manifest's business): a run that sets one on purpose is refused (`ignored`)
 IGNORES = ("min_rto_s", "max_rto_s", "syn_timeout_s", "rto_granularity_s", "dupthresh", "hystart_low_window_pkts",
            "hystart_min_samples", "hystart_ack_delta_s", "hystart_delay_min_s", "hystart_delay_max_s", "dctcp_g",
-           "pie_target_s", "pie_tupdate_s", "pie_a", "pie_b", "pie_max_burst_s", "pie_mark_threshold",
-           "codel_target_s", "codel_interval_s", "fq_quantum_bytes", "pkts_per_tick", "cdf", "class_threshold_bytes",
-           "alpha", "beta")
+           "fq_quantum_bytes", "pkts_per_tick", "cdf", "class_threshold_bytes", "alpha", "beta")
 
 
 def ignored(names) -> list[str]:
@@ -222,8 +235,9 @@ def _dtype():
 
 def values(params: SimParams, cfg: Config, overrides: Mapping | None = None) -> dict:
     """The continuous values the equations read (traceable; overrides replace the params'
-    values): capacity C (packets/s), buffer B (packets), base RTT per flow (s), RED's and
-    CUBIC's constants, each flow's start time and access-link cap (packets/s)."""
+    values): capacity C (packets/s), buffer B (packets), base RTT per flow (s), RED's, PIE's,
+    CoDel's and CUBIC's constants (times in s, gains in 1/s), each flow's start time and
+    access-link cap (packets/s)."""
     overrides = _check_overrides(overrides)
     dt = _dtype()
 
@@ -252,6 +266,9 @@ def values(params: SimParams, cfg: Config, overrides: Mapping | None = None) -> 
         access_pps=acc / bits / share, init_cwnd=get("initial_cwnd_pkts"), delayed_ack=get("delayed_ack"),
         red_min=get("red_min_th_pkts"), red_max=get("red_max_th_pkts"), red_max_p=get("red_max_p"),
         red_weight=get("red_weight"), cubic_beta=get("cubic_beta"), cubic_c=get("cubic_c"),
+        pie_target=get("pie_target_s"), pie_tupdate=get("pie_tupdate_s"), pie_a=get("pie_a"), pie_b=get("pie_b"),
+        pie_max_burst=get("pie_max_burst_s"), pie_mark_th=get("pie_mark_threshold"),
+        codel_target=get("codel_target_s"), codel_interval=get("codel_interval_s"),
     )
 
 
@@ -288,6 +305,15 @@ class FluidState:
     q: jnp.ndarray  # [] queue (packets)
     avg: jnp.ndarray  # [] RED's average queue (packets)
     max_p: jnp.ndarray  # [] RED's max_p (ARED adapts it)
+    pie_p: jnp.ndarray  # [] PIE's drop probability
+    mark_p: jnp.ndarray  # [] the "rl-mark" policy's marking probability (an agent's knob, `fluid_env`; 0 at start)
+    cd_above_s: jnp.ndarray  # [] CoDel: how long the sojourn has stayed above target (s; 0 below it), of the
+    #                             share not dropping
+    cd_dropping: jnp.ndarray  # [] CoDel: weight (share) of the dropping state
+    cd_count: jnp.ndarray  # [] CoDel: count of the dropping state (its drops are interval / sqrt(count) apart)
+    cd_run: jnp.ndarray  # [] CoDel: drops since the dropping state was entered (ns-3's count - lastcount)
+    cd_last_run: jnp.ndarray  # [] CoDel: cd_run when the dropping state was last left (of the share not dropping)
+    cd_idle_s: jnp.ndarray  # [] CoDel: time since the dropping state was last left (s)
     sig: jnp.ndarray  # [L, N] congestion signals (drops + marks) due at each sender per future step
     rec_end: jnp.ndarray  # [L, N] ends of recovery due per future step
     tot: Totals
@@ -305,7 +331,8 @@ def init(params: SimParams, config: Config | None = None, overrides: Mapping | N
     w0 = jnp.broadcast_to(v["init_cwnd"], (n,)).astype(dt)
     tot = Totals(arrived=z, delivered=z, dropped=z, marked=z, queue_s=z, window_s=z, rtt_s=z, time_s=z, clipped_s=z)
     return FluidState(step=jnp.zeros((), jnp.int32), w=w0, ss=zn + 1.0, rec=zn, wmax=w0, kc=zn, tau=zn, q=z, avg=z,
-                      max_p=v["red_max_p"] + z, sig=jnp.zeros((L, n), dt), rec_end=jnp.zeros((L, n), dt), tot=tot,
+                      max_p=v["red_max_p"] + z, pie_p=z, mark_p=z, cd_above_s=z, cd_dropping=z, cd_count=z + 1.0, cd_run=z,
+                      cd_last_run=z, cd_idle_s=z, sig=jnp.zeros((L, n), dt), rec_end=jnp.zeros((L, n), dt), tot=tot,
                       tot_err=tot)
 
 
@@ -321,6 +348,12 @@ def _ramp(x, h):
 def _step_fn(x, h):
     """Smooth 1{x > 0}: sigmoid(x / h)."""
     return jax.nn.sigmoid(x / h)
+
+
+def _softmin0(x, cap, h):
+    """Smooth min(x, cap) for x >= 0 that is 0 at x = 0 and increasing, so never negative:
+    x - h softplus((x - cap) / h) + h softplus(-cap / h)."""
+    return x - _ramp(x - cap, h) + _ramp(-cap, h)
 
 
 def red_prob(avg, max_p, v, cfg: Config):
@@ -340,6 +373,92 @@ def red_prob(avg, max_p, v, cfg: Config):
         top = hi
     forced = _step_fn(avg - top, h)
     return jnp.clip(pb, 0.0, 1.0) / RED_WAIT_GAP, forced
+
+
+def pie_scale(p, cfg: Config):
+    """ns-3.37 PIE's scaling of an update by the magnitude of p (1/2048 below 1e-6, x4 at each
+    decade up to 1/2 below 0.1, 1 above), each step a sigmoid of p - threshold of width
+    sharpness x the threshold."""
+    log2 = PIE_SCALE_LOG2_MIN + sum(w * _step_fn(p - th, cfg.sharpness * th) for th, w in PIE_SCALE_STEPS)
+    return jnp.exp2(log2)
+
+
+def pie_early(p, qd, q, t, v, cfg: Config):
+    """PIE's early-decision probability per arriving packet (ns-3.37 DropEarly): p, but none
+    during the burst allowance (pie_max_burst_s from the first arrival: the long flows keep the
+    queue busy, so it never re-arms), while qdelay < target / 2 and p < 0.2, or while at most
+    2 packets are queued; each condition a sigmoid of width sharpness x its scale (a quarter
+    packet for the queue's).  `qd` the queue's delay (s), `q` packets, `t` s.  Returns (the
+    probability, the weight of the burst allowance)."""
+    s = cfg.sharpness
+    burst = _step_fn(jnp.min(v["start_s"]) + v["pie_max_burst"] - t, s * v["pie_max_burst"])
+    low = _step_fn(0.5 * v["pie_target"] - qd, s * 0.5 * v["pie_target"]) * _step_fn(PIE_QUIET_P - p, s * PIE_QUIET_P)
+    busy = _step_fn(q - PIE_MIN_QUEUE, RED_MIN_QUEUE_WIDTH)
+    return (1.0 - burst) * (1.0 - low) * busy * p, burst
+
+
+def pie_update(p, qd, qd_new, q_new, burst, v, cfg: Config):
+    """PIE's probability one step of dt later (ns-3.37 CalculateP as a rate: each update's
+    increment spread over tupdate, so dp/dt = scale(p) [a (qd - target) / tupdate + b dqd/dt]),
+    the increment capped at 0.02 per tupdate from p = 0.1, x 0.98 per tupdate while the queue
+    is empty, clipped to [0, 1], and 0 during the burst allowance (weight `burst`).  `qd`,
+    `qd_new` the queue's delay before and after the step (s), `q_new` packets."""
+    s, dt, tup = cfg.sharpness, cfg.dt_s, v["pie_tupdate"]
+    inc = pie_scale(p, cfg) * (v["pie_a"] * (qd_new - v["pie_target"]) * dt / tup + v["pie_b"] * (qd_new - qd))
+    cap = PIE_CAP_INC * dt / tup
+    inc = inc - _step_fn(p - PIE_CAP_FROM_P, s * PIE_CAP_FROM_P) * _ramp(inc - cap, s * cap)
+    empty = _step_fn(EMPTY_QUEUE - q_new, RED_MIN_QUEUE_WIDTH)
+    p = (p + inc) * jnp.exp(math.log(PIE_DECAY) * empty * dt / tup)
+    p = _ramp(p, s * PIE_P_FLOOR)
+    p = p - _ramp(p - 1.0, s)
+    return (1.0 - burst) * p
+
+
+def codel_update(st: FluidState, qd, v, cfg: Config, wire_bytes):
+    """CoDel's decisions on the head of the queue over one step (ns-3.37 CoDelQueueDisc with
+    smooth state variables), with the sojourn `qd` (s) of the head packet and `wire_bytes` per
+    packet.  A sojourn above target (with at least MinBytes behind the head) for more than an
+    interval enters the dropping state (one drop at once), which then acts sqrt(count) /
+    interval times per second, each act adding to count, and is left as soon as the sojourn
+    is below target; on entry count is the last run's drops (count - lastcount) if there were
+    more than one and that run ended within 16 intervals, else 1.
+
+    Smoothed, the state is a population split between dropping (weight `cd_dropping`, with its
+    count and the drops of its run) and not (with its above-target timer, the run it brought
+    when it left and the time since): a sigmoid moves a share from one to the other, and a
+    share moving brings its own values (a mean weighted by the shares), so that a share just
+    left, whose timer is 0, does not re-enter at once.  Returns (decisions this step
+    (packets), the updated CoDel fields)."""
+    s, dt = cfg.sharpness, cfg.dt_s
+    T, I = v["codel_target"], v["codel_interval"]
+    d = st.cd_dropping
+    # the sojourn above target with at least MinBytes behind the head packet
+    above = _step_fn(qd - T, s * T) * _step_fn(st.q - 1.0 - CODEL_MIN_BYTES / wire_bytes, RED_MIN_QUEUE_WIDTH)
+    timer = st.cd_above_s + dt  # of the share still above target; the rest resets to 0
+    past = _step_fn(timer - I, s * I)  # above target for more than an interval
+    enter = (1.0 - d) * above * past  # entering the dropping state now (one drop each at once)
+    leave = (1.0 - above) * d  # leaving it (the sojourn is below target)
+    d_new = d + enter - leave
+    # the dropping share acts at the control law's rate while the sojourn stays above target;
+    # its count and run grow by those drops, and entrants bring count max(last run, 1) if the
+    # last run ended less than 16 intervals ago (else 1) and a run of 0
+    rate = jnp.sqrt(jnp.maximum(st.cd_count, 1.0)) / I
+    acts = d * above * rate * dt + enter
+    grown = above * rate * dt
+    recent = _step_fn(CODEL_RECENT_INTERVALS * I - st.cd_idle_s, s * CODEL_RECENT_INTERVALS * I)
+    count_in = 1.0 + recent * _ramp(st.cd_last_run - 1.0, s)
+    joined = jnp.clip(enter / jnp.maximum(d_new, TINY_PKTS), 0.0, 1.0)  # entrants' share of the dropping state
+    count = st.cd_count + grown + joined * (count_in - st.cd_count - grown)
+    run = (st.cd_run + grown) * (1.0 - joined)
+    # the share not dropping: its timer (0 for the part below target and for the leavers),
+    # and the leavers' run and an idle time of 0
+    rest = jnp.maximum(1.0 - d_new, TINY_PKTS)
+    timer_new = (1.0 - d) * above * (1.0 - past) * timer / rest  # (at most timer: rest holds that share)
+    left = jnp.clip(leave / rest, 0.0, 1.0)  # the leavers' share of the state not dropping
+    last_run = st.cd_last_run + left * (st.cd_run + grown - st.cd_last_run)
+    idle = (st.cd_idle_s + dt) * (1.0 - left)
+    return acts, dict(cd_above_s=timer_new, cd_dropping=d_new, cd_count=count, cd_run=run, cd_last_run=last_run,
+                      cd_idle_s=idle)
 
 
 # ---------------------------------------------------------------------------------------
@@ -405,30 +524,59 @@ def step(st: FluidState, v: dict, cfg: Config) -> FluidState:
     a = x * dt  # [N] packets offered this step
     A = jnp.sum(a)
     # ---- the AQM at enqueue ---------------------------------------------------------------
+    qd = st.q / C  # the queue's delay (s): the sojourn PIE and CoDel measure
+    burst = jnp.zeros((), C.dtype)
     if cfg.aqm in ("red", "ared"):
-        early, forced = red_prob(st.avg, st.max_p, v, cfg)
+        # RED's max_p is the parameter itself (ARED's moves, a state of its own)
+        early, forced = red_prob(st.avg, st.max_p if cfg.aqm == "ared" else v["red_max_p"], v, cfg)
         # ns-3 RED decides nothing while fewer than 2 packets are queued (q > 1, smoothed)
         early = early * _step_fn(st.q - RED_MIN_QUEUE, RED_MIN_QUEUE_WIDTH)
         p_drop = forced + (1.0 - forced) * (0.0 if cfg.ecn else early)
         p_mark = (1.0 - forced) * early if cfg.ecn else jnp.zeros_like(early)
+    elif cfg.aqm == "pie":
+        early, burst = pie_early(st.pie_p, qd, st.q, t, v, cfg)
+        if cfg.ecn:  # ns-3.37 PIE marks an ECT packet while p < mark_threshold, else drops it
+            may = _step_fn(v["pie_mark_th"] - st.pie_p, s * v["pie_mark_th"])
+            p_drop = early * (1.0 - may)
+            p_mark = early * may / jnp.maximum(1.0 - p_drop, TINY_PKTS)  # of the admitted packets
+        else:
+            p_drop, p_mark = early, jnp.zeros_like(early)
+    elif cfg.aqm == "rl-mark":  # the agent's marker: every arrival CE-marked with probability mark_p
+        p_drop = jnp.zeros((), C.dtype)
+        p_mark = jnp.clip(st.mark_p, 0.0, 1.0)
     else:
         p_drop = jnp.zeros((), C.dtype)
         p_mark = jnp.zeros((), C.dtype)
     adm = A * (1.0 - p_drop)
-    # ---- the FIFO: a smooth projection of q + admitted - C dt onto [0, B] ------------------
-    u = st.q + adm - C * dt
+    # ---- CoDel at dequeue: its decisions act on the head of the queue ----------------------
     h = s * jnp.minimum(B, C * jnp.min(v["base_rtt"]))  # sharpness x min(B, BDP) packets
+    if cfg.aqm == "codel":
+        acts, codel = codel_update(st, qd, v, cfg, v["pkt_bits"] / 8.0)
+        if cfg.ecn:  # every data packet is ECT: the head packets are marked as they leave
+            head_drop, head_mark = jnp.zeros((), C.dtype), _softmin0(acts, C * dt, h)
+        else:  # dropped from the head
+            head_drop, head_mark = _softmin0(acts, st.q, h), jnp.zeros((), C.dtype)
+    else:
+        codel = {}
+        head_drop = head_mark = jnp.zeros((), C.dtype)
+    # ---- the FIFO: a smooth projection of q + admitted - C dt onto [0, B] ------------------
+    u = st.q - head_drop + adm - C * dt
     under = _ramp(-u, h)  # service the link could not give (it idles)
     over = _ramp(u - B, h)  # overflow at the buffer's limit (dropped)
     q_new = u + under - over
     delivered = C * dt - under
-    dropped = A * p_drop + over
-    marked = adm * p_mark
+    dropped = A * p_drop + over + head_drop
+    marked = adm * p_mark + head_mark
     share = a / jnp.maximum(A, TINY_PKTS)  # (a floor, not an epsilon: its square underflows in float32)
     drops_i = a * p_drop + over * share
     marks_i = a * (1.0 - p_drop) * p_mark
     # ---- congestion signals reach each sender one RTT later --------------------------------
     sig_ring, clip_sig = _schedule(sig_ring, slot, rtt / dt, drops_i + marks_i, L)
+    if cfg.aqm == "codel":
+        # a decision on the head reaches its sender one base RTT later (the packets behind it, or
+        # the marked packet itself, leave now): shared as the arrivals are
+        sig_ring, clip_head = _schedule(sig_ring, slot, v["base_rtt"] / dt, (head_drop + head_mark) * share, L)
+        clip_sig = clip_sig | clip_head
     # ---- RED's average: d avg/dt = ln(1 - w_q) * (arrivals + idle link slots)/s * (avg - q) -
     if cfg.aqm in ("red", "ared"):
         idle = under / (C * dt)
@@ -436,6 +584,9 @@ def step(st: FluidState, v: dict, cfg: Config) -> FluidState:
         avg = st.q + (st.avg - st.q) * jnp.exp(-k * dt)
     else:
         avg = st.avg
+    pie_p = st.pie_p
+    if cfg.aqm == "pie":
+        pie_p = pie_update(st.pie_p, qd, q_new / C, q_new, burst, v, cfg)
     max_p = st.max_p
     if cfg.aqm == "ared":
         lo, hi = v["red_min"], v["red_max"]
@@ -479,15 +630,46 @@ def step(st: FluidState, v: dict, cfg: Config) -> FluidState:
                  clipped_s=clipped * dt)
     tot, tot_err = _kahan(st.tot, st.tot_err, inc)
     return FluidState(step=st.step + 1, w=w, ss=ss, rec=rec, wmax=wmax, kc=kc, tau=tau, q=q_new, avg=avg,
-                      max_p=max_p, sig=sig_ring, rec_end=end_ring, tot=tot, tot_err=tot_err)
+                      max_p=max_p, pie_p=pie_p, mark_p=st.mark_p, sig=sig_ring, rec_end=end_ring, tot=tot,
+                      tot_err=tot_err,
+                      **{f: codel.get(f, getattr(st, f)) for f in CODEL_FIELDS})
+
+
+CODEL_FIELDS = ("cd_above_s", "cd_dropping", "cd_count", "cd_run", "cd_last_run", "cd_idle_s")  # codel_update's
+# the state that carries one step's effect into the next (what a gradient horizon cuts)
+DYNAMIC = ("w", "ss", "rec", "wmax", "kc", "tau", "q", "avg", "max_p", "pie_p", *CODEL_FIELDS, "sig", "rec_end")
 
 
 def advance(state: FluidState, params: SimParams, num_steps: int, config: Config | None = None,
-            overrides: Mapping | None = None) -> FluidState:
-    """`num_steps` (static) Euler steps of `config.dt_s` each, in a `lax.scan`."""
+            overrides: Mapping | None = None, grad_horizon_s: float | None = None) -> FluidState:
+    """`num_steps` (static) Euler steps of `config.dt_s` each, in a `lax.scan`.
+
+    grad_horizon_s  None: exact derivatives.  A number: the values are the same, but every
+                    `grad_horizon_s` of simulated time the dynamic state (`DYNAMIC`: windows,
+                    queue, RED's average, PIE's and CoDel's states, the feedback rings) is passed through
+                    `stop_gradient`, so a derivative sums each stretch's own sensitivity and
+                    forgets what reached it from earlier stretches (truncated backpropagation
+                    through time).  Where the loop oscillates the exact derivative of a time
+                    average grows with the horizon; this one stays of the size of the metric's
+                    response (calibration/FLUID.md measures both against the packet simulator)."""
     cfg = configure(params, overrides=overrides) if config is None else config
     v = values(params, cfg, overrides)
-    return jax.lax.scan(lambda st, _: (step(st, v, cfg), None), state, None, length=int(num_steps))[0]
+    num_steps = int(num_steps)
+
+    def run(st, n):
+        return jax.lax.scan(lambda s, _: (step(s, v, cfg), None), st, None, length=n)[0] if n else st
+
+    if grad_horizon_s is None:
+        return run(state, num_steps)
+    if not (math.isfinite(grad_horizon_s) and grad_horizon_s > 0):
+        raise ValueError(f"fluid: grad_horizon_s must be a positive number of seconds or None, got {grad_horizon_s!r}")
+    k = max(1, int(round(grad_horizon_s / cfg.dt_s)))
+
+    def detach(st):
+        return st.replace(**{f: jax.lax.stop_gradient(getattr(st, f)) for f in DYNAMIC})
+
+    state = jax.lax.scan(lambda st, _: (run(detach(st), k), None), state, None, length=num_steps // k)[0]
+    return run(detach(state), num_steps % k)
 
 
 def steps_for(seconds: float, config: Config) -> int:
@@ -496,7 +678,7 @@ def steps_for(seconds: float, config: Config) -> int:
 
 
 def summary(params: SimParams, seconds: float, warmup_s: float | None = None, overrides: Mapping | None = None,
-            config: Config | None = None, **config_kw) -> dict:
+            config: Config | None = None, grad_horizon_s: float | None = None, **config_kw) -> dict:
     """Simulate `seconds` (static) from t = 0 and summarise the time after `warmup_s`
     (static; default the params' warmup_s): a dict of scalars, jittable and differentiable
     with respect to the params' float leaves and `overrides` (a dict of OVERRIDABLE names
@@ -512,7 +694,10 @@ def summary(params: SimParams, seconds: float, warmup_s: float | None = None, ov
                       the measured stretch's totals (arrived = delivered + dropped + end - start)
     measured_s        the measured time
     delay_clipped_s   time during which an RTT exceeded the feedback ring (0 unless the
-                      config's max_rtt_s was too small: then raise it)"""
+                      config's max_rtt_s was too small: then raise it)
+
+    `grad_horizon_s` (`advance`): None for exact derivatives, or the truncation horizon of a
+    smoothed one (the values do not change)."""
     cfg = configure(params, overrides=overrides, **config_kw) if config is None else config
     if warmup_s is None:
         if _is_traced(params.warmup_s):
@@ -522,8 +707,8 @@ def summary(params: SimParams, seconds: float, warmup_s: float | None = None, ov
     if not 0 <= n_warm < n_total:
         raise ValueError(f"fluid: warmup_s ({warmup_s}) must be in [0, seconds) ({seconds})")
     st0 = init(params, cfg, overrides)
-    st1 = advance(st0, params, n_warm, cfg, overrides) if n_warm else st0
-    st2 = advance(st1, params, n_total - n_warm, cfg, overrides)
+    st1 = advance(st0, params, n_warm, cfg, overrides, grad_horizon_s) if n_warm else st0
+    st2 = advance(st1, params, n_total - n_warm, cfg, overrides, grad_horizon_s)
     a, b = st1.tot, st2.tot
     dur = b.time_s - a.time_s
     v = values(params, cfg, overrides)

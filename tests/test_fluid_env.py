@@ -1,0 +1,214 @@
+"""What gradients through the fluid backend give: the formulations on the fluid model
+(`FluidEnv`, `rlbm_jax.make(..., backend="fluid")`), gradients of an episode's return that
+agree with central differences, analytic policy gradients (`rlbm_jax.apg`) and gradient
+tuning of an AQM (`rlbm_jax.tune`, scripts/tune_aqm.py)."""
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rlbm_jax
+from rlbm_jax import apg, tune
+from rlbm_jax.env import make_params, stack_params
+from rlbm_jax.env.backends import fluid
+from rlbm_jax.env.fluid_env import FluidEnv
+from rlbm_jax.env.switch import buffer
+from rlbm_jax.queuepilot import study as qp
+
+
+def qp_env(n=20, rtt=0.04, tcp="cubic", **kw):
+    p = make_params(**qp.config_kw(n, rtt, tcp, load=0.0, **kw))
+    return FluidEnv(p, "QueuePilot-continuous-v0", agent_interval_s=qp.STEP_S, episode_s=2.0), p
+
+
+def episode_return(env, ep, marks, steps):
+    """Sum of rewards of `steps` steps at the constant marking probability `marks`, and the
+    interval records' totals."""
+    obs, st = env.reset_env(jax.random.PRNGKey(0), ep)
+
+    def body(c, _):
+        obs, st = c
+        obs, st, r, _, info = env.step_env(jax.random.PRNGKey(0), st, jnp.reshape(marks, (1,)), ep)
+        rec = st.sim.interval
+        return (obs, st), (r, rec.arrivals_pkts[0], rec.dequeues_pkts[0], rec.drops_pkts[0], rec.queue_end_pkts[0])
+
+    (_, st), out = jax.lax.scan(body, (obs, st), None, length=steps)
+    return out, st
+
+
+def test_make_selects_the_fluid_backend_and_the_policy_the_action_drives():
+    env, ep = rlbm_jax.make("QueuePilot-continuous-v0", scenario="queuepilot", load=0, backend="fluid")
+    assert isinstance(env, FluidEnv) and env.supports_transition_gradients and env.config.aqm == "rl-mark"
+    # the packet env of the same id runs the marker the action drives (not the class thresholds)
+    for fid in ("QueuePilot-v0", "QueuePilot-continuous-v0"):
+        _, p = rlbm_jax.make(fid, scenario="queuepilot")
+        assert buffer.POLICY_NAMES[int(p.sim.policy_id)] == "rl-mark"
+    _, p = rlbm_jax.make("RLBM-v0")
+    assert buffer.POLICY_NAMES[int(p.sim.policy_id)] == "rl"
+    # what the fluid model cannot represent is refused by name
+    with pytest.raises(ValueError, match="load=0.1"):
+        rlbm_jax.make("QueuePilot-continuous-v0", scenario="queuepilot", backend="fluid")
+    with pytest.raises(ValueError, match="policy=rl"):
+        rlbm_jax.make("RLBM-v0", scenario="long", long_flows=8, backend="fluid")
+    with pytest.raises(ValueError, match="knob"):  # the thesis action sets class thresholds
+        FluidEnv(make_params(**qp.config_kw(10, 0.04, load=0.0)), "RLBM-v0")
+    with pytest.raises(ValueError, match="unknown backend"):
+        rlbm_jax.make("RLBM-v0", backend="gpu")
+    with pytest.raises(ValueError, match="another model"):
+        rlbm_jax.env.RLBMEnv(backend="fluid")
+
+
+def test_interval_records_conserve_packets_and_marking_acts():
+    env, p = qp_env()
+    ep = env.default_params
+    run = jax.jit(lambda m: episode_return(env, ep, m, 300))
+    (r0, arr, deq, drop, q), _ = run(jnp.float32(0.0))
+    # per interval: offered = sent + dropped + the queue's change
+    dq = np.diff(np.concatenate([[0.0], np.asarray(q)]))
+    np.testing.assert_allclose(np.asarray(arr), np.asarray(deq) + np.asarray(drop) + dq, rtol=1e-4, atol=1e-3)
+    (r1, _, deq1, drop1, q1), _ = run(jnp.float32(0.05))
+    # marking 5 % of the packets keeps the queue and the drops down (ECN senders back off)
+    assert float(np.mean(q1[100:])) < float(np.mean(q[100:])) and float(np.sum(drop1[100:])) < float(np.sum(drop[100:]))
+    assert np.all(np.isfinite(np.asarray(r0))) and np.all(np.isfinite(np.asarray(r1)))
+
+
+def test_env_steps_under_jit_and_vmap_over_configurations():
+    plist = [make_params(**qp.config_kw(20, r, "cubic", load=0.0)) for r in (0.02, 0.04, 0.08)]
+    batch = stack_params(plist)
+    env = FluidEnv(plist[0], "QueuePilot-continuous-v0", agent_interval_s=qp.STEP_S, episode_s=2.0, batch=batch)
+    ep = env.default_params
+
+    def one(sp):
+        (r, *_), _ = episode_return(env, ep.replace(sim=sp), jnp.float32(0.0), 200)
+        return r.mean()
+
+    batched = np.asarray(jax.jit(jax.vmap(one))(batch))
+    for i, p in enumerate(plist):
+        np.testing.assert_allclose(batched[i], float(jax.jit(one)(p)), rtol=2e-4)
+    assert len(set(np.round(batched, 4))) == 3  # the RTTs give three different returns
+
+
+def test_episode_gradients_match_central_differences():
+    """d(return)/d(marking probability) and d(return)/d(capacity) through 200 steps of the
+    fluid env (float64), against central differences of the same function, within 2 %."""
+    with jax.enable_x64(True):
+        env, p = qp_env(20, 0.04, "newreno")
+        ep = env.default_params
+
+        def ret(m, c):
+            e = ep.replace(sim=ep.sim.replace(bottleneck_rate_bps=c))
+            (r, *_), _ = episode_return(env, e, m, 200)
+            return jnp.sum(jnp.where(jnp.arange(200) >= 100, r, 0.0))
+
+        x0 = (jnp.float64(0.004), jnp.float64(100e6))
+        g = [float(v) for v in jax.jit(jax.grad(ret, argnums=(0, 1)))(*x0)]
+        f = jax.jit(ret)
+        rel = 1e-4
+        fd = [(float(f(x0[0] * (1 + rel), x0[1])) - float(f(x0[0] * (1 - rel), x0[1]))) / (2 * rel * float(x0[0])),
+              (float(f(x0[0], x0[1] * (1 + rel))) - float(f(x0[0], x0[1] * (1 - rel)))) / (2 * rel * float(x0[1]))]
+    for gi, fi in zip(g, fd):
+        assert np.isfinite(gi) and gi != 0, (g, fd)
+        assert abs(gi - fi) <= 0.02 * abs(fi), (g, fd)
+
+
+def test_apg_trains_saves_and_exports_the_same_policy(tmp_path):
+    """A few updates on two small groups: finite, the weights move, the fluid reward of the
+    last updates is logged; the saved policy directory and its ONNX graph compute apg.act."""
+    import onnxruntime as ort
+
+    from rlbm_jax.onnx_policy import to_onnx
+    from rlbm_jax.policy import load_policy
+
+    groups = []
+    for n, t in ((10, "newreno"), (20, "cubic")):
+        plist = [make_params(**qp.config_kw(n, r, t, load=0.0)) for r in (0.02, 0.06)]
+        batch = stack_params(plist)
+        env = FluidEnv(plist[0], "QueuePilot-continuous-v0", agent_interval_s=qp.STEP_S, episode_s=10.0, batch=batch)
+        groups.append((env, env.default_params, batch))
+    cfg = apg.APGConfig(hidden=(16,), horizon=10, updates=12, episode_steps=60, lr=3e-3)
+    out = apg.train(groups, cfg, log_every=4)
+    w0 = apg.init_weights(jax.random.PRNGKey(0), groups[0][0].obs_shape[0], cfg)
+    assert out["env_steps"] == 12 * 10 * 4 and len(out["curve"]) == 3
+    assert all(np.isfinite(c["surrogate"]) and c["grad_norm"] > 0 for c in out["curve"])
+    assert any(not np.allclose(a, b) for (a, _), (b, _) in zip(out["weights"], w0))
+    apg.save(tmp_path / "pol", out["weights"], groups[0][0])
+    fn, meta = load_policy(tmp_path / "pol", obs_layout=groups[0][0].obs_layout, act_dim=1)
+    obs = jax.random.uniform(jax.random.PRNGKey(3), (5, groups[0][0].obs_shape[0]))
+    want = np.asarray(apg.act(out["weights"], obs))
+    np.testing.assert_allclose(np.asarray(fn(obs)), want, rtol=1e-5, atol=1e-6)
+    assert meta["formulation"] == "QueuePilot-continuous-v0"
+    to_onnx(tmp_path / "pol", tmp_path / "pol.onnx", agent_interval_s=qp.STEP_S)
+    sess = ort.InferenceSession(str(tmp_path / "pol.onnx"))
+    got = sess.run(None, {"obs": np.asarray(obs, np.float32)})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_apg_surrogate_smooths_the_drop_penalty_only():
+    info = {"utilisation": jnp.float32(0.9), "delay_steps": jnp.float32(1.0), "drops": jnp.float32(0.0)}
+    ok = 0.9 ** 2 / np.sqrt(2.0)
+    s = 1 / (1 + np.exp(5.0))  # the penalty's weight at no drop: (0 - 1/2) / 0.1 = -5
+    assert float(apg.surrogate(info, 0.1)) == pytest.approx((1 - s) * ok - s, rel=1e-5)
+    assert float(apg.surrogate(info, 0.1)) == pytest.approx(ok, abs=0.011)  # close to the reward itself
+    assert float(apg.surrogate({**info, "drops": jnp.float32(5.0)}, 0.1)) == pytest.approx(-1.0, abs=1e-6)
+    g = jax.grad(lambda d: apg.surrogate({**info, "drops": d}, 0.1))(jnp.float32(0.5))
+    assert float(g) < 0  # more drops, less reward: a gradient the -1 jump does not give
+
+
+def test_queuepilot_reward_reads_half_a_packet_as_a_drop():
+    """The fluid record's expected drops: below half a packet the step counts as drop-free;
+    on integer counts the test is the packet simulator's (>= 1)."""
+    from rlbm_jax.env import metrics as mx
+    from rlbm_jax.env.formulations import QUEUEPILOT
+
+    env, _ = rlbm_jax.make("QueuePilot-v0", scenario="queuepilot")
+    ep = env.default_params
+    rec = mx.init_interval(1, 16).replace(arrivals_pkts=jnp.array([100]), dequeues_pkts=jnp.array([100]))
+    assert float(QUEUEPILOT.reward_of(rec, ep)[0]) > 0
+    assert float(QUEUEPILOT.reward_of(rec.replace(drops_pkts=jnp.array([1])), ep)[0]) == -1.0
+    frec = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), rec)
+    assert float(QUEUEPILOT.reward_of(frec.replace(drops_pkts=jnp.array([0.3])), ep)[0]) > 0
+    assert float(QUEUEPILOT.reward_of(frec.replace(drops_pkts=jnp.array([0.6])), ep)[0]) == -1.0
+
+
+def test_gradient_tuning_raises_the_fluid_objective():
+    knob = tune.KNOBS["red"]
+    kws = tune.cells(knob, [8], 1.0, 1.0)
+    r = tune.tune_fluid(knob, kws, "power", seconds=3.0, warmup_s=1.0, steps=6, lr=0.3, grad_horizon_s=1.0)
+    h = r["history"]
+    assert len(h) == 7 and r["best_objective"] > h[0]["objective"] + 0.01
+    p = make_params(**kws[0])
+    lo, hi = r["best"]["red_min_th_pkts"], r["best"]["red_max_th_pkts"]
+    assert 0 < lo < hi <= float(p.buffer_pkts) and 0 < r["best"]["red_max_p"] < 1
+    # the knob's map and its inverse agree
+    u = knob.to_u(r["best"], knob.bounds(p))
+    back = knob.values(jnp.asarray(u, jnp.float32), knob.bounds(p))
+    for k in knob.names:
+        assert float(back[k]) == pytest.approx(r["best"][k], rel=1e-3)
+
+
+def test_tune_aqm_writes_its_comparison(tmp_path):
+    from rlbm_jax.cli import tune_aqm
+
+    out = tmp_path / "t"
+    argv = ["--knob", "buffer", "--long-flows", "8", "--seconds", "3", "--warmup-s", "1", "--steps", "3",
+            "--grid", "buffer_bdp=0.25,1", "--tune-seeds", "1", "--test-seeds", "2", "--no-progress", "--out", str(out)]
+    assert tune_aqm.main(argv) == 0
+    r = json.loads((out / "results.json").read_text())
+    assert r["verdict"] in ("beats", "ties", "loses") and set(r["held_out"]) == {"start", "grid best", "fluid-tuned"}
+    assert len(r["grid"]) == 2 and r["config"]["test_seeds"] != r["config"]["tune_seeds"]
+    assert not set(r["config"]["test_seeds"]) & set(r["config"]["tune_seeds"])
+    assert (out / "summary.md").read_text().startswith("# Gradient-tuned buffer")
+    assert (out / "tuning.png").stat().st_size > 0
+    assert tune_aqm.main([*argv, "--grid", "nope=1"]) == 2  # a bad axis is refused by name
+
+
+def test_fluid_refuses_a_knob_it_lacks_and_runs_rl_mark_as_drop_tail_without_an_agent():
+    """simulate.py's fluid path with policy rl-mark and no agent: the marker at 0 is drop-tail."""
+    p_mark = make_params(**qp.config_kw(20, 0.04, "newreno", load=0.0))
+    p_dt = make_params(**qp.config_kw(20, 0.04, "newreno", load=0.0, policy="droptail"))
+    a = fluid.summary(p_mark, 4.0, warmup_s=1.0)
+    b = fluid.summary(p_dt, 4.0, warmup_s=1.0)
+    assert float(a["queue_mean_pkts"]) == pytest.approx(float(b["queue_mean_pkts"]), rel=1e-5)
+    assert float(a["mark_rate"]) == 0.0
