@@ -212,3 +212,22 @@ def test_fluid_refuses_a_knob_it_lacks_and_runs_rl_mark_as_drop_tail_without_an_
     b = fluid.summary(p_dt, 4.0, warmup_s=1.0)
     assert float(a["queue_mean_pkts"]) == pytest.approx(float(b["queue_mean_pkts"]), rel=1e-5)
     assert float(a["mark_rate"]) == 0.0
+
+
+def test_train_apg_runs_end_to_end(tmp_path):
+    """scripts/train_apg.py at toy size: trains, saves and exports a policy, scores it on the
+    packet simulator (here the selection set, so no PPO row beside it) and writes its report."""
+    from rlbm_jax.cli import train_apg
+
+    out = tmp_path / "apg"
+    argv = ["--seeds", "0", "--updates", "2", "--horizon", "2", "--episode-steps", "2", "--hidden", "8",
+            "--spreads", "1.0", "--eval-set", "selection", "--eval-seeds", "1", "--eval-seconds", "0.5",
+            "--eval-warmup-s", "0.1", "--no-progress", "--out", str(out)]
+    assert train_apg.main(argv) == 0
+    r = json.loads((out / "results.json").read_text())
+    assert r["config"]["eval_set"] == "selection" and r["ppo"] == {}
+    assert len(r["config"]["test_configs"]) == 24 and r["config"]["test_seeds"] == [1000]
+    assert np.isfinite(r["overall"]["reward"][0]) and r["training"]["0"]["env_steps"] == 2 * 2 * 6 * 4
+    assert (out / "policy_seed0.onnx").stat().st_size > 0 and (out / "curves.png").stat().st_size > 0
+    assert "selection configurations" in (out / "RESULTS.md").read_text()
+    assert train_apg.main([*argv, "--eval-seeds", "9"]) == 2  # more selection seeds than the study has

@@ -10,7 +10,8 @@ and judge it on the packet simulator against the PPO agent and the classic AQMs.
    RTTs 20-80 ms, CUBIC and NewReno) with long flows only (the fluid model has no short
    flows), each configuration at several start spreads
    (`--spreads`) so that the envs are not in phase.
-2. Evaluation on the packet simulator with the study's protocol: its 18 test
+2. Evaluation on the packet simulator with the study's protocol (`--eval-set selection`:
+   its training configurations and selection seeds instead): its 18 test
    configurations (10, 20, 30 flows; 20, 40, 100 ms; CUBIC and NewReno) with the web-search
    flows at `--eval-load` (0.1, the study's, which the fluid model never saw), the test
    seeds, 15 s runs with 5 s of warm-up, the formulation's own reward (-1 on a drop, else
@@ -61,7 +62,11 @@ def build_parser():
     ap.add_argument("--spreads", type=float, nargs="+", default=[0.5, 1.0, 1.5, 2.0],
                     help="long-flow start spreads (s): every training configuration at each")
     ap.add_argument("--eval-load", type=float, default=0.1, help="web-search load of the packet evaluation")
-    ap.add_argument("--eval-seeds", type=int, default=3, help=f"test seeds (the first of {list(qp.TEST_SEEDS)})")
+    ap.add_argument("--eval-set", choices=("test", "selection"), default="test",
+                    help="test: the study's 18 test configurations and test seeds; selection: its 24 training "
+                         "configurations and selection seeds (to choose a recipe without the test data)")
+    ap.add_argument("--eval-seeds", type=int, default=3, help=f"seeds of the evaluation set (the first of "
+                                                             f"{list(qp.TEST_SEEDS)}, or of {list(qp.SELECTION_SEEDS)})")
     ap.add_argument("--eval-seconds", type=float, default=qp.EVAL_S, help="each evaluation run's length (s)")
     ap.add_argument("--eval-warmup-s", type=float, default=qp.EVAL_WARMUP_S, help="left out of the evaluation")
     ap.add_argument("--chunk", type=int, default=54, help="packet runs per batch")
@@ -90,8 +95,9 @@ def apg_config(a, seed: int) -> apg.APGConfig:
 
 def plan(a) -> dict:
     """run_config(a); a ValueError names a bad option."""
-    if not 1 <= a.eval_seeds <= len(qp.TEST_SEEDS):
-        raise ValueError(f"--eval-seeds must be in 1..{len(qp.TEST_SEEDS)}, got {a.eval_seeds}")
+    pool = qp.TEST_SEEDS if a.eval_set == "test" else qp.SELECTION_SEEDS
+    if not 1 <= a.eval_seeds <= len(pool):
+        raise ValueError(f"--eval-seeds must be in 1..{len(pool)}, got {a.eval_seeds}")
     if not a.eval_seconds > a.eval_warmup_s >= 0:
         raise ValueError(f"--eval-seconds ({a.eval_seconds}) must exceed --eval-warmup-s ({a.eval_warmup_s}) >= 0")
     if a.chunk < 1 or not a.spreads or min(a.spreads) < 0:
@@ -100,14 +106,17 @@ def plan(a) -> dict:
         raise ValueError(f"--seeds must differ, got {a.seeds}")
     cfgs = [apg_config(a, s) for s in a.seeds]  # refuses bad values by name
     groups = train_groups(a)
-    test_cfgs = [(n, r, t) for t in qp.TRAIN_TCPS for n in qp.TEST_FLOWS for r in (0.02, 0.04, 0.10)]
+    if a.eval_set == "test":
+        test_cfgs = [(n, r, t) for t in qp.TRAIN_TCPS for n in qp.TEST_FLOWS for r in (0.02, 0.04, 0.10)]
+    else:
+        test_cfgs = [(n, r, t) for t in qp.TRAIN_TCPS for n in qp.TRAIN_FLOWS for r in qp.TRAIN_RTTS_S]
     return {"formulation": FORMULATION, "apg": {k: (list(v) if isinstance(v, tuple) else v)
                                                 for k, v in cfgs[0].__dict__.items() if k != "seed"},
             "training_seeds": list(a.seeds), "step_s": qp.STEP_S,
             "train_groups": [{"tcp": t, "flows": n, "envs": len(kws), "params": [config_record(kw) for kw in kws]}
                              for t, n, kws in groups],
             "spreads_s": list(a.spreads), "train_load": TRAIN_LOAD, "eval_load": a.eval_load,
-            "test_configs": [list(c) for c in test_cfgs], "test_seeds": list(qp.TEST_SEEDS[:a.eval_seeds]),
+            "test_configs": [list(c) for c in test_cfgs], "test_seeds": list(pool[:a.eval_seeds]), "eval_set": a.eval_set,
             "eval_seconds": a.eval_seconds, "eval_warmup_s": a.eval_warmup_s, "chunk": a.chunk,
             "eval_params": [config_record(qp.config_kw(n, r, t, load=a.eval_load, warmup_s=a.eval_warmup_s))
                             for n, r, t in test_cfgs],
@@ -204,7 +213,9 @@ def build_report(cfg, runs, evals, a) -> dict:
         by_cfg[f"N={c[0]} rtt={round(c[1] * 1e3)}ms {c[2]}"] = mean_se(vals)
     ppo = {}
     ppo_dir = Path(a.ppo_results)
-    if (ppo_dir / "results.json").is_file():
+    if cfg.get("eval_set", "test") != "test":  # PPO's numbers are the test set's: nothing to put beside them
+        pass
+    elif (ppo_dir / "results.json").is_file():
         res = json.loads((ppo_dir / "results.json").read_text())
         ppo["protocol"] = {k: res.get(k) for k in ("test_seeds", "seconds", "warmup_s", "training_seeds",
                                                    "agent_updates")}
@@ -212,7 +223,7 @@ def build_report(cfg, runs, evals, a) -> dict:
                           for name in ["queuepilot", *res.get("chosen", {}).values()] if name in res["overall"]}
         ppo["per_config"] = {k: v.get("queuepilot") for k, v in res.get("per_config", {}).items()}
         ppo["chosen"] = res.get("chosen")
-    if (ppo_dir / "train_summary.json").is_file():
+    if ppo and (ppo_dir / "train_summary.json").is_file():
         ts = json.loads((ppo_dir / "train_summary.json").read_text())
         calls = ts.get("calls", [])
         ppo["env_steps_per_seed"] = max((c.get("env_steps_per_seed", 0) for c in calls), default=None)
@@ -237,12 +248,13 @@ def markdown(r, argv) -> str:
     env_steps = np.mean([t["env_steps"] for t in tr.values()])
     wall = np.mean([t["wall_s"] for t in tr.values()])
     o = r["overall"]
-    lines = [f"# Analytic policy gradients through the fluid model, judged on the packet simulator", "",
+    lines = ["# Analytic policy gradients through the fluid model, judged on the packet simulator", "",
              f"Command: `python scripts/train_apg.py {' '.join(argv)}`", "",
              f"APG: {len(tr)} training seeds, {cfg['apg']['updates']} updates of {cfg['apg']['horizon']}-step fluid "
              f"rollouts over {next(iter(tr.values()))['num_envs']} envs ({env_steps:,.0f} fluid env steps and "
              f"{wall:.0f} s per seed on {r['device']}, compilation included). Packet evaluation: the study's "
-             f"{len(cfg['test_configs'])} test configurations x seeds {cfg['test_seeds']}, {cfg['eval_seconds']:g} s "
+             f"{len(cfg['test_configs'])} {cfg.get('eval_set', 'test')} configurations x seeds {cfg['test_seeds']}, "
+             f"{cfg['eval_seconds']:g} s "
              f"runs, the first {cfg['eval_warmup_s']:g} s left out, web-search load {cfg['eval_load']:g}. Mean ± s.e. "
              "over training seeds of each seed's mean over the test runs.", "",
              "| policy | reward | steps with a drop | utilisation | drop rate | mark rate | queueing delay (ms) "
