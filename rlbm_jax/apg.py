@@ -12,10 +12,10 @@ actor-critic methods (SHAC, Xu et al. 2022) do, without a critic:
         θ <- Adam(clip_by_global_norm(∇θ loss))
     every `episode_steps` steps the states restart from t = 0
 
-The surrogate reward is the formulation's where it is smooth; a reward with a jump (the
-QueuePilot reward's -1 when a packet was dropped, whose derivative is zero almost
-everywhere) is replaced by its smoothed form, `surrogate`: the jump as a logistic
-function of the dropped amount with width `drop_width_pkts`.  The reward the result is
+The surrogate reward is QueuePilot's (the formulations it trains: QueuePilot-continuous-v0;
+another reward is refused) with its jump (-1 when a packet was dropped, whose derivative
+is zero almost everywhere) smoothed, `surrogate`: the jump as a logistic function of the
+dropped amount with width `drop_width_pkts`.  The reward the result is
 judged by is always the formulation's own, on the packet simulator.
 
 Groups: the fluid model's static configuration (flow count, TCP) differs between groups;
@@ -101,6 +101,9 @@ def train(groups: Sequence[tuple], cfg: APGConfig, progress=None, log_every: int
 
     env0 = groups[0][0]
     obs_dim = env0.obs_shape[0]
+    if getattr(env0.formulation.reward, "name", None) != "queuepilot":
+        raise ValueError(f"apg.train: the surrogate (`surrogate`) is QueuePilot's reward smoothed; "
+                         f"{env0.formulation.id} is paid by {getattr(env0.formulation.reward, 'name', '?')!r}")
     for env, _, _ in groups:
         if env.obs_shape != env0.obs_shape or env.formulation.id != env0.formulation.id:
             raise ValueError("apg.train: every group must run the same formulation")

@@ -92,7 +92,8 @@ def test_env_steps_under_jit_and_vmap_over_configurations():
 
 def test_episode_gradients_match_central_differences():
     """d(return)/d(marking probability) and d(return)/d(capacity) through 200 steps of the
-    fluid env (float64), against central differences of the same function, within 2 %."""
+    fluid env (the model in float64; the action enters the formulation as float32), against
+    central differences of the same function, within 2 %."""
     with jax.enable_x64(True):
         env, p = qp_env(20, 0.04, "newreno")
         ep = env.default_params
@@ -204,7 +205,7 @@ def test_tune_aqm_writes_its_comparison(tmp_path):
     assert tune_aqm.main([*argv, "--grid", "nope=1"]) == 2  # a bad axis is refused by name
 
 
-def test_fluid_refuses_a_knob_it_lacks_and_runs_rl_mark_as_drop_tail_without_an_agent():
+def test_rl_mark_without_an_agent_is_drop_tail():
     """simulate.py's fluid path with policy rl-mark and no agent: the marker at 0 is drop-tail."""
     p_mark = make_params(**qp.config_kw(20, 0.04, "newreno", load=0.0))
     p_dt = make_params(**qp.config_kw(20, 0.04, "newreno", load=0.0, policy="droptail"))
@@ -231,3 +232,37 @@ def test_train_apg_runs_end_to_end(tmp_path):
     assert (out / "policy_seed0.onnx").stat().st_size > 0 and (out / "curves.png").stat().st_size > 0
     assert "selection configurations" in (out / "RESULTS.md").read_text()
     assert train_apg.main([*argv, "--eval-seeds", "9"]) == 2  # more selection seeds than the study has
+
+
+def test_gradient_horizon_keeps_values_and_sits_on_the_absolute_clock():
+    """grad_horizon_s changes no value; a horizon longer than the run gives the exact
+    derivative whatever the calls (summary's warm-up split, an env's intervals); a short
+    one gives a finite derivative of the same sign where the loop is stable; the env's
+    cuts do not fall at every interval."""
+    from rlbm_jax.fluid_validation import cell_params
+
+    p = cell_params(16, 1.0, "red")
+    cfg = fluid.configure(p, max_rtt_s=0.3)
+
+    def f(m, h):
+        return fluid.summary(p, 4.0, warmup_s=1.0, overrides={"red_max_p": m}, config=cfg, grad_horizon_s=h)[
+            "queue_mean_pkts"]
+
+    vals = {h: float(jax.jit(f, static_argnums=1)(jnp.float32(0.1), h)) for h in (None, 0.5, 100.0)}
+    assert vals[0.5] == pytest.approx(vals[None], rel=1e-5) and vals[100.0] == pytest.approx(vals[None], rel=1e-5)
+    g = {h: float(jax.jit(jax.grad(f), static_argnums=1)(jnp.float32(0.1), h)) for h in (None, 0.5, 100.0)}
+    assert g[100.0] == pytest.approx(g[None], rel=1e-4)
+    assert np.isfinite(g[0.5]) and np.sign(g[0.5]) == np.sign(g[None]) < 0
+    # through the env: a 10 s horizon over 40 intervals of 5 ms is the exact derivative
+    with jax.enable_x64(True):
+        p2 = make_params(**qp.config_kw(20, 0.04, "newreno", load=0.0))
+        envs = {h: FluidEnv(p2, "QueuePilot-continuous-v0", agent_interval_s=qp.STEP_S, episode_s=1.0,
+                            grad_horizon_s=h) for h in (None, 10.0)}
+
+        def ret(m, h):
+            env = envs[h]
+            (r, *_), _ = episode_return(env, env.default_params, m, 40)
+            return jnp.sum(r[20:])
+
+        ge = [float(jax.jit(jax.grad(ret), static_argnums=1)(jnp.float64(0.01), h)) for h in (None, 10.0)]
+    assert ge[0] != 0 and ge[1] == pytest.approx(ge[0], rel=1e-6)

@@ -29,7 +29,10 @@ the env is built.  The state is `FluidEnvState(sim=FluidSimState(fluid, interval
 reset is deterministic (the fluid model's flows start at the quantiles of the packet
 simulator's random start times), so the key is unused.  Params passed to `step` must agree
 with the env's static configuration (flow count, TCP, AQM: `fluid.configure`), which the
-env builds once from its default params; a batch may vary the continuous values.
+env builds once from its default params (or `batch`); a batch may vary the continuous values,
+but not `tick_s` (the agent interval the formulation scales by is ticks_per_step x tick_s,
+and the fluid model integrates that one interval: a batch that disagrees is refused; a
+capacity changed inside a traced function by `replace` keeps tick_s, so the interval).
 """
 from __future__ import annotations
 
@@ -107,6 +110,13 @@ class FluidEnv(FormulationEnv):
                                         flows_scale=flows_scale)
         base = fluid.configure(cover, steps_per_rtt=steps_per_rtt, sharpness=sharpness)
         interval_s = float(np.max(np.asarray(self._default.agent_interval_s)))
+        # the formulations scale by the interval the packet env would run (ticks_per_step x
+        # tick_s); the fluid model integrates one fixed interval: they must be the same time
+        ticks = self._default.ticks_per_step * np.asarray(cover.tick_s, np.float64).reshape(-1)
+        if not np.allclose(ticks, interval_s, rtol=1e-6):
+            raise ValueError(f"FluidEnv: the batch's params give agent intervals of {sorted(set(ticks.round(9)))} s "
+                             f"(ticks_per_step x tick_s; tick_s follows the rate and pkts_per_tick), the env one of "
+                             f"{interval_s} s: build one env per interval")
         self.steps_per_interval = max(1, math.ceil(interval_s / base.dt_s - 1e-9))
         self.config = fluid.configure(cover, steps_per_rtt=steps_per_rtt, sharpness=sharpness,
                                       dt_s=interval_s / self.steps_per_interval)

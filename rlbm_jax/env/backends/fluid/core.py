@@ -644,32 +644,36 @@ def advance(state: FluidState, params: SimParams, num_steps: int, config: Config
             overrides: Mapping | None = None, grad_horizon_s: float | None = None) -> FluidState:
     """`num_steps` (static) Euler steps of `config.dt_s` each, in a `lax.scan`.
 
-    grad_horizon_s  None: exact derivatives.  A number: the values are the same, but every
-                    `grad_horizon_s` of simulated time the dynamic state (`DYNAMIC`: windows,
-                    queue, RED's average, PIE's and CoDel's states, the feedback rings) is passed through
-                    `stop_gradient`, so a derivative sums each stretch's own sensitivity and
-                    forgets what reached it from earlier stretches (truncated backpropagation
-                    through time).  Where the loop oscillates the exact derivative of a time
-                    average grows with the horizon; this one stays of the size of the metric's
-                    response (calibration/FLUID.md measures both against the packet simulator)."""
+    grad_horizon_s  None: exact derivatives.  A number: the values are the same, but at every
+                    step whose index (`state.step`, counted from t = 0) is a positive multiple
+                    of `grad_horizon_s` / dt, the dynamic state (`DYNAMIC`: windows, queue,
+                    RED's average and ARED's max_p, PIE's and CoDel's states, the feedback
+                    rings) is passed through `stop_gradient` before the step, so a derivative
+                    sums each stretch's own sensitivity and forgets what reached it from
+                    earlier stretches (truncated backpropagation through time).  The cuts sit
+                    on the absolute clock, so splitting a run into calls (`summary`'s warm-up,
+                    an env's agent intervals) moves none of them, and a horizon longer than
+                    the run gives the exact derivative.  Where the loop oscillates the exact
+                    derivative of a time average grows with the horizon; this one stays of
+                    the size of the metric's response (calibration/FLUID.md measures both
+                    against the packet simulator)."""
     cfg = configure(params, overrides=overrides) if config is None else config
     v = values(params, cfg, overrides)
     num_steps = int(num_steps)
-
-    def run(st, n):
-        return jax.lax.scan(lambda s, _: (step(s, v, cfg), None), st, None, length=n)[0] if n else st
-
     if grad_horizon_s is None:
-        return run(state, num_steps)
-    if not (math.isfinite(grad_horizon_s) and grad_horizon_s > 0):
-        raise ValueError(f"fluid: grad_horizon_s must be a positive number of seconds or None, got {grad_horizon_s!r}")
-    k = max(1, int(round(grad_horizon_s / cfg.dt_s)))
+        body = lambda st, _: (step(st, v, cfg), None)  # noqa: E731
+    else:
+        if not (math.isfinite(grad_horizon_s) and grad_horizon_s > 0):
+            raise ValueError(f"fluid: grad_horizon_s must be a positive number of seconds or None, got "
+                             f"{grad_horizon_s!r}")
+        k = max(1, int(round(grad_horizon_s / cfg.dt_s)))
 
-    def detach(st):
-        return st.replace(**{f: jax.lax.stop_gradient(getattr(st, f)) for f in DYNAMIC})
-
-    state = jax.lax.scan(lambda st, _: (run(detach(st), k), None), state, None, length=num_steps // k)[0]
-    return run(detach(state), num_steps % k)
+        def body(st, _):
+            cut = (st.step > 0) & (st.step % k == 0)
+            st = st.replace(**{f: jnp.where(cut, jax.lax.stop_gradient(getattr(st, f)), getattr(st, f))
+                               for f in DYNAMIC})
+            return step(st, v, cfg), None
+    return jax.lax.scan(body, state, None, length=num_steps)[0] if num_steps else state
 
 
 def steps_for(seconds: float, config: Config) -> int:
