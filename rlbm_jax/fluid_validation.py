@@ -16,9 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.env import backends, long_flow_params, metrics as mx, sim, stack_params
+from rlbm_jax.env import backends, long_flow_params, stack_params
 from rlbm_jax.env.backends import fluid
 from rlbm_jax.env.presets import bdp_buffer_pkts, long_flows
+from rlbm_jax.simulate import batch_reports
 
 
 SECONDS, WARMUP = 8.0, 2.0  # the agreement runs (packet and fluid)
@@ -43,16 +44,8 @@ def cell_params(n, b, aqm="droptail", tcp="newreno", **extra):
 
 def packet_runs(params_list, seeds, seconds=SECONDS):
     """The packet simulator's summary of each (params, seed), one vmapped batch (the backend
-    `auto` picks: native for drop-tail, the JAX tick for RED)."""
-    stacked = stack_params(params_list)
-    ticks = sim.ticks_for(seconds, params_list[0])
-
-    def one(p, k):
-        s, _ = backends.run(sim.init(k, p), p, ticks)
-        return mx.summarize(s.metrics, p)
-
-    keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
-    return jax.tree.map(np.asarray, jax.jit(jax.vmap(one))(stacked, keys))
+    `auto` picks: native for drop-tail, the JAX tick for RED): `simulate.batch_reports`."""
+    return batch_reports(params_list, seeds, seconds)
 
 
 def fluid_runs(params_list, seconds=SECONDS, warmup_s=WARMUP):

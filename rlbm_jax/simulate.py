@@ -17,7 +17,7 @@ import numpy as np
 from rlbm_jax.devices import batched, env_sharding
 from rlbm_jax.env import backends, metrics as mx, sim
 from rlbm_jax.env.switch import buffer
-from rlbm_jax.env.params import SimParams, ared_defaults, rederive
+from rlbm_jax.env.params import SimParams, ared_defaults, rederive, stack_params
 from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, RLBMEnv
 from rlbm_jax.progress import Progress
 
@@ -39,6 +39,22 @@ def with_policy(params: SimParams, policy: str) -> SimParams:
         out = out.replace(red_min_th_pkts=jnp.float32(lo), red_max_th_pkts=jnp.float32(hi),
                           red_weight=jnp.float32(w))
     return rederive(out)
+
+
+def batch_reports(params_list: Sequence[SimParams], seeds: Sequence[int], seconds: float) -> dict:
+    """The packet simulator's report (`metrics.summarize`) of every (params, seed) pair from
+    t = 0 for `seconds`, one jitted, vmapped batch on the backend in force (the params must
+    stack: `stack_params`): {field: numpy array [len(params_list)]}."""
+    if len(params_list) != len(seeds):
+        raise ValueError(f"batch_reports: one seed per params ({len(params_list)} params, {len(seeds)} seeds)")
+    ticks = sim.ticks_for(seconds, params_list[0])
+
+    def one(p, k):
+        s, _ = backends.run(sim.init(k, p), p, ticks)
+        return mx.summarize(s.metrics, p)
+
+    keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
+    return jax.tree.map(np.asarray, jax.jit(jax.vmap(one))(stack_params(list(params_list)), keys))
 
 
 def _chunking(total: int, chunks: int):

@@ -9,14 +9,14 @@ function of the fluid model's `summary` and of the packet simulator's report.  T
 scenario is a set of long-flow cells (`presets.long_flows`: one flow count each, the same
 buffer in BDPs, TCP and link); the objective is their mean.
 
-    tune_fluid    Adam on u through the fluid model (`jax.value_and_grad` of the mean
-                  objective, the gradient truncated every `grad_horizon_s`); the iterate
-                  with the best fluid objective is the result
-    grid_search   every grid point on the packet simulator over the tuning seeds; the best
-                  mean objective is the result
-    score         configurations on the packet simulator over held-out seeds, per seed
+    tune_fluid        Adam on u through the fluid model (`jax.value_and_grad` of the mean
+                      objective, the gradient truncated every `grad_horizon_s`); the iterate
+                      with the best fluid objective is the result
+    packet_objective  points on the packet simulator, per cell and seed: the grid over the
+                      tuning seeds (its best mean is the grid's result), and the chosen
+                      points over held-out seeds
 
-`scripts/tune_aqm.py` runs the three and writes the comparison (`rlbm_jax.cli.tune_aqm`).
+`scripts/tune_aqm.py` runs them and writes the comparison (`rlbm_jax.cli.tune_aqm`).
 """
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.env import backends, metrics as mx, sim
-from rlbm_jax.env.params import SimParams, make_params, stack_params
+from rlbm_jax.env.params import SimParams, make_params
 from rlbm_jax.env.presets import long_flows
+from rlbm_jax.simulate import batch_reports
 
 # ---------------------------------------------------------------------------------------
 # objectives: a function of (utilisation, mean queue in packets, params), to maximise
@@ -85,9 +85,11 @@ class Knob:
     axes: dict  # default grid axes {axis: values}
 
     def packet_kw(self, vals: dict, params: SimParams) -> dict:
-        """make_params keywords that set `vals` in the packet simulator."""
+        """make_params keywords that set `vals` in the packet simulator (a buffer given in BDPs,
+        `buffer_bdp`, in whole packets of the cell `params`)."""
         if self.name == "buffer":
-            b = max(1, int(round(float(vals["buffer_pkts"]))))
+            pkts = float(vals["buffer_bdp"]) * float(params.bdp_pkts) if "buffer_bdp" in vals else vals["buffer_pkts"]
+            b = max(1, int(round(float(pkts))))
             return {"buffer_per_class_pkts": b, "queue_capacity_pkts": b}
         return {k: float(v) for k, v in vals.items()}
 
@@ -147,8 +149,7 @@ KNOBS = {
                  "max_p": (0.01, 0.04, 0.15, 0.5)}),
     "buffer": Knob("buffer", f"a drop-tail buffer's size, in [{BUFFER_BDP_RANGE[0]}, {BUFFER_BDP_RANGE[1]}] BDP "
                              "(logistic in u)", ("buffer_pkts",), "droptail", _buffer_range, _buffer_values, _buffer_to_u,
-                   lambda p, axes: [{"buffer_pkts": max(1.0, float(round(b * float(p.bdp_pkts))))}
-                                    for b in axes["buffer_bdp"]],
+                   lambda p, axes: [{"buffer_bdp": float(b)} for b in axes["buffer_bdp"]],  # packets per cell
                    lambda p: {"buffer_pkts": float(p.buffer_pkts)},
                    {"buffer_bdp": (0.1, 0.2, 0.35, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0)}),
 }
@@ -236,21 +237,6 @@ def tune_fluid(knob: Knob, kws: Sequence[dict], objective: str, *, seconds: floa
 # the packet side
 # ---------------------------------------------------------------------------------------
 
-def packet_metrics(plist: Sequence[SimParams], seeds: Sequence[int], seconds: float) -> dict:
-    """The packet simulator's report of every (params, seed) pair, one vmapped batch (same
-    shapes): {field: array [len(plist)]}."""
-    if len(plist) != len(seeds):
-        raise ValueError("packet_metrics: one seed per params")
-    ticks = sim.ticks_for(seconds, plist[0])
-
-    def one(p, k):
-        s, _ = backends.run(sim.init(k, p), p, ticks)
-        return mx.summarize(s.metrics, p)
-
-    keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
-    return jax.tree.map(np.asarray, jax.jit(jax.vmap(one))(stack_params(list(plist)), keys))
-
-
 def packet_objective(knob: Knob, kws: Sequence[dict], points: Sequence[dict], seeds: Sequence[int],
                      objective: str, seconds: float, delay_weight: float = 1.0, progress=None) -> dict:
     """Every point on every cell (`cells`' keywords) and seed of the packet simulator:
@@ -262,7 +248,7 @@ def packet_objective(knob: Knob, kws: Sequence[dict], points: Sequence[dict], se
     for c, kw in enumerate(kws):
         base = make_params(**kw)
         runs = [make_params(**{**kw, **knob.packet_kw(pt, base)}) for pt in points for _ in seeds]
-        r = packet_metrics(runs, [s for _ in points for s in seeds], seconds)
+        r = batch_reports(runs, [s for _ in points for s in seeds], seconds)
         util = np.asarray(r["util_wire"], np.float64)
         queue = np.asarray(r["queue_mean_pkts"], np.float64)
         for k, v in (("util_wire", util), ("queue_mean_pkts", queue), ("drop_rate", r["drop_rate"]),

@@ -109,8 +109,6 @@ def plan(a) -> tuple[dict, list, list]:
         fluid.check(p)
     axes = _axes(a, knob)
     points = knob.grid(plist[0], axes)
-    if knob.name == "buffer":  # the grid's buffers in packets follow each cell's BDP: keep them in BDPs
-        points = [{"buffer_bdp": b} for b in axes["buffer_bdp"]]
     config = {
         "knob": knob.name, "knob_text": knob.text, "objective": a.objective,
         "objective_text": tune.OBJECTIVE_TEXT[a.objective], "delay_weight": a.delay_weight,
@@ -134,28 +132,12 @@ def run_config(a) -> dict:
     return plan(a)[0]
 
 
-def _point_values(knob, pt: dict, kw: dict) -> dict:
-    """A point's values in one cell (the buffer grid is in BDPs: packets per cell)."""
-    if "buffer_bdp" in pt:
-        return {"buffer_pkts": max(1.0, float(round(pt["buffer_bdp"] * float(make_params(**kw).bdp_pkts))))}
-    return pt
-
-
 def _packet(knob, kws, points, seeds, a, label, show):
-    """tune.packet_objective with points that may be per cell (buffer in BDPs)."""
-    n = len(kws)
-    bar = Progress(n, unit=" cells", label=label) if show else None
+    """tune.packet_objective, with a progress bar over the cells."""
+    bar = Progress(len(kws), unit=" cells", label=label) if show else None
     if bar is not None:
         bar.update(0, measure=False)
-    shape = (len(points), n, len(seeds))
-    out = {k: np.zeros(shape) for k in ("objective", "util_wire", "queue_mean_pkts", "drop_rate")}
-    for c, kw in enumerate(kws):
-        cell_pts = [_point_values(knob, pt, kw) for pt in points]
-        r = tune.packet_objective(knob, [kw], cell_pts, seeds, a.objective, a.seconds, a.delay_weight)
-        for k in out:
-            out[k][:, c, :] = r[k][:, 0, :]
-        if bar is not None:
-            bar.update(c + 1, extra=f"{kw['long_flows']} flows")
+    out = tune.packet_objective(knob, kws, points, seeds, a.objective, a.seconds, a.delay_weight, progress=bar)
     if bar is not None:
         bar.close()
     return out
