@@ -177,32 +177,48 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
 
 
 def _run_fluid(params: SimParams, seconds: float, seeds: Sequence[int]) -> dict:
-    """`run_scenario` on the fluid backend: one deterministic run (the long flows start at
-    the quantiles of the packet simulator's start times, so every seed gives it), reported
-    in the packet report's fields where the fluid model has them, null where it has none
-    (`not_modelled`: flow completions, timeouts, retransmissions, the queue's tail)."""
+    """`run_scenario` on the fluid backend, reported in the packet report's fields where the
+    fluid model has them, null where it has none (`not_modelled`: timeouts,
+    retransmissions, the queue's and the FCTs' tails).  Long flows alone give one
+    deterministic run (they start at the quantiles of the packet simulator's start times, so
+    every seed gives it); with short flows each seed draws their Poisson schedule as the
+    packet simulator's does, and the seeds run as one vmapped batch."""
     from rlbm_jax.env.backends import fluid
 
     t0 = time.perf_counter()
-    out = jax.jit(lambda p: fluid.summary(p, seconds, warmup_s=float(params.warmup_s),
-                                          config=fluid.configure(params)))(params)
-    out = {k: float(v) for k, v in out.items()}
+    cfg = fluid.configure(params, horizon_s=seconds)
+    deterministic = cfg.n_short == 0
+    run_seeds = list(seeds)[:1] if deterministic else list(seeds)
+    keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in run_seeds])
+    out = jax.jit(jax.vmap(lambda k: fluid.summary(params, seconds, warmup_s=float(params.warmup_s), config=cfg,
+                                                   key=k if cfg.n_short else None)))(keys)
+    out = {k: np.asarray(v, np.float64) for k, v in out.items()}
     run_s = time.perf_counter() - t0
-    rep = {"util_wire": out["util_wire"], "drop_rate": out["drop_rate"], "mark_rate": out["mark_rate"],
-           "queue_mean_pkts": out["queue_mean_pkts"], "probe_rtt_mean_s": out["rtt_mean_s"],
-           "goodput_bps": out["delivered_pkts"] * float(params.mss_bytes) * 8.0 / max(out["measured_s"], 1e-12),
-           "measured_s": out["measured_s"], "window_mean_pkts": out["window_mean_pkts"],
-           "delay_clipped_s": out["delay_clipped_s"]}
+    rows = []
+    for i in range(len(run_seeds)):
+        o = {k: float(v[i]) for k, v in out.items()}
+        row = {"util_wire": o["util_wire"], "drop_rate": o["drop_rate"], "mark_rate": o["mark_rate"],
+               "queue_mean_pkts": o["queue_mean_pkts"], "probe_rtt_mean_s": o["rtt_mean_s"],
+               "goodput_bps": o["delivered_pkts"] * float(params.mss_bytes) * 8.0 / max(o["measured_s"], 1e-12),
+               "measured_s": o["measured_s"], "window_mean_pkts": o["window_mean_pkts"],
+               "delay_clipped_s": o["delay_clipped_s"]}
+        if cfg.n_short:
+            row.update({k: o[k] for k in ("flows_started", "flows_completed", "flows_open", "fct_mean_s",
+                                          "slowdown_mean", "slowdown_p50", "short_slots_full")})
+        rows.append(row)
     packet_fields = jax.eval_shape(lambda m: mx.summarize(m, params), mx.init_metrics(
         params.num_classes, params.queue_capacity_pkts, params.completion_log_size))
-    not_modelled = [k for k in packet_fields if k not in rep]
+    not_modelled = [k for k in packet_fields if k not in rows[0]]
+    rep = {k: _nanmean([r[k] for r in rows]) for k in rows[0]}
+    std = {k: (0.0 if deterministic else _nanstd([r[k] for r in rows])) for k in rows[0]}
     rep.update({k: None for k in not_modelled})
-    per_seed = [{**rep, "seed": int(s), "sim_seconds": float(seconds)} for s in seeds]
+    std.update({k: None for k in not_modelled})
+    per_seed = [{**(rows[0] if deterministic else rows[i]), **{k: None for k in not_modelled}, "seed": int(s),
+                 "sim_seconds": float(seconds)} for i, s in enumerate(seeds)]
     return {**rep, "tail": None, "series": None, "devices": 1, "backend": "fluid", "not_modelled": not_modelled,
             "wall_s": run_s, "run_s": run_s, "compile_s": None,
-            "sim_seconds_per_wall_s": len(seeds) * seconds / max(run_s, 1e-9), "seeds": [int(s) for s in seeds],
-            "std": {k: (0.0 if rep[k] is not None else None) for k in rep}, "per_seed": per_seed,
-            "deterministic": True}
+            "sim_seconds_per_wall_s": len(run_seeds) * seconds / max(run_s, 1e-9), "seeds": [int(s) for s in seeds],
+            "std": std, "per_seed": per_seed, "deterministic": deterministic}
 
 
 def check_memory(params: SimParams, num_seeds: int, what: str = "seeds") -> None:

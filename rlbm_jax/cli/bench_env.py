@@ -65,17 +65,20 @@ def bench_fluid(params, num_envs: int, seconds: float, repeats: int = REPEATS):
     from rlbm_jax.env.backends import fluid
 
     rates = float(params.bottleneck_rate_bps) * (1 + FLUID_RATE_SPREAD * jnp.linspace(-1, 1, num_envs))
-    cfg = fluid.configure(params, overrides={"bottleneck_rate_bps": np.asarray(rates)})  # its step and rings
-    run = batched(lambda r: fluid.summary(params, seconds, warmup_s=0.0, config=cfg,
-                                          overrides={"bottleneck_rate_bps": r})["util_wire"], num_envs)
+    cfg = fluid.configure(params, overrides={"bottleneck_rate_bps": np.asarray(rates)},  # its step and rings
+                          horizon_s=seconds)
+    # with short flows every env draws its own Poisson schedule (its key), as the packet envs do
+    args = (rates, jax.random.split(jax.random.PRNGKey(0), num_envs))
+    run = batched(lambda rk: fluid.summary(params, seconds, warmup_s=0.0, config=cfg, key=rk[1] if cfg.n_short else None,
+                                           overrides={"bottleneck_rate_bps": rk[0]})["util_wire"], num_envs)
     t0 = time.perf_counter()
-    compiled = run.lower(rates).compile()
+    compiled = run.lower(args).compile()
     compile_s = time.perf_counter() - t0
-    jax.block_until_ready(compiled(rates))
+    jax.block_until_ready(compiled(args))
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        jax.block_until_ready(compiled(rates))
+        jax.block_until_ready(compiled(args))
         best = min(best, time.perf_counter() - t0)
     n = fluid.steps_for(seconds, cfg)
     return {"num_envs": num_envs, "pkts_per_tick": params.pkts_per_tick, "ticks": n,
@@ -149,7 +152,7 @@ def plan(a):
                    "config": config_record(cell.kw)}
     return {"scenario": a.scenario, "num_envs": list(a.num_envs), "pkts_per_tick": list(a.pkts_per_tick),
             "seconds": a.seconds,
-            "ticks": [fluid.steps_for(a.seconds, fluid.configure(p)) if fluid_run else sim.ticks_for(a.seconds, p)
+            "ticks": [fluid.steps_for(a.seconds, fluid.configure(p, horizon_s=a.seconds)) if fluid_run else sim.ticks_for(a.seconds, p)
                       for p in params.values()],
             **({"fluid_rate_spread": FLUID_RATE_SPREAD} if fluid_run else {}),
             "repeats": REPEATS, "ns3": ns3_run, "json": a.json, "backend": a.backend or backends.default(),

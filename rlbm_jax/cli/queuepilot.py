@@ -6,6 +6,7 @@ seeds and configurations (`rlbm_jax.queuepilot.study` states the scaling and the
     python scripts/queuepilot.py evaluate --run-dir runs/queuepilot
     python scripts/queuepilot.py export --run-dir runs/queuepilot
     python scripts/queuepilot.py ns3 --run-dir runs/queuepilot --seeds 3 --jobs 2
+    python scripts/queuepilot.py ns3 --run-dir results/apg --agent-only   # train_apg.py's policies
 
 train writes config.json, metrics.csv (one row per seed and update), curves.png and
 trained.msgpack (every seed's network and observation statistics); it stops at --updates
@@ -24,7 +25,10 @@ the chosen variant of each classic AQM (ns-3's own RED, PIE and CoDel queue disc
 FQ-CoDel, on test configurations and seeds, scores every run from ns-3's interval
 records with the formulation's own reward, runs the JAX simulator on the same
 configurations and seeds, and writes <run>/ns3/results.json and RESULTS.md (ns-3 beside
-JAX per policy).
+JAX per policy).  It judges a `train_apg.py` run's policies as well (QueuePilot-continuous-v0:
+stateless MLPs whose output is the marking probability, run in JAX as the same ONNX
+graphs); what each exported policy's action means is read from its own metadata, and a
+policy of any other formulation is refused.  --agent-only leaves the classic AQMs out.
 """
 from __future__ import annotations
 
@@ -94,6 +98,8 @@ def build_parser():
                    help="the classic AQMs' variants (default: the 'chosen' of <run-dir>/results.json, else "
                         + ", ".join(DEFAULT_VARIANTS) + ")")
     n.add_argument("--no-fq-codel", action="store_true", help="leave out FQ-CoDel")
+    n.add_argument("--agent-only", action="store_true",
+                   help="judge the agent alone: no classic AQM in either simulator")
     n.add_argument("--no-jax", action="store_true", help="leave out the JAX side")
     n.add_argument("--fresh-ns3", action="store_true", help="rerun ns-3 even where a cached run matches")
     add_model_args(n)  # the JAX side's TCP model (ns-3 runs its own; its cached runs are reused)

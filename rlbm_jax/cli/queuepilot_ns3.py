@@ -1,6 +1,7 @@
 """`queuepilot.py export` and `queuepilot.py ns3` (`rlbm_jax.cli.queuepilot` describes
 both): the trained QueuePilot agent as deployable policies, and judged inside ns-3.37
-beside the JAX simulator."""
+beside the JAX simulator (the PPO agent of a `queuepilot.py train` run, or the marking
+policies of a `train_apg.py` run)."""
 from __future__ import annotations
 
 import hashlib
@@ -17,8 +18,8 @@ from rlbm_jax.env.formulations.queuepilot import QUEUEPILOT
 from rlbm_jax.env.params import config_record, make_params
 from rlbm_jax.progress import fmt_s
 from rlbm_jax.queuepilot import study as qp
-from rlbm_jax.queuepilot.ns3 import (build_report, cfg_key, check_against_network, choose_variants, markdown,
-                                     parse_config, policy_paths, score_ns3_run)
+from rlbm_jax.queuepilot.ns3 import (agent_of, build_report, cfg_key, check_against_network, choose_variants,
+                                     markdown, parse_config, policy_paths, run_seeds, score_ns3_run)
 from rlbm_jax.queuepilot.study import load_trained
 
 PROG = "queuepilot.py"
@@ -95,8 +96,9 @@ def agent_env(a, configs):
 
 
 def ns3_config(a) -> dict:
-    """What `ns3` runs: the test configurations and seeds, the trained run's seeds and the
-    exported policy of each (ONNX file and its SHA-256), the classic AQMs' variants and
+    """What `ns3` runs: the test configurations and seeds, the trained run's trainer and
+    seeds, the exported policy of each (ONNX file and its SHA-256) and what they are by
+    their own metadata (`agent`: formulation, network, action), the classic AQMs' variants and
     where they were chosen, the run length and warm-up in seconds and steps at the agent's
     interval, every simulator parameter of each policy on each configuration (`params`:
     `params.config_record`), the jobs, the ns-3 cache's use, the JAX side and where the
@@ -110,23 +112,31 @@ def ns3_config(a) -> dict:
     if not (a.seconds > a.warmup_s >= 0):
         raise ValueError(f"--seconds ({a.seconds}) must exceed --warmup-s ({a.warmup_s}) >= 0")
     chosen, source = choose_variants(run, a.variants)
-    trained = qp.trained_run(run, weights=not a.no_jax)
+    trainer, seeds = run_seeds(run)
+    if trainer == "ppo":
+        qp.trained_run(run, weights=not a.no_jax)  # its JAX side runs the trained networks
     steps, warm = int(round(a.seconds / qp.STEP_S)), int(round(a.warmup_s / qp.STEP_S))
     interval_s = float(agent_env(a, configs).agent_interval_s)  # whole ticks: both simulators step exactly this
     policies = {}
-    for s in trained["seeds"]:
+    for s in seeds:
         _, onnx_path = policy_paths(run, s)
         if not onnx_path.is_file():
-            raise ValueError(f"{onnx_path} is missing: run `{PROG} export --run-dir {run}` first")
+            how = f"`{PROG} export --run-dir {run}`" if trainer == "ppo" else "`train_apg.py`, which writes it,"
+            raise ValueError(f"{onnx_path} is missing: run {how} first")
         policies[str(s)] = {"onnx": str(onnx_path), "sha256": hashlib.sha256(onnx_path.read_bytes()).hexdigest()}
+    agent = agent_of([p["onnx"] for p in policies.values()], interval_s)
+    if agent["network"] == "lstm" and trainer != "ppo" and not a.no_jax:
+        raise ValueError(f"{run} holds recurrent policies but no `queuepilot.py train` run: the JAX side runs a "
+                         "recurrent agent's trained networks (--no-jax leaves it out)")
     baselines = {"droptail": "droptail", **{alg: v for alg, v in chosen.items() if alg != "droptail"}}
-    baseline_names = list(dict.fromkeys(baselines.values()))
+    baseline_names = [] if a.agent_only else list(dict.fromkeys(baselines.values()))
     if a.no_fq_codel:
         baseline_names = [v for v in baseline_names if qp.algorithm_of(v) != "fq-codel"]
     return {"run_dir": str(run), "out_dir": str(Path(a.out_dir) if a.out_dir else run / "ns3"),
-            "configs": [list(c) for c in configs], "seeds": list(qp.TEST_SEEDS[: a.seeds]),
-            "training_seeds": list(trained["seeds"]), "policies": policies, "chosen": chosen, "variant_source": source,
-            "baselines": baseline_names, "fq_codel": not a.no_fq_codel, "seconds": a.seconds, "warmup_s": a.warmup_s,
+            "configs": [list(c) for c in configs], "seeds": list(qp.TEST_SEEDS[: a.seeds]), "trainer": trainer,
+            "training_seeds": seeds, "policies": policies, "agent": agent, "chosen": chosen, "variant_source": source,
+            "agent_only": a.agent_only, "baselines": baseline_names, "fq_codel": not a.no_fq_codel,
+            "seconds": a.seconds, "warmup_s": a.warmup_s,
             "steps": steps, "warmup_steps": warm, "agent_interval_s": interval_s, "seconds_ns3": steps * interval_s,
             "jobs": a.jobs, "fresh_ns3": a.fresh_ns3, "jax": not a.no_jax, "model": model_kw(a, complete=True),
             "params": {v or "queuepilot": {cfg_key(c): config_record(run_kw(a, v, c)) for c in configs}
@@ -134,19 +144,22 @@ def ns3_config(a) -> dict:
 
 
 def ns3(a, cfg: dict, argv) -> int:
+    from rlbm_jax.env import formulations
     from rlbm_jax.ns3 import harness
-    from rlbm_jax.onnx_policy import load_checked
+    from rlbm_jax.onnx_policy import jax_policy, load_checked
 
     run, out = Path(cfg["run_dir"]), Path(cfg["out_dir"])
     configs = [tuple(c) for c in cfg["configs"]]
     chosen, source, train_seeds = cfg["chosen"], cfg["variant_source"], cfg["training_seeds"]
     steps, warm, interval_s = cfg["steps"], cfg["warmup_steps"], cfg["agent_interval_s"]
     ep0 = agent_env(a, configs)
+    # the action's meaning: the formulation the exported policies name (`agent_of` checked them)
+    form, recurrent = formulations.get(cfg["agent"]["formulation"]), cfg["agent"]["network"] == "lstm"
     policies = {}
     try:
         for s in train_seeds:
             p = cfg["policies"][str(s)]
-            fn, _ = load_checked(p["onnx"], num_classes=1, agent_interval_s=interval_s, formulation=QUEUEPILOT.id)
+            fn, _ = load_checked(p["onnx"], num_classes=1, agent_interval_s=interval_s, formulation=form.id)
             policies[s] = (fn, p["sha256"])
     except ValueError as e:
         return fail(PROG, str(e))
@@ -171,7 +184,7 @@ def ns3(a, cfg: dict, argv) -> int:
     ns3_runs = {}  # policy -> cfg -> [scored runs over test seeds]
     wall, cached = {}, {"runs": 0, "reused": 0}
 
-    def run_cells(label, v, agent=None):
+    def run_cells(label, v, agent=None, formulation=QUEUEPILOT):
         cells = [harness.Cell(f"qp/{label}/{slug(c)}", "thesis", run_kw(a, v, c), seconds_ns3) for c in configs]
         tc = time.perf_counter()
         res = harness.run_ns3(binary, cells, seeds, cfg["jobs"], workdir, fresh=cfg["fresh_ns3"], agent=agent,
@@ -183,20 +196,19 @@ def ns3(a, cfg: dict, argv) -> int:
         for c, cell in zip(configs, cells):
             ep = ep0.replace(sim=sim_of(cell.kw))
             r = res[cell.name]
-            by_cfg[c] = [score_ns3_run(rep, fl, rows, ep, warm, pkt_s_of(c))
+            by_cfg[c] = [score_ns3_run(rep, fl, rows, ep, warm, pkt_s_of(c), formulation)
                          for rep, fl, rows in zip(r["seeds"], r["flows"], r["intervals"])]
         return by_cfg
 
     for s, (fn, digest) in policies.items():
-        agent = harness.Agent(fn=fn, digest=digest, formulation=QUEUEPILOT, env_params=ep0, recurrent=True)
-        ns3_runs[f"queuepilot-seed{s}"] = run_cells(f"queuepilot-seed{s}", None, agent)
+        agent = harness.Agent(fn=fn, digest=digest, formulation=form, env_params=ep0, recurrent=recurrent)
+        ns3_runs[f"queuepilot-seed{s}"] = run_cells(f"queuepilot-seed{s}", None, agent, form)
     for v in baseline_names:
         ns3_runs[v] = run_cells(v, v)
     t_ns3 = time.perf_counter() - t0
 
     jax_runs = {}
     if cfg["jax"]:
-        ppo, params, stats, seeds_trained, _ = load_trained(run)
         tj = time.perf_counter()
         runs_of = lambda v: [(run_kw(a, v, c), s) for c in configs for s in seeds]
 
@@ -210,16 +222,27 @@ def ns3(a, cfg: dict, argv) -> int:
 
         for v in baseline_names:
             jax_runs[v] = split(qp.run_batch(runs_of(v), steps, warm, chunk=len(configs) * len(seeds)))
-        actor = qp.lstm_actor(ppo)
-        for j, s in enumerate(seeds_trained):
-            args = qp.actor_args(ppo, jax.tree.map(lambda x: x[j], params), jax.tree.map(lambda x: x[j], stats))
-            jax_runs[f"queuepilot-seed{s}"] = split(qp.run_batch(runs_of(None), steps, warm, actor=actor, args=args,
-                                                                 chunk=len(configs) * len(seeds)))
+        if recurrent:  # the trained networks (`export` checked their graphs against them)
+            ppo, params, stats, seeds_trained, _ = load_trained(run)
+            actor = qp.lstm_actor(ppo)
+            for j, s in enumerate(seeds_trained):
+                args = qp.actor_args(ppo, jax.tree.map(lambda x: x[j], params), jax.tree.map(lambda x: x[j], stats))
+                jax_runs[f"queuepilot-seed{s}"] = split(qp.run_batch(runs_of(None), steps, warm, actor=actor,
+                                                                     args=args, chunk=len(configs) * len(seeds)))
+        else:  # a stateless graph: the very file ns-3 ran, node by node in JAX
+            for s in train_seeds:
+                g, _ = jax_policy(cfg["policies"][str(s)]["onnx"], num_classes=1, agent_interval_s=interval_s,
+                                  formulation=form.id)
+                actor = lambda args, carry, obs, first, g=g: (carry, g(obs[None])[0])
+                jax_runs[f"queuepilot-seed{s}"] = split(qp.run_batch(
+                    runs_of(None), steps, warm, actor=actor, args={"carry0": ()}, chunk=len(configs) * len(seeds),
+                    formulation=form))
         wall["jax"] = round(time.perf_counter() - tj, 1)
 
     report = build_report(ns3_runs, jax_runs, configs, seeds, train_seeds, baseline_names, chosen, source,
                           cfg["seconds"], cfg["warmup_s"], steps, warm, interval_s, seconds_ns3)
     report["command"] = command
+    report["agent"] = cfg["agent"]
     report["config"] = cfg
     report["ns3_runs"] = {**cached, "cache": str(workdir.relative_to(run)) if workdir.is_relative_to(run) else None}
     report["wall_s"] = {"ns3": round(t_ns3, 1), **wall, "total": round(time.perf_counter() - t0, 1)}

@@ -183,7 +183,9 @@ def main(argv=None):
             bar.close()
         pdir = out / f"policy_seed{s}"
         apg.save(pdir, r["weights"], groups[0][0], extra={"trainer": "apg", "apg": cfg["apg"], "seed": s})
-        to_onnx(pdir, out / f"policy_seed{s}.onnx", agent_interval_s=qp.STEP_S)
+        # the interval the envs ran (whole ticks), which the ONNX judges check against theirs
+        to_onnx(pdir, out / f"policy_seed{s}.onnx",
+                agent_interval_s=float(np.max(np.asarray(groups[0][0].default_params.agent_interval_s))))
         runs[s] = r
     evals = {}
     for s in a.seeds:

@@ -16,18 +16,22 @@ What the record holds here (P = 1 class):
     sink_pkts, sink_bytes     the fluid model's amounts over the interval (float: expected
                               packets, not counts; `sink` = what left the bottleneck, as
                               the fluid model loses nothing after it)
-    rto_count, syn_drops, flows_done, slowdown_max, log_slowdown_sum, open_log_slowdown_*,
-    flows, flows_logged, flows_overflow
-                              0: the fluid model has no timeouts, no handshakes and no
-                              finite flows (`fluid.IGNORES`, the package docstring)
+    rto_count, syn_drops      0: the fluid model has no timeouts and no handshakes that
+                              fail (`fluid.IGNORES`, the package docstring)
+    flows_done, slowdown_max, log_slowdown_sum, open_log_slowdown_*, flows, flows_logged,
+    flows_overflow            the short (web-search) flows that finished in the interval,
+                              their slowdowns (completion time interpolated inside the
+                              Euler step) and those open at its ends, as the packet
+                              simulator writes them; 0 without short flows (load 0)
 A reward that tests "a packet was dropped" on the record (QueuePilot's) reads drops of at
 least half a packet, which on the packet simulator's integer counts is the same test.
 
 Knobs: the fluid model implements `FLUID_KNOBS` (the marker's probability, `mark_prob`,
 with the "rl-mark" policy); a formulation whose action sets another knob is refused when
 the env is built.  The state is `FluidEnvState(sim=FluidSimState(fluid, interval), time)`;
-reset is deterministic (the fluid model's flows start at the quantiles of the packet
-simulator's random start times), so the key is unused.  Params passed to `step` must agree
+reset's key draws the short flows' Poisson schedule as the packet env's reset draws it
+(their slots cover `episode_s`, `fluid.configure`); the long flows start at the quantiles
+of the packet simulator's random start times.  Params passed to `step` must agree
 with the env's static configuration (flow count, TCP, AQM: `fluid.configure`), which the
 env builds once from its default params (or `batch`); a batch may vary the continuous values,
 but not `tick_s` (the agent interval the formulation scales by is ticks_per_step x tick_s,
@@ -63,19 +67,46 @@ class FluidEnvState(environment.EnvState):
     time: int
 
 
-def interval_record(before: fluid.Totals, st: fluid.FluidState, params, log_size: int) -> mx.Interval:
-    """The interval record of the stretch between totals `before` and the state `st` (P = 1)."""
-    a = st.tot
+def _completions(prev: fluid.FluidState, st: fluid.FluidState, params, log_size: int) -> dict:
+    """The record's flow fields (P = 1) from the short flows that finished between the states
+    `prev` and `st`, and the log slowdown of those open at each end (`metrics.open_log_slowdown`)."""
+    dt = st.q.dtype
+    ideal = params.base_rtt_s + st.s_size_b * 8.0 / params.bottleneck_rate_bps
+    new = (st.done > 0.5) & (prev.done < 0.5)
+    slow = jnp.where(new, (st.fin_s - st.s_start) / ideal, 0.0)
+    n = jnp.sum(new)
+    rank = jnp.cumsum(new) - new
+    rows = jnp.stack([st.s_size_b, jnp.zeros_like(slow), slow], axis=-1)
+    flows = jnp.zeros((log_size, len(mx.FLOW_FIELDS)), dt).at[jnp.where(new, rank, log_size)].set(rows, mode="drop")
+    logged = jnp.minimum(n, log_size)
+
+    def open_cost(s):
+        now = s.tot.time_s
+        is_open = (s.s_start <= now) & (s.done < 0.5)
+        return jnp.sum(jnp.where(is_open, jnp.log(jnp.maximum(now - s.s_start, ideal) / ideal), 0.0))
+
+    one = lambda x: jnp.reshape(x, (1,)).astype(dt)
+    return dict(flows_done=one(n), slowdown_max=one(jnp.max(slow, initial=0.0)),
+                log_slowdown_sum=one(jnp.sum(jnp.log(jnp.maximum(slow, 1.0)))),
+                open_log_slowdown_start=one(open_cost(prev)), open_log_slowdown_end=one(open_cost(st)), flows=flows,
+                flows_logged=logged.astype(dt), flows_overflow=(n - logged).astype(dt))
+
+
+def interval_record(prev: fluid.FluidState, st: fluid.FluidState, params, log_size: int) -> mx.Interval:
+    """The interval record of the stretch between the states `prev` and `st` (P = 1)."""
+    a, before = st.tot, prev.tot
     one = lambda x: jnp.reshape(x, (1,))
     delivered = a.delivered - before.delivered
     z = jnp.zeros((), delivered.dtype)
-    return mx.Interval(
+    flows = _completions(prev, st, params, log_size) if st.done.shape[0] else {}
+    rec = mx.Interval(
         arrivals_pkts=one(a.arrived - before.arrived), drops_pkts=one(a.dropped - before.dropped),
         marks_pkts=one(a.marked - before.marked), dequeues_pkts=one(delivered), queue_end_pkts=one(st.q),
         queue_pkt_s=one(a.queue_s - before.queue_s), sink_pkts=delivered, sink_bytes=delivered * params.mss_bytes,
         rto_count=z, syn_drops=z, flows_done=one(z), slowdown_max=one(z), log_slowdown_sum=one(z),
         open_log_slowdown_start=one(z), open_log_slowdown_end=one(z),
         flows=jnp.zeros((log_size, len(mx.FLOW_FIELDS)), delivered.dtype), flows_logged=z, flows_overflow=z)
+    return rec.replace(**flows) if flows else rec
 
 
 class FluidEnv(FormulationEnv):
@@ -108,7 +139,7 @@ class FluidEnv(FormulationEnv):
         cover = sim_params if batch is None else batch
         self._default = make_env_params(sim_params, agent_interval_s=agent_interval_s, episode_s=episode_s,
                                         flows_scale=flows_scale)
-        base = fluid.configure(cover, steps_per_rtt=steps_per_rtt, sharpness=sharpness)
+        base = fluid.configure(cover, steps_per_rtt=steps_per_rtt, sharpness=sharpness, horizon_s=episode_s)
         interval_s = float(np.max(np.asarray(self._default.agent_interval_s)))
         # the formulations scale by the interval the packet env would run (ticks_per_step x
         # tick_s); the fluid model integrates one fixed interval: they must be the same time
@@ -119,7 +150,7 @@ class FluidEnv(FormulationEnv):
                              f"{interval_s} s: build one env per interval")
         self.steps_per_interval = max(1, math.ceil(interval_s / base.dt_s - 1e-9))
         self.config = fluid.configure(cover, steps_per_rtt=steps_per_rtt, sharpness=sharpness,
-                                      dt_s=interval_s / self.steps_per_interval)
+                                      dt_s=interval_s / self.steps_per_interval, horizon_s=episode_s)
         self.grad_horizon_s = grad_horizon_s
         self.log_size = int(np.max(np.asarray(sim_params.interval_log_size)))
         knobs = self._knob_names()
@@ -133,20 +164,21 @@ class FluidEnv(FormulationEnv):
 
     def _knob_names(self) -> tuple:
         p = self._default
-        rec = self._record(fluid.init(p.sim, self.config).tot, fluid.init(p.sim, self.config), p)
+        st = fluid.init(p.sim, self.config, key=jax.random.PRNGKey(0))
+        rec = self._record(st, st, p)
         act = self.action_space().sample(jax.random.PRNGKey(0))
         return tuple(jax.eval_shape(lambda: self.formulation.knobs(act, rec, p)))
 
-    def _record(self, before, st, params):
-        return interval_record(before, st, params.sim, self.log_size)
+    def _record(self, prev, st, params):
+        return interval_record(prev, st, params.sim, self.log_size)
 
     @property
     def name(self) -> str:
         return self.formulation.id + "/fluid"
 
     def reset_env(self, key, params: EnvParams):
-        st = fluid.init(params.sim, self.config)
-        state = FluidEnvState(sim=FluidSimState(fluid=st, interval=self._record(st.tot, st, params)),
+        st = fluid.init(params.sim, self.config, key=key)
+        state = FluidEnvState(sim=FluidSimState(fluid=st, interval=self._record(st, st, params)),
                               time=jnp.zeros((), jnp.int32))
         return self.get_obs(state, params), state
 
@@ -155,9 +187,9 @@ class FluidEnv(FormulationEnv):
         st = state.sim.fluid
         knobs = f.knobs(action, state.sim.interval, params)
         st = st.replace(**{FLUID_KNOBS[k]: jnp.reshape(jnp.asarray(v, st.q.dtype), ()) for k, v in knobs.items()})
-        before = st.tot
+        prev = st
         st = fluid.advance(st, params.sim, self.steps_per_interval, self.config, grad_horizon_s=self.grad_horizon_s)
-        rec = self._record(before, st, params)
+        rec = self._record(prev, st, params)
         new = FluidEnvState(sim=FluidSimState(fluid=st, interval=rec), time=(state.time + 1).astype(jnp.int32))
         reward, parts = f.reward_of(rec, params)
         info = {**interval_info(rec, params), **parts}

@@ -164,7 +164,7 @@ def _hist_quantile(hist, q):
     return jnp.argmax(c >= q * jnp.maximum(total, 1)).astype(jnp.float32)
 
 
-def _masked_quantile(x, mask, q):
+def masked_quantile(x, mask, q):
     n = jnp.sum(mask)
     xs = jnp.sort(jnp.where(mask, x, jnp.inf))
     pos = q * jnp.maximum(n - 1, 0).astype(jnp.float32)
@@ -194,9 +194,9 @@ def summarize(m: Metrics, params) -> dict:
         "queue_mean_pkts": jnp.sum(queue_mean),
         "queue_p99_pkts": _hist_quantile(m.occ_hist, 0.99),  # of the whole shared buffer
         "fct_mean_s": jnp.where(jnp.sum(valid) > 0, jnp.sum(jnp.where(valid, fct, 0.0)) / nvalid, jnp.nan),
-        "fct_p99_s": _masked_quantile(fct, valid, 0.99),
-        "slowdown_p50": _masked_quantile(slow, valid, 0.50),
-        "slowdown_p99": _masked_quantile(slow, valid, 0.99),
+        "fct_p99_s": masked_quantile(fct, valid, 0.99),
+        "slowdown_p50": masked_quantile(slow, valid, 0.50),
+        "slowdown_p99": masked_quantile(slow, valid, 0.99),
         "probe_rtt_mean_s": m.probe_rtt_sum_s / jnp.maximum(m.ticks_warm, 1),
         "probe_rtt_max_s": m.probe_rtt_max_s,
         "flows_started": m.flows_started,

@@ -222,7 +222,8 @@ PARAMS: tuple[Param, ...] = (
           lo=1, static=True, derived="the largest class cap", ns3=""),
     Param("policy", "buffer", "choice", "sb-naive", "buffer policy (thresholds, AQM or discipline)",
           choices=_policy_names,
-          backends={"native": _native_policies, "fluid": ("droptail", "red", "ared", "pie", "codel", "rl-mark")}),
+          backends={"native": _native_policies, "fluid": ("droptail", "sb-naive", "sb-sophisticated", "dt", "abm",
+                                                           "static-bdp", "red", "ared", "pie", "codel", "rl-mark")}),
     Param("alpha", "buffer", "floats", None, "policy weights per class (SB, DT, ABM, static-bdp)", lo=0.0,
           derived="the policy's defaults"),
     Param("beta", "buffer", "floats", None, "rl policy threshold weights per class (threshold = a * beta * free)",
@@ -233,7 +234,7 @@ PARAMS: tuple[Param, ...] = (
           lo=0.0),
     # ---- TCP ----------------------------------------------------------------------------
     Param("tcp", "tcp", "choice", "cubic", "congestion control of every sender", choices=_tcp_names,
-          backends={"native": _native_tcps, "fluid": ("newreno", "cubic")}),
+          backends={"native": _native_tcps, "fluid": ("newreno", "cubic", "dctcp")}),
     Param("mss_bytes", "tcp", "int", 1000, "payload per data packet (bytes)", lo=1),
     Param("initial_cwnd_pkts", "tcp", "int", 10, "initial congestion window (segments)", lo=1, flag="--initial-cwnd"),
     Param("min_rto_s", "tcp", "float", 0.010, "minimum retransmission timeout (s)", **POS),

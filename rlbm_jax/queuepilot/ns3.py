@@ -1,7 +1,8 @@
 """QueuePilot judged inside ns-3.37: the export check of a trained agent against its ONNX
-graph, the parsing of the configurations, the scoring of an ns-3 run as the JAX evaluation
-scores one of its runs, and the report beside the JAX simulator (`scripts/queuepilot.py
-export` and `ns3` drive these)."""
+graph, the agents `ns3` drives (what a run directory holds and what its exported policies
+say they are), the parsing of the configurations, the scoring of an ns-3 run as the JAX
+evaluation scores one of its runs, and the report beside the JAX simulator
+(`scripts/queuepilot.py export` and `ns3` drive these)."""
 from __future__ import annotations
 
 import json
@@ -11,16 +12,69 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.env.formulations.queuepilot import MARK_LEVELS, QUEUEPILOT
+from rlbm_jax.env.formulations.queuepilot import MARK_LEVELS, QUEUEPILOT, QUEUEPILOT_CONTINUOUS
 from rlbm_jax.queuepilot import study as qp
 from rlbm_jax.queuepilot.study import DEFAULT_VARIANTS
 
 CHECK_STEPS, CHECK_BATCH = 40, 8  # the export check: carried-state sequences, reset halfway
 
 
+# the exported policies `ns3` drives as the scenario's rl-mark policy: formulation -> network.
+# QueuePilot-v0: a recurrent graph (`queuepilot.py train`/`export`) whose action is an index
+# into its rlbm.action_values, the LSTM state carried from step to step;
+# QueuePilot-continuous-v0: a stateless MLP (`train_apg.py`) whose action is the marking
+# probability itself.  Either way the formulation named in the file maps the action to the
+# knob (`Formulation.knobs`: mark_prob).
+AGENTS = {QUEUEPILOT.id: "lstm", QUEUEPILOT_CONTINUOUS.id: "mlp"}
+
+
 def policy_paths(run: Path, seed: int) -> tuple[Path, Path]:
     """(policy dir, ONNX file) of training seed `seed` of the run."""
     return run / f"policy_seed{seed}", run / f"policy_seed{seed}.onnx"
+
+
+def run_seeds(run: Path) -> tuple[str, list]:
+    """(trainer, training seeds) of a run directory: a `queuepilot.py train` run ("ppo",
+    config.json's `seeds`) or a `train_apg.py` run ("apg", its `training_seeds`).  A
+    ValueError names anything else."""
+    f = run / "config.json"
+    cfg = json.loads(f.read_text()) if f.is_file() else {}
+    if "apg" in cfg and "training_seeds" in cfg:
+        return "apg", [int(s) for s in cfg["training_seeds"]]
+    if "ppo" in cfg or not cfg:
+        return "ppo", list(qp.trained_run(run, weights=False)["seeds"])
+    raise ValueError(f"{f} is neither a `queuepilot.py train` run (ppo, seeds) nor a `train_apg.py` run "
+                     "(apg, training_seeds)")
+
+
+def agent_of(paths, interval_s: float) -> dict:
+    """What the exported policies at `paths` are, from their own metadata
+    (`onnx_policy.load_checked`): {"formulation", "network", "action"}.  Refuses, naming the
+    file, a policy `ns3` cannot drive (a formulation other than `AGENTS`' or another network
+    for it, a discrete policy whose levels are not its formulation's, another agent
+    interval) and policies that differ from one another in formulation or network."""
+    from rlbm_jax.env import formulations
+    from rlbm_jax.onnx_policy import load_checked
+
+    out = None
+    for p in paths:
+        _, meta = load_checked(p, num_classes=1, agent_interval_s=interval_s)
+        f, net = meta["formulation"], meta["network"]
+        if AGENTS.get(f) != net:
+            raise ValueError(f"policy {p}: a {net} policy of formulation {f}; `ns3` drives the rl-mark marking "
+                             "probability from " + " or ".join(f"{k} ({v})" for k, v in AGENTS.items()))
+        values = meta.get("action_values")
+        levels = getattr(formulations.get(f).action, "action_values", None)
+        if values is not None and (levels is None or not np.allclose(values, levels)):
+            raise ValueError(f"policy {p}: its action indices mean {values}; formulation {f}'s mean {levels}")
+        this = {"formulation": f, "network": net, "action": meta["action"]}
+        if out is not None and this != out:
+            raise ValueError(f"policy {p}: a {net} policy of {f}, the run's other policies are {out['network']} "
+                             f"policies of {out['formulation']}")
+        out = this
+    if out is None:
+        raise ValueError("no exported policy to drive")
+    return out
 
 
 def check_against_network(ppo, params, obs_stats, onnx_fn, rng) -> dict:
@@ -89,9 +143,11 @@ def choose_variants(run: Path, given) -> tuple[dict, str]:
         return {qp.algorithm_of(v): v for v in given}, "--variants"
     res = run / "results.json"
     if res.is_file():
-        chosen = json.loads(res.read_text()).get("chosen")
-        if chosen:
-            return dict(chosen), f"the 'chosen' of {res.name} (selection seeds)"
+        r = json.loads(res.read_text())
+        if r.get("chosen"):
+            return dict(r["chosen"]), f"the 'chosen' of {res.name} (selection seeds)"
+        if (r.get("ppo") or {}).get("chosen"):  # a train_apg.py run: the PPO study it was compared with
+            return dict(r["ppo"]["chosen"]), f"the 'chosen' of the PPO study in {res.name} (its selection seeds)"
     return {qp.algorithm_of(v): v for v in DEFAULT_VARIANTS}, "default (no chosen variants in the run)"
 
 
@@ -102,14 +158,15 @@ def _actions_of(rows) -> list:
     return np.argmin(np.abs(p[:, None] - levels[None]), axis=1).tolist()
 
 
-def score_ns3_run(rep: dict, flows: list, rows: list, ep, warm: int, pkt_s: float) -> dict:
+def score_ns3_run(rep: dict, flows: list, rows: list, ep, warm: int, pkt_s: float, formulation=QUEUEPILOT) -> dict:
     """One ns-3 run scored as the JAX evaluation scores one of its runs: the formulation's
     reward and the steps with a drop averaged over the steps after `warm`, from ns-3's
     interval records; utilisation, drop and mark rates and the mean queue from the
-    report (its measured window starts at warmup_s); the completion log from its flows."""
+    report (its measured window starts at warmup_s); the completion log from its flows.
+    The histogram of the marking probability counts each step's at its nearest level."""
     from rlbm_jax.ns3 import harness
 
-    r = harness.score_records(QUEUEPILOT, ep, rows)
+    r = harness.score_records(formulation, ep, rows)
     rec = harness.records_to_interval(rows, 1, ep.sim.interval_log_size)
     drops = np.asarray(rec.drops_pkts).sum(-1)
     out = {"reward": float(np.mean(r[warm:])), "drop_steps": float(np.mean(drops[warm:] > 0)),
@@ -225,14 +282,21 @@ def _table(rows: dict, policies) -> list:
 def markdown(rep) -> str:
     pol = rep["policies"]
     v = ", ".join(f"{k}: {x}" for k, x in rep["variants"].items())
+    agent = rep.get("agent") or {"formulation": QUEUEPILOT.id, "network": "lstm"}
+    if agent["network"] == "lstm":
+        how = "rl-mark driven in lock-step, LSTM state carried), the trained network in JAX"
+    else:
+        how = (f"{agent['formulation']}: a stateless MLP whose output is the marking probability, driving rl-mark "
+               "in lock-step), the same graph in JAX (`onnx_policy.jax_policy`)")
+    base = (f"Baselines: mean ± s.e. over runs; classic AQM variants {v} ({rep['variants_source']}); fq-codel runs "
+            "ns-3's FqCoDelQueueDisc (1024 flow queues, quantum one MTU) with the variant's CoDel target and "
+            "interval, ECN and the same buffer." if len(pol) > 1 else "No classic AQM in this run (`--agent-only`).")
     L = ["# QueuePilot in ns-3.37 beside the JAX simulator", "",
          f"Configurations {', '.join(cfg_key(c) for c in rep['configs'])}; test seeds {rep['test_seeds']}; "
          f"{rep['steps']} steps of {rep['step_s'] * 1e3:.4f} ms ({rep['ns3_seconds']:.3f} s) per run, scored after "
-         f"the first {rep['warmup_steps']} steps ({rep['warmup_s']:g} s). Agent: the ONNX export of each training "
-         f"seed {rep['training_seeds']} in ns-3 (rl-mark driven in lock-step, LSTM state carried), the trained "
-         "network in JAX; mean ± s.e. over training seeds of each seed's mean. Baselines: mean ± s.e. over runs; "
-         f"classic AQM variants {v} ({rep['variants_source']}); fq-codel runs ns-3's FqCoDelQueueDisc (1024 "
-         "flow queues, quantum one MTU) with the variant's CoDel target and interval, ECN and the same buffer. Reward, steps with a drop: "
+         f"the first {rep['warmup_steps']} steps ({rep['warmup_s']:g} s). Agent (`queuepilot`): the ONNX export of "
+         f"each training seed {rep['training_seeds']} in ns-3 ({how}; mean ± s.e. over training seeds of each "
+         f"seed's mean. {base} Reward, steps with a drop: "
          "from the interval records with the formulation's reward; utilisation, drop and mark rates, queueing "
          "delay: each simulator's run summary from the warm-up on.", "",
          f"Command: `{rep.get('command', '')}`"
@@ -281,6 +345,7 @@ def markdown(rep) -> str:
             if rep["overall"][p][sim]]
     if any(h for _, h in hist):
         L += ["", "Agent's marking probability after the warm-up (share of steps at "
+              + ("" if agent["network"] == "lstm" else "the level nearest to it among ")
               + ", ".join(f"{x:g}" for x in MARK_LEVELS) + "): ns-3 "
               + str(rep["overall"]["queuepilot"]["ns3"].get("action_hist") if rep["overall"]["queuepilot"]["ns3"]
                     else "n/a")

@@ -1,14 +1,17 @@
-"""A differentiable fluid model of the long-lived-flow scenarios (`presets.long_flow_params`,
-`make_params(long_flows=N, load=0, num_classes=1, policy="droptail" | "red" | "ared" | "pie" |
-"codel" | "rl-mark")`), and the formulations on them (`rlbm_jax.env.fluid_env.FluidEnv`).
+"""A differentiable fluid model of the one-FIFO scenarios: long-lived flows
+(`presets.long_flow_params`) and Poisson web-search flows (`scenarios.queuepilot`),
+`make_params(long_flows=N, load=..., num_classes=1, tcp="newreno" | "cubic" | "dctcp",
+policy="droptail" | "red" | "ared" | "pie" | "codel" | "rl-mark" | "dt" | "abm" | "static-bdp" |
+"sb-naive" | "sb-sophisticated")`, and the formulations on them
+(`rlbm_jax.env.fluid_env.FluidEnv`).
 
 The packet tick (`rlbm_jax.env.sim`, run by `rlbm_jax.env.backends.run`) has no useful
 gradients.  This package integrates delay-differential equations of the same scenario, so
 `jax.grad` of a time-averaged metric with respect to the capacity, the buffer, RED's
-thresholds and max_p, PIE's and CoDel's targets and gains, the delays or CUBIC's constants is
-defined.  Its time averages are
-checked against the packet simulator in tests/test_fluid.py and calibration/FLUID.md.  It is
-the `fluid` entry of `rlbm_jax.env.backends.BACKENDS` with `ticks=False`: it advances its own
+thresholds and max_p, PIE's and CoDel's targets and gains, DCTCP's g, the threshold policies'
+alpha, the delays or CUBIC's constants is defined.  Its time averages are checked against
+the packet simulator in tests/test_fluid.py and calibration/FLUID.md.  It is the `fluid`
+entry of `rlbm_jax.env.backends.BACKENDS` with `ticks=False`: it advances its own
 `FluidState`, not a `SimState`, so it runs whole scenarios (`simulate.run_scenario`), never
 ticks.
 
@@ -27,7 +30,8 @@ of a network of AQM routers supporting TCP flows with an application to RED"):
   once, on top of the ACK clock W / R (flight conservation; without it a drop-tail overflow
   lasts half as long as in the packet simulator and cuts only part of the flows).
 
-Queue, with drops p_d and marks p_m of the AQM at enqueue (one FIFO, limit B):
+Queue, with drops p_d and marks p_m of the AQM at enqueue (one FIFO, limit B: the buffer, or
+a threshold policy's cap, below):
 
     dq/dt = sum_i x_i (1 - p_d) - C,    q kept in [0, B]
 
@@ -52,7 +56,7 @@ the share of the flow's population in recovery:
   This is MGT's loss term -W/2 x (loss rate) with NewReno's one reduction per window of
   losses (fast recovery / PRR, RFC 6582 / 6937) and without compounding: a flow that gets
   one signal per overflow, as in the packet simulator, halves once.  An ECN mark (RFC 3168)
-  cuts like a drop but loses nothing.
+  cuts like a drop but loses nothing.  DCTCP's beta is per flow, 1 - alpha_i / 2 (below).
 
 Window growth outside recovery, G_i = (1 - rec_i) [ss_i g_ss + (1 - ss_i) g_ca]; ss_i (1 at
 the start) is the share still in slow start, ss_i *= 1 - e_i:
@@ -60,6 +64,19 @@ the start) is the share still in slow start, ss_i *= 1 - e_i:
   NewReno (ns-3.37, d = delayed_ack): g_ss = ln(1 + 1/d) W / R (+1 per ACK), g_ca = 1 / (d R)
     (+1/cwnd per ACK), beta = 1/2 (ssthresh = flight / 2): with d = 1, MGT's
     dW/dt = 1/R - W(t) W(t-R) p(t-R) / (2 R(t-R)).
+  DCTCP (ns-3.37 TcpDctcp, which grows as TcpLinuxReno, counting the segments an ACK covers, so
+    delayed ACKs change nothing): g_ss = ln 2 W / R (x2 per RTT), g_ca = 1 / R (+1 per cwnd
+    segments ACKed); beta_i = 1 - alpha_i / 2 (ssthresh = (1 - alpha / 2) cwnd, on an echoed
+    mark and on a loss alike), with alpha_i (Alizadeh, Javanmard, Prabhakar, "Analysis of
+    DCTCP: stability, convergence, and fairness", SIGMETRICS 2011, whose fluid model has
+    d alpha/dt = g / R (p(t - R) - alpha), p = 1{q > K}) as ns-3 counts it: every window of
+    ACKed segments moves alpha by g toward the window's marked fraction, so
+        d alpha_i = g (ce_i - alpha_i ack_i) / W_i
+    with ack_i the ACKs of the packets the AQM admitted and ce_i those echoing a mark, each
+    reaching the sender one RTT after its packet's arrival at the queue (two more rings,
+    as the signals'); with ack_i = W_i dt / R this is AJP's equation.  alpha_i = 1 at the start
+    (DctcpAlphaOnInit); the cut uses alpha before the step's update (ns-3 cuts on the echo
+    before PktsAcked); g = dctcp_g (1/16).  ECN is on (make_params turns it on for DCTCP).
   CUBIC (an averaged form of ns-3.37's TcpCubic, Ha, Rhee, Xu 2008; in the spirit of
     Vardoyan, Hollot, Towsley, INFOCOM 2018, arXiv 1801.02741): per flow W_max, K, tau (time
     since the epoch began);
@@ -84,6 +101,14 @@ red, pie and codel):
     ns-3's "Wait" spaces early drops uniformly in [1/p_b, 2/p_b) packets, so the per-packet
     rate is p_b / 1.5; ns-3 decides nothing while fewer than 2 packets are queued (a sigmoid of
     q - 1.5, width 1/4 packet).  Early decisions drop, or with ECN mark; forced ones drop.
+  RED's step marking (red_weight >= 1 and red_max_p >= 1, which the packet simulator reads as
+    DCTCP's marking at K = min_th, max_th = K + 1: every arrival that finds max(max_th, 2)
+    packets or more is hit, on the instantaneous queue): early = sigmoid((q - (max(max_th, 2)
+    - 1/2)) / h), forced = sigmoid((q - (top - 1/2)) / h) (top = 2 max_th, gentle, or max_th),
+    h the queue's width above (sharpness x min(B, BDP)); the half packet puts the step between
+    the packet queue's whole numbers, as RED's 1.5 above.  The configuration reads the step
+    from the params (or concrete overrides); it reads neither red_weight nor red_max_p, so a
+    traced override of either is refused there (override red_max_th_pkts, the step's K + 1).
   ARED: RED with max_p moved by ns-3's rule as a rate: +min(0.01, max_p/4) per 0.5 s while
     avg > max_th - 0.4 (max_th - min_th) and max_p < 0.5, x0.9 per 0.5 s while avg < min_th
     + 0.4 (max_th - min_th) and max_p > min(0.01, 0.1 s / C); the conditions as sigmoids.
@@ -130,26 +155,78 @@ red, pie and codel):
     the flows as the arrivals are.  The brackets are sigmoids of width sharpness x target,
     1/4 packet, sharpness x interval and sharpness x 16 intervals.
 
+Shared-buffer thresholds (rlbm_jax.env.switch.buffer) with one class: a packet is admitted
+while the queue it finds is below the policy's threshold, which with one queue (occupancy =
+q) is a cap on q, the fixed point of q = threshold(q) (a = the class's alpha, B_s the shared
+buffer, B = min(B_s, class cap)):
+    sb-naive, sb-sophisticated   a B_s / sum(a) = B_s (the thesis's static split; one class
+                                 takes the whole buffer: plain drop-tail at B)
+    dt  (Choudhury, Hahne, ToN 1998)  threshold a (B_s - q):          cap a B_s / (1 + a)
+    abm (Addanki et al. 2022)    a (B_s - q) mu / n: one queue of its priority (n = 1) and
+                                 mu clamped to [1/P, 1] = [1, 1]: DT's cap
+    static-bdp                   min(a BDP, B_s - q):            cap min(a BDP, B_s / 2)
+  each at most B, and the FIFO's projection above runs with that cap in place of B (its width
+  h = sharpness x min(cap, BDP)).  The caps are the minima of constants, so exact where one
+  is below another; the packet simulator admits whole packets (floor of the threshold), the
+  fluid cap is continuous.  alpha is OVERRIDABLE (one value, the class's).
+
 Integration: explicit Euler, step dt = (smallest base RTT) / steps_per_rtt (20), in a
 `lax.scan`; the rings of future signals hold the largest RTT (base + B / C, with a margin).
 Each long flow i starts sending at spread x (i + 1/2) / N + base RTT + access path (the
 packet simulator draws the starts uniformly in [0, spread); here the quantiles), with the
 initial window, in slow start.
 
+Short flows (load > 0): the packet simulator's Poisson schedule, drawn from the same key
+(`sim.flow_schedule`: arrival time, sender, size), one slot per arrival (M slots: the
+expected arrivals until min(arrival_stop_s, the run's length) + 8 standard deviations + 16;
+a schedule that needs more is reported, `short_slots_full`).  A short flow is flow i > N with
+the same window equations, from the initial window in slow start; it sends after its
+handshake (arrival + base RTT + access path; its first step counts the part after that time,
+so its FCT moves continuously), at most what it has left r_i (packets: ceil(size / MSS) at
+the start), shares its sender's access link with the long flows and the sender's other open
+short flows, and
+
+    r_i' = r_i - a_i + dropped_i                (a drop is sent again at once: no timeout)
+
+  finishes in the step where a_i = r_i, a fraction f = r_i / (x_i dt) of the step in; its last
+  packet reaches the sink at
+
+    t + f dt + q' / C + (packet bits / rate + bottleneck delay) + (dropped_i / a_i) R_i
+
+  (the last term: the share of that last step that was dropped comes one RTT later), so
+  fct = that - arrival and slowdown = fct / (base RTT + size x 8 / rate), as the packet
+  simulator computes them, are differentiable (tests/test_fluid_websearch.py: within 2 % of
+  central differences, with respect to the capacity and the delays).  The last step's
+  retransmissions are not put on the queue (a share of a packet per flow).  What the fluid
+  flows cannot show: timeouts (a loss while the window is below 4 packets, a lost
+  retransmission, tail losses: the packet simulator's worst FCTs), SYN loss, slow start's
+  bursts (a fluid flow in slow start grows smoothly and is cut by a share of each loss, not
+  halved at its first one); calibration/FLUID.md measures the slowdowns flow by flow.
+  PIE's burst allowance runs from the first arrival of any flow and is not re-armed (ns-3
+  re-arms it after 100 calm updates at p = 0, which idle gaps between short flows can give).
+
 API (shapes: N flows, L ring slots)
 -----------------------------------
     cfg = configure(params, overrides=None, steps_per_rtt=20, sharpness=0.003, ...)
                       # static Config; ValueError naming anything not representable
-    st  = init(params, cfg, overrides)           # FluidState: w, ss, rec, wmax, kc, tau [N];
-                                                 # q, avg, max_p, pie_p, cd_* []; sig,
-                                                 # rec_end [L, N]; tot
+    st  = init(params, cfg, overrides, key=None) # FluidState: w, ss, rec, wmax, kc, tau,
+                                                 # dctcp_alpha [N + M]; q, avg, max_p, pie_p,
+                                                 # cd_* []; sig, rec_end [L, N + M]; ack_ce,
+                                                 # ack_all [L, N + M] (DCTCP; [0, N + M] else);
+                                                 # r, done, fin_s, s_start, s_sender, s_size_b
+                                                 # [M]; tot (key: the short flows' schedule,
+                                                 # needed when M > 0)
     st  = advance(st, params, num_steps, cfg, overrides)     # num_steps static
     out = summary(params, seconds, warmup_s=None, overrides=None, config=None, **config_kw)
           # {"util_wire", "queue_mean_pkts", "drop_rate", "mark_rate", "window_mean_pkts",
-          #  "rtt_mean_s", "throughput_bps", totals, "delay_clipped_s", ...}: scalars
+          #  "rtt_mean_s", "throughput_bps", totals, "delay_clipped_s", ...}: scalars; with
+          #  short flows (summary(..., key=)) also "flows_started", "flows_completed",
+          #  "flows_open", "fct_mean_s", "slowdown_mean", "slowdown_p50", "short_slots_full"
+    short_flows(st, values(params, cfg))         # per slot [M]: start_s, size_bytes, done,
+                                                 # fct_s, slowdown
 
 `overrides` maps names of OVERRIDABLE (bottleneck_rate_bps, buffer_pkts, red_max_p,
-red_min_th_pkts, pie_target_s, codel_interval_s, ...) to arrays that replace the params'
+red_min_th_pkts, pie_target_s, codel_interval_s, dctcp_g, alpha, ...) to arrays that replace the params'
 values inside the traced function, so e.g. `jax.grad(lambda b: summary(p, 10.0, overrides={"buffer_pkts": b})["queue_mean_pkts"])`
 works although SimParams holds the buffer as an integer.  Inside `jit` or `vmap` over params,
 build the static config outside (`configure(params)`, a stacked batch included) and pass
@@ -174,10 +251,12 @@ is the packet simulator's in every committed probe (calibration/FLUID.md), and i
 closer than the exact derivative's; the exact one (None, the default) is what central
 differences of the fluid function check.
 
-Refused (ValueError naming the value): load > 0 (short flows), long_flows = 0, num_classes
-> 1, tcp=dctcp, any policy other than droptail, red, ared, pie, codel and rl-mark
-(FQ-CoDel, the static / dynamic thresholds, the class-threshold policy "rl"), a batch that
-mixes flow counts, TCPs, policies, ECN, RED's gentle region or CUBIC's fast convergence.
+Refused (ValueError naming the value): long_flows = 0 with load = 0, short flows arriving
+until arrival_stop_s = inf with no run length (`configure`'s horizon_s), num_classes > 1,
+any policy other than droptail, sb-naive, sb-sophisticated, dt, abm, static-bdp, red,
+ared, pie, codel and rl-mark (FQ-CoDel, the agent's class-threshold policy "rl"), a batch
+that mixes flow counts, TCPs, policies, ECN, RED's gentle region or step marking, or CUBIC's
+fast convergence.
 
 An agent: the "rl-mark" policy CE-marks every arrival with the probability
 `FluidState.mark_p` (0 at start: drop-tail), which `rlbm_jax.env.fluid_env.FluidEnv` sets
@@ -192,13 +271,15 @@ calibration/FLUID.md do not see), PRR's and ECN-CWR's packet-level variants (prr
 prr_ssrb, ecn_cwr), RTT sampling (rtt_samples), the tick's fidelity (pkts_per_tick), the
 scheduler (one class), the random start times (replaced by their quantiles), the
 dupthresh (losses are detected one RTT after they happen), PIE's updates at discrete instants
-(a rate instead) and the re-arming of its burst allowance, and CoDel's several drops in one
-dequeue (a rate instead).
+(a rate instead) and the re-arming of its burst allowance, CoDel's several drops in one
+dequeue (a rate instead), DCTCP's alpha updated once per window of data (per ACK instead, at
+the same rate), and the whole packets of the threshold policies' admission (floor of the
+threshold: a continuous cap instead).
 """
 from rlbm_jax.env.backends.fluid.core import (AQMS, IGNORES, OVERRIDABLE, SHARPNESS, STEPS_PER_RTT, TCPS, Config,
                                               FluidState, Totals, advance, check, configure, ignored, init, limits,
-                                              red_prob, refusal, step, steps_for, summary, values)
+                                              red_prob, refusal, short_flows, step, steps_for, summary, values)
 
 __all__ = ["AQMS", "IGNORES", "OVERRIDABLE", "SHARPNESS", "STEPS_PER_RTT", "TCPS", "Config", "FluidState", "Totals",
-           "advance", "check", "configure", "ignored", "init", "limits", "red_prob", "refusal", "step", "steps_for",
-           "summary", "values"]
+           "advance", "check", "configure", "ignored", "init", "limits", "red_prob", "refusal", "short_flows", "step",
+           "steps_for", "summary", "values"]
