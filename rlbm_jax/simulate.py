@@ -133,7 +133,7 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     bar = Progress(n_chunks * unit_s, unit=" sim-s", label=f"{len(seeds)} seed(s) ") if show_progress else None
     t0 = time.perf_counter()
     series = {"t_s": [], "queue_pkts": [], "util_wire": []}
-    deq_before = np.zeros(len(seeds))
+    deq_before, offered_before = np.zeros(len(seeds)), np.zeros(len(seeds))
     for i in range(n_chunks):
         state = compiled(state)
         jax.block_until_ready(state)
@@ -141,8 +141,14 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
         deq = np.asarray(now.metrics.deq_total, np.float64)
         series["t_s"].append((i + 1) * unit_s)
         series["queue_pkts"].append(float(np.mean(np.sum(np.asarray(now.queue.pkts), axis=-1))))
-        series["util_wire"].append(float(np.mean(deq - deq_before)) * float(params.data_pkt_bits)
-                                   / (unit_s * float(params.bottleneck_rate_bps)))
+        if params.has_capacity_schedule:  # against the packet times the schedule offered
+            offered = np.asarray(now.metrics.offered_total, np.float64)
+            series["util_wire"].append(float(np.mean(deq - deq_before)) / max(float(np.mean(offered - offered_before)),
+                                                                               1.0))
+            offered_before = offered
+        else:
+            series["util_wire"].append(float(np.mean(deq - deq_before)) * float(params.data_pkt_bits)
+                                       / (unit_s * float(params.bottleneck_rate_bps)))
         deq_before = deq
         if bar:
             bar.update((i + 1) * unit_s)

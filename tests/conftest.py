@@ -94,7 +94,7 @@ def other_value(q):
     special = dict(buffer_pkts=150, queue_capacity_pkts=500, flow_queue_capacity_pkts=300, delay_line_ticks=200,
                    red_min_th_pkts=3.0, red_max_th_pkts=30.0, red_weight=0.01, alpha=[2.0, 0.5], beta=[0.5, 0.25],
                    buffer_per_class_pkts=[50, 70], class_threshold_bytes=[1e5], num_classes=3, cdf="datamining",
-                   num_senders=12, long_flows=3, num_flow_slots=80)
+                   num_senders=12, long_flows=3, num_flow_slots=80, capacity_schedule="step", capacity_rows=8)
     if q.name in special:
         return special[q.name]
     if q.is_choice:

@@ -53,9 +53,10 @@ def test_every_make_params_field_is_declared_once():
     p = make_params()
     fields = set(SimParams.__dataclass_fields__)
     declared = {q.field for q in model.PARAMS if q.field}
-    # every leaf and static field is set by exactly one declared parameter, bar the table
-    # (cdf) and the static record of choices
-    assert fields - declared == {"cdf_size_bytes", "cdf_prob", "model_choices"}
+    # every leaf and static field is set by exactly one declared parameter, bar the tables'
+    # (the flow sizes', the capacity schedule's: `model.TABLE_LEAVES`) and the static record
+    # of choices
+    assert fields - declared == {*(f for leaves in model.TABLE_LEAVES.values() for f in leaves), "model_choices"}
     assert declared <= fields
     assert len({q.name for q in model.PARAMS}) == len(model.PARAMS)
     assert len({q.option for q in model.PARAMS}) == len(model.PARAMS)

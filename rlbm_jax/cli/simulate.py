@@ -15,7 +15,9 @@ scripts/train.py (it then acts every --agent-interval-s through the formulation 
 trained on).  The JSON holds the report fields (mean, std and per seed), `tail` (FCT
 slowdown p50/p99 per flow size, < 100 KB, 100 KB - 1 MB, > 1 MB and all, pooled over the
 seeds), timings, the configuration and the flow-size table used (name, rows, mean and
-SHA-256 of its values).  Retransmission timeouts, retransmitted packets offered to the
+SHA-256 of its values), and with --capacity-schedule the schedule (name, rows, period, mean
+and peak rate, SHA-256); `util_wire` is then against the capacity the schedule offered, and
+`capacity_mean_bps` is that capacity's mean.  Retransmission timeouts, retransmitted packets offered to the
 buffer and spurious copies received (`rto_count`, `retx_arrivals`, `spurious_retx`) are
 report fields, and so are CE marks (`mark_rate`, `marks_c<c>`).
 """
@@ -28,7 +30,7 @@ from rlbm_jax import jsonio, scenarios
 from rlbm_jax.cli import (MODEL_FLAGS, add_backend_arg, add_model_args, add_param_args, apply_backend, fail,
                           name_flags, param_flags, param_kw, parser, printed_config)
 from rlbm_jax.devices import is_main_process
-from rlbm_jax.env import formulations, traffic
+from rlbm_jax.env import capacity, formulations, traffic
 from rlbm_jax.env.switch import buffer
 from rlbm_jax.env.params import config_record, make_params
 from rlbm_jax.simulate import AQMS, BASELINES, run_scenario, with_policy
@@ -84,6 +86,16 @@ def cdf_info(name_or_table) -> dict:
             "sha256": table.digest}
 
 
+def capacity_info(spec) -> dict | None:
+    """What the run's capacity schedule was (None without one): name, rows, period (None: the
+    last rate holds), mean and peak rate, SHA-256 of its table."""
+    sched = capacity.load(spec)
+    if sched is None:
+        return None
+    return {"name": sched.name, "rows": sched.rows, "period_s": sched.period_s if sched.repeats else None,
+            "mean_bps": sched.mean_bps, "peak_bps": sched.peak_bps, "sha256": sched.digest}
+
+
 def fluid_refuses_given(given) -> None:
     """A ValueError naming each parameter in `given` (set on the command line) that the
     fluid model does not read: nothing asked for is dropped silently."""
@@ -116,11 +128,15 @@ def plan(a):
         backends.resolve(name, params)  # a named backend that cannot run it is refused by name
     if name == "fluid":
         fluid_refuses_given(param_kw(a))
-    return {"scenario": a.scenario, "policy": a.policy, "formulation": form.id if a.policy not in buffer.POLICY_NAMES
-            else None, "seconds": a.seconds, "seeds": list(range(a.seed_base, a.seed_base + a.seeds)),
-            "agent_interval_s": a.agent_interval_s, "backend": a.backend or backends.default(),
-            "json": a.json, "plot": a.plot, "progress": not a.no_progress, "cdf": cdf_info(kw.get("cdf", "websearch")),
-            "config": config_record(kw, params)}, params
+    run = {"scenario": a.scenario, "policy": a.policy, "formulation": form.id if a.policy not in buffer.POLICY_NAMES
+           else None, "seconds": a.seconds, "seeds": list(range(a.seed_base, a.seed_base + a.seeds)),
+           "agent_interval_s": a.agent_interval_s, "backend": a.backend or backends.default(),
+           "json": a.json, "plot": a.plot, "progress": not a.no_progress, "cdf": cdf_info(kw.get("cdf", "websearch")),
+           "config": config_record(kw, params)}
+    cap = capacity_info(kw.get("capacity_schedule", capacity.NONE))
+    if cap is not None:  # (a run without a schedule records what it always did)
+        run["capacity"] = cap
+    return run, params
 
 
 def run_config(a) -> dict:

@@ -3,7 +3,7 @@ from rlbm_jax.env.params import SimParams, make_params, validate, stack_params, 
 from rlbm_jax.env.sim import SimState, init, tick, ticks_for, KNOBS
 from rlbm_jax.env.backends import run
 from rlbm_jax.env import backends, model
-from rlbm_jax.env import formulations, metrics, tcp, traffic
+from rlbm_jax.env import capacity, formulations, metrics, tcp, traffic
 from rlbm_jax.env import switch
 from rlbm_jax.env.switch import buffer, queue, scheduler
 from rlbm_jax.env.rlbm_env import (RLBMEnv, EnvParams, EnvState, NotDifferentiableError, make_env_params,
@@ -16,4 +16,4 @@ __all__ = ["SimParams", "SimState", "make_params", "thesis_params", "long_flow_p
            "STATIC_FIELDS", "init", "tick", "run", "ticks_for", "KNOBS", "RLBMEnv", "FluidEnv", "EnvParams", "EnvState",
            "NotDifferentiableError", "make_env_params", "DEFAULT_FORMULATION", "SymmetricActions", "FiveValueStep",
            "backends", "model",
-           "buffer", "formulations", "metrics", "queue", "scheduler", "switch", "tcp", "traffic"]
+           "buffer", "capacity", "formulations", "metrics", "queue", "scheduler", "switch", "tcp", "traffic"]

@@ -47,6 +47,10 @@ class Metrics:
     log: jnp.ndarray  # [L, 5] completion records (LOG_FIELDS)
     log_count: jnp.ndarray  # [] records written
     log_overflow: jnp.ndarray  # [] completions that found the log full
+    # under a capacity schedule (rlbm_jax.env.capacity; 0 without one, when every tick offers
+    # pkts_per_tick): the packet times the link offered, since t = 0 and after warm-up
+    offered_total: jnp.ndarray  # []
+    offered_warm: jnp.ndarray  # []
 
 
 def init_metrics(num_classes: int, capacity: int, log_size: int) -> Metrics:
@@ -63,6 +67,7 @@ def init_metrics(num_classes: int, capacity: int, log_size: int) -> Metrics:
         flows_started=zi, flows_completed=zi, flows_refused=zi, rto_total=zi, syn_drops=zi, events_deferred=zi,
         retx_tx_total=zi, spur_tx_total=zi, spur_sink_total=zi, retx_arrive_warm=zi, retx_drop_warm=zi,
         log=jnp.zeros((log_size, len(LOG_FIELDS)), jnp.float32), log_count=zi, log_overflow=zi,
+        offered_total=zi, offered_warm=zi,
     )
 
 
@@ -176,9 +181,16 @@ def masked_quantile(x, mask, q):
 
 
 def summarize(m: Metrics, params) -> dict:
-    """Report fields of one run (scalars; jit- and vmap-able)."""
+    """Report fields of one run (scalars; jit- and vmap-able).  `util_wire` is the packets
+    sent over the packet times the link offered in the measured time: C x time, or under a
+    capacity schedule the schedule's integral of the rate in whole packets (`offered_warm`),
+    so that it stays the fraction of the capacity actually offered as C changes; such a run
+    also reports `capacity_mean_bps`, that capacity's mean over the measured time."""
     dur = jnp.maximum(m.ticks_warm, 1).astype(jnp.float32) * params.tick_s
-    cap_pkts = dur * params.bottleneck_rate_bps / params.data_pkt_bits
+    if params.capacity_rows > 0:
+        cap_pkts = jnp.maximum(m.offered_warm, 1).astype(jnp.float32)
+    else:
+        cap_pkts = dur * params.bottleneck_rate_bps / params.data_pkt_bits
     arrivals = jnp.sum(m.arrive_warm)
     drops = jnp.sum(m.drop_warm)
     rec = m.log
@@ -211,6 +223,8 @@ def summarize(m: Metrics, params) -> dict:
         "events_deferred": m.events_deferred,
         "measured_s": dur,
     }
+    if params.capacity_rows > 0:
+        out["capacity_mean_bps"] = m.offered_warm.astype(jnp.float32) * params.data_pkt_bits / dur
     for c in range(params.num_classes):
         out[f"queue_mean_pkts_c{c}"] = queue_mean[c]
         out[f"queue_p99_pkts_c{c}"] = _hist_quantile(m.queue_hist[c], 0.99)

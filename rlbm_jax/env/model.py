@@ -27,7 +27,7 @@ import numpy as np
 REFERENCE_BACKEND = "jax"
 
 GROUPS = ("topology", "buffer", "tcp", "tcp-model", "aqm", "traffic", "measurement", "shapes")
-KINDS = ("float", "int", "bool", "choice", "floats", "ints", "table")
+KINDS = ("float", "int", "bool", "choice", "floats", "ints", "table", "schedule")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +37,9 @@ class Param:
     name      the `make_params` keyword (units in the name)
     group     one of GROUPS
     kind      float, int, bool, choice (one of `choices`), floats / ints (a value or one per
-              class), table (a flow-size table: a built-in name, a CSV path or a SizeTable)
+              class), table (a flow-size table: a built-in name, a CSV path or a SizeTable),
+              schedule (a capacity schedule: "none", a shipped trace, a CSV or Mahimahi path,
+              or a capacity.Schedule)
     default   the simulator's default; None where it is derived from other parameters
               (`derived` says how)
     doc       one line
@@ -45,10 +47,12 @@ class Param:
               `allow_inf`
     choices   the allowed values (a tuple, or a function returning the registry's names)
     static    it fixes array shapes (a `SimParams` static field)
-    leaf      the `SimParams` field it sets ("" for none); a choice's leaf holds its index
+    leaf      the `SimParams` field it sets ("" for none: a table's leaves are `TABLE_LEAVES`);
+              a choice's leaf holds its index
     flag      the command-line option (default: --name with dashes)
     backends  backend -> the values it implements (a tuple or a function returning one)
-              for a choice, or the largest value it runs for a bounded size
+              for a choice, the largest value it runs for a bounded size, or True for a
+              schedule it runs (without an entry a backend runs none: only the default)
     ns3       the ns-3 scenario's option (default: the name; "": it has none, ours only)
     """
 
@@ -109,7 +113,10 @@ class Param:
         return tuple(c or ())
 
     def implemented(self, backend: str):
-        """Of a choice: the values `backend` implements; of a bounded size: its bound (None: no bound)."""
+        """Of a choice: the values `backend` implements; of a bounded size: its bound (None: no
+        bound); of a schedule: whether it runs one (else only the default, none)."""
+        if self.kind == "schedule":  # whether it runs a schedule (the reference runs every one)
+            return backend == REFERENCE_BACKEND or bool(self.backends.get(backend, False))
         if backend == REFERENCE_BACKEND:
             return self.values() if self.is_choice else None
         got = self.backends.get(backend)
@@ -136,8 +143,8 @@ class Param:
             if value not in self.values():
                 raise ValueError(f"unknown {n} {value!r}; choose one of {', '.join(map(str, self.values()))}")
             return
-        if self.kind == "table":
-            return  # traffic.load_table / check_cdf say what is wrong with a table
+        if self.kind in ("table", "schedule"):
+            return  # traffic.load_table / check_cdf, capacity.load / check say what is wrong with one
         items = np.ravel(np.asarray(value, dtype=object)) if self.kind in ("floats", "ints") else [value]
         if len(items) == 0:
             raise ValueError(f"{n} must have at least one value, got {value!r}")
@@ -211,6 +218,9 @@ PARAMS: tuple[Param, ...] = (
     Param("bottleneck_rate_bps", "topology", "float", 10e6, "switch -> sink link rate (bit/s)", **POS,
           flag="--bottleneck-bps"),
     Param("bottleneck_delay_s", "topology", "float", 10e-3, "switch -> sink one-way propagation delay (s)", **NONNEG),
+    Param("capacity_schedule", "topology", "schedule", "none", "the bottleneck's rate over time, each rate at "
+          "most bottleneck_rate_bps: none (that rate throughout), a shipped trace (step, cellular, wifi), a CSV "
+          "of time_s,rate_bps rows or a Mahimahi trace", leaf="", ns3=""),
     # ---- buffer -------------------------------------------------------------------------
     Param("num_classes", "buffer", "int", 2, "priority classes at the bottleneck (one FIFO each)", lo=1,
           static=True, flag="--classes", backends={"native": 16, "fluid": 1}),
@@ -323,12 +333,24 @@ PARAMS: tuple[Param, ...] = (
           static=True, backends={"native": 61}, ns3=""),
     Param("delay_line_ticks", "shapes", "int", None, "ring of the bottleneck -> sink delay line (static)", lo=1,
           static=True, derived="the base RTT in ticks + 3", ns3=""),
+    Param("capacity_rows", "shapes", "int", None, "rows of the capacity schedule's table (static; a batch pads "
+          "to its largest; > 0 without a schedule: bottleneck_rate_bps as a one-row schedule)", lo=0, static=True,
+          derived="the schedule's rows, 0 without one", ns3=""),
 )
 
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
+# the leaves of a parameter that sets several (`leaf` ""): the flow-size table's, and the
+# capacity schedule's (rlbm_jax.env.capacity: segment starts, rates, bits before each
+# start, the period)
+TABLE_LEAVES = {"cdf": ("cdf_size_bytes", "cdf_prob"),
+                "capacity_schedule": ("capacity_times_s", "capacity_rates_bps", "capacity_cum_bits",
+                                      "capacity_period_s")}
+SCHEDULES = tuple(p for p in PARAMS if p.kind == "schedule")
+# a schedule's static table length (0: no schedule)
+SCHEDULE_ROWS = {"capacity_schedule": "capacity_rows"}
 NAMES = tuple(BY_NAME)
 CHOICES = tuple(p for p in PARAMS if p.is_choice)
-BOUNDED = tuple(p for p in PARAMS if not p.is_choice and p.backends)
+BOUNDED = tuple(p for p in PARAMS if not p.is_choice and p.kind != "schedule" and p.backends)
 DEFAULTS = {p.name: p.default for p in PARAMS}
 # parameters the ns-3 scenario has no option for: our shapes, our TCP-model choices (ns-3
 # runs its own model), and the few the scenario does not expose
@@ -396,6 +418,9 @@ def missing(backend: str, params) -> list[str]:
         v = getattr(params, p.name)
         if bound is not None and v > bound:
             out.append(f"{p.name}={v} (it runs at most {bound})")
+    for p in SCHEDULES:  # a table of one row or more: a schedule (its static length says so)
+        if not p.implemented(backend) and getattr(params, SCHEDULE_ROWS[p.name]) > 0:
+            out.append(f"{p.name} (a time-varying bottleneck capacity)")
     return out
 
 
@@ -424,7 +449,7 @@ def json_value(v):
         return float(v) if math.isfinite(v) else str(float(v))
     if isinstance(v, (list, tuple, np.ndarray)):
         return [json_value(x) for x in np.asarray(v, dtype=object).reshape(-1).tolist()]
-    if hasattr(v, "name") and hasattr(v, "size_bytes"):  # a SizeTable
+    if hasattr(v, "name") and (hasattr(v, "size_bytes") or hasattr(v, "rates_bps")):  # a SizeTable, a Schedule
         return v.name
     return v
 
@@ -436,10 +461,17 @@ def table_markdown() -> str:
         if p.is_choice:
             allowed = ", ".join(value_text(v) for v in p.values())
             nat = ", ".join(value_text(v) for v in p.implemented("native"))
+        elif p.kind == "schedule":
+            from rlbm_jax.env.capacity import BUILTIN, NONE
+
+            allowed = ", ".join((NONE, *BUILTIN)) + ", or a CSV or Mahimahi file"
+            nat = "all" if p.implemented("native") else "none only"
         else:
             allowed = p.range_text() if p.kind != "table" else ", ".join(_tables()) + ", or a CSV"
             b = p.implemented("native")
             nat = f"<= {b}" if b is not None else "all"
+            if any(rows == p.name and not BY_NAME[s].implemented("native") for s, rows in SCHEDULE_ROWS.items()):
+                nat = "0 only"
         default = p.default_text
         rows.append(f"| `{p.name}` | {p.group} | {default} | {allowed} | {nat} | {p.doc} |")
     return "\n".join(rows)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rlbm_jax.env import model, traffic
+from rlbm_jax.env import capacity, model, traffic
 from rlbm_jax.env.tcp.variants import TCP_NAMES, VARIANTS as TCP_VARIANTS  # the TCP registry: tcp_id indexes it
 
 # The names of the categorical choices, in leaf-index order, as `model` declares them (each
@@ -48,6 +48,12 @@ class SimParams:
     access_delay_s: jnp.ndarray  # [] access link one-way propagation delay
     bottleneck_rate_bps: jnp.ndarray  # [] switch -> sink link rate
     bottleneck_delay_s: jnp.ndarray  # [] switch -> sink one-way propagation delay
+    # the bottleneck's capacity schedule (rlbm_jax.env.capacity), K = capacity_rows rows (0: none,
+    # bottleneck_rate_bps throughout); padding rows start at +inf (3e38)
+    capacity_times_s: jnp.ndarray  # [K] start of each segment (the first at 0)
+    capacity_rates_bps: jnp.ndarray  # [K] its rate (<= bottleneck_rate_bps, the peak the tick is sized by)
+    capacity_cum_bits: jnp.ndarray  # [K] bits offered from the period's start to the segment's start
+    capacity_period_s: jnp.ndarray  # [] the table repeats every period_s (3e38: the last rate holds)
     # ---- buffer ---------------------------------------------------------
     buffer_pkts: jnp.ndarray  # [] shared buffer size B (all classes)
     class_cap_pkts: jnp.ndarray  # [P] FIFO cap of each class
@@ -119,6 +125,8 @@ class SimParams:
     # per-flow queues (rlbm_jax.env.switch.flowqueue, FQ-CoDel): runs each flow slot's ring holds; 0
     # allocates none (policies without per-flow queues), and the tick then leaves their code out
     flow_queue_capacity_pkts: int = struct.field(pytree_node=False, default=0)
+    # rows of the capacity schedule's table (0: no schedule, and the tick leaves its code out)
+    capacity_rows: int = struct.field(pytree_node=False, default=0)
     # the run's model choices, ((name, value), ...) for every choice `model` declares (a batch
     # holds the union): static, so that a backend's refusal (`model.missing`) holds for traced
     # and batched params alike
@@ -131,12 +139,18 @@ class SimParams:
         return bool(model.missing("native", self))
 
     @property
+    def has_capacity_schedule(self) -> bool:
+        """Whether the run has a capacity schedule (static: its table has rows)."""
+        return self.capacity_rows > 0
+
+    @property
     def data_pkt_bits(self):
         return (self.mss_bytes + DATA_HEADER_BYTES) * 8.0
 
     @property
     def tick_s(self):
-        """Tick length: `pkts_per_tick` data packets' serialisation at the bottleneck."""
+        """Tick length: `pkts_per_tick` data packets' serialisation at the bottleneck (its
+        peak rate, `bottleneck_rate_bps`, when a capacity schedule varies it)."""
         return self.pkts_per_tick * self.data_pkt_bits / self.bottleneck_rate_bps
 
     @property
@@ -246,6 +260,7 @@ def resolve(**kw) -> dict:
     rate, delays = r["bottleneck_rate_bps"], r["access_delay_s"] + r["bottleneck_delay_s"]
     data_pkt_bits = (r["mss_bytes"] + DATA_HEADER_BYTES) * 8.0
     tick_s = r["pkts_per_tick"] * data_pkt_bits / rate
+    _resolve_schedule(r, tick_s)
     base_rtt = (2 * delays + data_pkt_bits / r["access_rate_bps"] + data_pkt_bits / rate
                 + ACK_BYTES * 8 * (1 / r["access_rate_bps"] + 1 / rate))
     need = int(math.ceil(base_rtt / tick_s)) + 3
@@ -255,6 +270,26 @@ def resolve(**kw) -> dict:
         raise ValueError(f"delay_line_ticks ({r['delay_line_ticks']}) must be >= {need} for a base RTT of "
                          f"{base_rtt * 1e3:.2f} ms")
     return r
+
+
+def _resolve_schedule(r: dict, tick_s: float) -> None:
+    """The capacity schedule loaded (`capacity.load`: None for "none") and checked against the
+    link (every rate at most bottleneck_rate_bps, a period of at least one tick), and its
+    table's static rows (`capacity_rows`) derived or checked."""
+    sched = capacity.load(r["capacity_schedule"])
+    rows = r["capacity_rows"]
+    if sched is not None:
+        r["capacity_schedule"] = sched
+        if sched.peak_bps > r["bottleneck_rate_bps"]:
+            raise ValueError(f"capacity_schedule {sched.name}: its peak rate ({sched.peak_bps:g} bit/s) exceeds "
+                             f"bottleneck_rate_bps ({r['bottleneck_rate_bps']:g}), the link's peak that sizes the tick; "
+                             f"raise bottleneck_rate_bps to at least {sched.peak_bps:g}")
+        if sched.repeats and sched.period_s < tick_s:
+            raise ValueError(f"capacity_schedule {sched.name}: its period ({sched.period_s:g} s) is shorter than a "
+                             f"tick ({tick_s:g} s)")
+        if rows is not None and rows < sched.rows:
+            raise ValueError(f"capacity_rows ({rows}) must be >= the capacity schedule's rows ({sched.rows})")
+    r["capacity_rows"] = (sched.rows if sched is not None else 0) if rows is None else int(rows)
 
 
 def config_record(kw: dict, params: SimParams | None = None) -> dict:
@@ -323,6 +358,9 @@ def build(r: dict) -> SimParams:
     """SimParams of a resolved parameter dict (`resolve`): each declared parameter to its
     leaf (a choice as its index), the flow-size table padded, the choices' static record."""
     sizes, probs = traffic.pad_table(r["cdf"])
+    sched = r["capacity_schedule"]
+    times, rates, cum, period = capacity.table(sched if isinstance(sched, capacity.Schedule) else None,
+                                               int(r["capacity_rows"]), float(r["bottleneck_rate_bps"]))
     out = {}
     for p in model.PARAMS:
         if not p.field or p.static:
@@ -337,8 +375,9 @@ def build(r: dict) -> SimParams:
         else:
             out[p.field] = _as_f32(min(v, 3.0e38) if p.allow_inf else v)
     statics = {p.name: int(r[p.name]) for p in model.PARAMS if p.static}
-    return SimParams(**out, cdf_size_bytes=_as_f32(sizes), cdf_prob=_as_f32(probs), **statics,
-                     model_choices=model.used_choices(r))
+    return SimParams(**out, cdf_size_bytes=_as_f32(sizes), cdf_prob=_as_f32(probs), capacity_times_s=_as_f32(times),
+                     capacity_rates_bps=_as_f32(rates), capacity_cum_bits=_as_f32(cum),
+                     capacity_period_s=_as_f32(period), **statics, model_choices=model.used_choices(r))
 
 
 def validate(params: SimParams) -> None:
@@ -358,6 +397,7 @@ def validate(params: SimParams) -> None:
         if not np.all(np.isin(leaves[c.field].astype(np.int64), list(codes))):
             raise ValueError(f"{c.field} out of range: {leaves[c.field].tolist()}")
     traffic.check_cdf(leaves["cdf_size_bytes"], leaves["cdf_prob"])
+    _validate_schedule(params, leaves)
     if params.num_flow_slots < params.num_senders:
         raise ValueError("num_flow_slots must be >= num_senders")
     need = int(np.ceil(np.max(np.asarray(params.base_rtt_s) / np.asarray(params.tick_s)))) + 3
@@ -374,6 +414,32 @@ def validate(params: SimParams) -> None:
         if np.any(quantum < pkt):
             raise ValueError(f"fq_quantum_bytes ({quantum.min()}) must be at least one data packet at the queue "
                              f"(mss_bytes + 52 = {pkt.max():g} bytes)")
+
+
+def _validate_schedule(params: SimParams, leaves: dict) -> None:
+    """The capacity schedule's table (unbatched): its static rows, starts from 0 increasing then
+    padding, rates within [0, bottleneck_rate_bps], a period after the last start and at least
+    a tick long, and the bits before each start as its rates and starts give them."""
+    times, rates = leaves["capacity_times_s"].astype(np.float64), leaves["capacity_rates_bps"].astype(np.float64)
+    cum, period = leaves["capacity_cum_bits"].astype(np.float64), float(leaves["capacity_period_s"])
+    if times.shape != (params.capacity_rows,) or rates.shape != times.shape or cum.shape != times.shape:
+        raise ValueError(f"capacity_times_s, capacity_rates_bps and capacity_cum_bits must have capacity_rows "
+                         f"({params.capacity_rows}) entries")
+    if params.capacity_rows == 0:
+        return
+    n = int(np.sum(times < capacity.PAD_S / 2))
+    if n == 0 or np.any(times[n:] < capacity.PAD_S / 2):
+        raise ValueError("capacity_times_s: the segments come first, then padding rows (3e38)")
+    capacity.check(times[:n], rates[:n], period if period < capacity.PAD_S / 2 else np.inf)
+    if np.any(rates[:n] > float(leaves["bottleneck_rate_bps"]) * (1 + 1e-6)):
+        raise ValueError("capacity_rates_bps must not exceed bottleneck_rate_bps")
+    if period < float(np.asarray(params.tick_s)):
+        raise ValueError("capacity_period_s must be at least one tick")
+    sched = capacity.Schedule(times[:n], rates[:n], period if period < capacity.PAD_S / 2 else np.inf)
+    want = capacity.table(sched, n, 1.0)[2]
+    if not np.allclose(cum[:n], want, rtol=1e-5, atol=1.0):
+        raise ValueError("capacity_cum_bits does not match capacity_times_s and capacity_rates_bps "
+                         "(build the table with rlbm_jax.env.capacity.table)")
 
 
 def flow_queue_capacity(policy: str, buffer_pkts: int, requested: int | None = None) -> int:
@@ -423,7 +489,8 @@ STATIC_FIELDS = tuple(f.name for f in dataclasses.fields(SimParams)
 # static fields that only size buffers: a larger value changes no result (rings are
 # indexed modulo their size; logs only get more room), so a batch takes the largest
 PADDABLE_FIELDS = ("queue_capacity_pkts", "delay_line_ticks", "completion_log_size", "interval_log_size",
-                   "flow_queue_capacity_pkts", "model_choices")  # (a batch's choices: the union of its runs')
+                   "flow_queue_capacity_pkts", "model_choices",  # (a batch's choices: the union of its runs')
+                   "capacity_rows")  # (padding rows never start; no schedule pads to its constant rate)
 
 
 def pad_params(items: Sequence) -> list:
@@ -448,7 +515,7 @@ def pad_params(items: Sequence) -> list:
             raise ValueError(f"cannot batch params whose static field {f} differs ({vals}): it fixes array "
                              f"shapes and the simulation itself; build every set with the same {f}")
         common[f] = vals[-1]
-    sims = [s.replace(**common) for s in sims]
+    sims = [_pad_schedule(s, common["capacity_rows"]).replace(**common) for s in sims]
     outer = [p for p in items if hasattr(p, "sim")]
     if outer:
         for name in [f.name for f in dataclasses.fields(outer[0])
@@ -458,6 +525,17 @@ def pad_params(items: Sequence) -> list:
                 raise ValueError(f"cannot batch env params whose static field {name} differs ({vals})")
         return [p.replace(sim=s) for p, s in zip(items, sims)]
     return sims
+
+
+def _pad_schedule(p: SimParams, rows: int) -> SimParams:
+    """`p` with its capacity schedule's table padded to `rows` rows (none: the constant
+    schedule at its bottleneck_rate_bps, which runs bit for bit as none)."""
+    if p.capacity_rows == rows:
+        return p
+    t, r, c, per = capacity.pad_leaves(p.capacity_times_s, p.capacity_rates_bps, p.capacity_cum_bits,
+                                       p.capacity_period_s, p.bottleneck_rate_bps, rows)
+    return p.replace(capacity_times_s=t, capacity_rates_bps=r, capacity_cum_bits=c, capacity_period_s=per,
+                     capacity_rows=rows)
 
 
 def stack_params(items: Sequence):

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rlbm_jax.env import metrics as mx, tcp, traffic
+from rlbm_jax.env import capacity, metrics as mx, tcp, traffic
 from rlbm_jax.env.switch import buffer, disciplines, flowqueue, queue as qm, scheduler
 from rlbm_jax.env.params import SimParams
 
@@ -63,6 +63,9 @@ class SimState:
     metrics: mx.Metrics
     interval: mx.Interval
     flowq: flowqueue.FlowQueues  # per-flow queues (FQ-CoDel); a one-run placeholder without them
+    # the bottleneck's departure credit (packets) carried into the next tick, a fraction of one,
+    # under a capacity schedule (rlbm_jax.env.capacity); 0 without one
+    link_credit: jnp.ndarray  # [] float32
 
 
 # The switch's knobs that an agent sets (a formulation's action maps onto them), and the
@@ -129,6 +132,7 @@ def init(key, params: SimParams) -> SimState:
         metrics=m,
         interval=mx.init_interval(P, params.interval_log_size),
         flowq=flowqueue.init(params),
+        link_credit=jnp.zeros((), jnp.float32),
     )
 
 
@@ -152,8 +156,10 @@ def _where(on, a, b):
 
 def service_pkts(clk: "Clock", params: SimParams):
     """The packets the bottleneck can send in this tick (its packet slots): the one place
-    the tick reads the link's service rate for its departures."""
-    return params.pkts_per_tick
+    the tick reads the link's service rate for its departures.  `pkts_per_tick`, or under a
+    capacity schedule the whole packets of the link's departure credit (`clock`,
+    `capacity.serve`), at most `pkts_per_tick`."""
+    return clk.service_pkts if params.has_capacity_schedule else params.pkts_per_tick
 
 
 def _rotated_exclusive_cumsum(x, offset):
@@ -246,12 +252,22 @@ class Clock(NamedTuple):
     t: jnp.ndarray  # [] int32 tick index
     tick_s: jnp.ndarray  # [] tick length
     now_s: jnp.ndarray  # [] time at the start of the tick
+    # under a capacity schedule (else pkts_per_tick and the state's credit, untouched):
+    service_pkts: object = None  # [] int32 the link's packet slots this tick (`service_pkts`)
+    link_credit: object = None  # [] float32 the departure credit it carries into the next tick
 
 
 def clock(state: SimState, params: SimParams) -> Clock:
-    """The clock of the tick `state` is at."""
+    """The clock of the tick `state` is at, and under a capacity schedule the link's packet
+    slots in it: the credit carried in plus what the schedule offers over the tick
+    (`capacity.serve`)."""
     tick_s = params.tick_s
-    return Clock(t=state.tick, tick_s=tick_s, now_s=state.tick.astype(jnp.float32) * tick_s)
+    if not params.has_capacity_schedule:
+        return Clock(t=state.tick, tick_s=tick_s, now_s=state.tick.astype(jnp.float32) * tick_s,
+                     service_pkts=params.pkts_per_tick, link_credit=state.link_credit)
+    slots, credit = capacity.serve(state.link_credit, state.tick, tick_s, params)
+    return Clock(t=state.tick, tick_s=tick_s, now_s=state.tick.astype(jnp.float32) * tick_s, service_pkts=slots,
+                 link_credit=credit)
 
 
 class Sink(NamedTuple):
@@ -582,7 +598,8 @@ def _aqm_at_dequeue(state: SimState, clk: Clock, adm: Admission, params: SimPara
     q = adm.queue
     head = q.runs[jnp.arange(P), q.head]  # [P, RUN_FIELDS]
     sojourn_s = (clk.t - head[:, qm.ENQ]).astype(jnp.float32) * clk.tick_s
-    served0, _ = scheduler.serve(q.pkts, service_pkts(clk, params), state.rr_next, params.scheduler_id)
+    served0, _ = scheduler.serve(q.pkts, service_pkts(clk, params), state.rr_next, params.scheduler_id,
+                                 params.pkts_per_tick)
     ect = jnp.broadcast_to(params.ecn, (P,))
     s, act = disciplines.on_dequeue(adm.aqm, _discipline(params), sojourn_s, q.pkts, served0 > 0, ect, clk.now_s,
                                     params)
@@ -607,7 +624,7 @@ def depart_phase(state: SimState, clk: Clock, adm: Admission, params: SimParams)
     went idle).  A run whose discipline owns departure takes `_owned_depart` instead."""
     P, k = params.num_classes, params.pkts_per_tick
     queue, flows, aqm_s, drops, retx_drops, marks, sojourn_s = _aqm_at_dequeue(state, clk, adm, params)
-    served, rr_next = scheduler.serve(queue.pkts, service_pkts(clk, params), state.rr_next, params.scheduler_id)
+    served, rr_next = scheduler.serve(queue.pkts, service_pkts(clk, params), state.rr_next, params.scheduler_id, k)
     if P == 1 and k == 1:
         # A barrier between the two dequeues: XLA's CPU compiler (jaxlib 0.10.2 and 0.11.2;
         # not CUDA) fused them wrongly in these shapes in one env or a batch of one, zeroing
@@ -732,6 +749,9 @@ def record_phase(state: SimState, clk: Clock, sink: Sink, ev: Events, fired, arr
                   rto_total=m.rto_total + jnp.sum(fired), events_deferred=m.events_deferred + ev.deferred_flows,
                   syn_drops=m.syn_drops + adm.syn_lost)
     m = _count_packets(m, warm, sink, tx, adm, dep, params)
+    if params.has_capacity_schedule:  # the packet times the link offered (utilisation's denominator)
+        m = m.replace(offered_total=m.offered_total + clk.service_pkts,
+                      offered_warm=m.offered_warm + warm.astype(jnp.int32) * clk.service_pkts)
     iv = _count_interval(sink.interval, clk, sink, fired, adm, dep)
     drain_norm, drain_window, drain_window_start = _drain_rate(state, clk, dep.served_pkts, params)
     return Record(metrics=m, interval=iv, drain_norm=drain_norm, drain_window=drain_window,
@@ -773,7 +793,7 @@ def tick_phases(state: SimState, params: SimParams) -> tuple[SimState, Phases]:
         queue=dep.queue, wire=dep.wire, next_arrival_s=arr.next_arrival_s, access_credit=tx.credit_pkts,
         rr_next=dep.rr_next, rl_alpha=state.rl_alpha, drain_norm=rec.drain_norm, drain_window=rec.drain_window,
         drain_window_start=rec.drain_window_start, thresholds=arr.thresholds_pkts, aqm=dep.aqm, metrics=rec.metrics,
-        interval=rec.interval, flowq=dep.flowq,
+        interval=rec.interval, flowq=dep.flowq, link_credit=clk.link_credit,
     ), Phases(clk=clk, sink=sink, ev=ev, fired=fired, arr=arr, tx=tx, adm=adm, dep=dep)
 
 

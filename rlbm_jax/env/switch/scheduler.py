@@ -15,10 +15,11 @@ def strict_priority(queue_pkts, k):
     return jnp.clip(k - before, 0, queue_pkts)
 
 
-def round_robin(queue_pkts, k, rr_next):
-    """Per-packet round robin over k slots.  Returns (served [P], next class to serve)."""
+def round_robin(queue_pkts, k, rr_next, max_k=None):
+    """Per-packet round robin over k slots (k may be traced when `max_k`, a static bound on
+    it, is given).  Returns (served [P], next class to serve)."""
     P = queue_pkts.shape[0]
-    levels = jnp.arange(k + 1, dtype=jnp.int32)
+    levels = jnp.arange((k if max_k is None else max_k) + 1, dtype=jnp.int32)
     served_at = jnp.sum(jnp.minimum(queue_pkts[None, :], levels[:, None]), axis=1)  # [k+1]
     rounds = jnp.minimum(jnp.max(jnp.where(served_at <= k, levels, 0)), jnp.max(queue_pkts))
     base = jnp.minimum(queue_pkts, rounds)
@@ -35,8 +36,9 @@ def round_robin(queue_pkts, k, rr_next):
     return served, nxt.astype(jnp.int32)
 
 
-def serve(queue_pkts, k, rr_next, scheduler_id):
-    rr, nxt = round_robin(queue_pkts, k, rr_next)
+def serve(queue_pkts, k, rr_next, scheduler_id, max_k=None):
+    """k slots shared by round robin or strict priority; `max_k`: a static bound on a traced k."""
+    rr, nxt = round_robin(queue_pkts, k, rr_next, max_k)
     sp = strict_priority(queue_pkts, k)
     is_rr = scheduler_id == 0
     return jnp.where(is_rr, rr, sp), jnp.where(is_rr, nxt, rr_next)

@@ -173,10 +173,10 @@ class Departure(NamedTuple):
 
 
 def depart(q: flowqueue.FlowQueues, s: FqState, flow_cls, t, now_s, tick_s, ecn, params, k=None) -> Departure:
-    """The tick's k dequeues (the bottleneck's k packet slots; default `pkts_per_tick`), slot
-    j at now_s + j/k tick: select a queue, let its CoDel decide on the head packet (sojourn
-    from its enqueue tick), drop it (or, with ECN, mark it: every data packet is ECT), and
-    send the head."""
+    """The tick's k dequeues (the bottleneck's k packet slots, traced under a capacity
+    schedule; default `pkts_per_tick`), slot j at now_s + j/pkts_per_tick tick: select a
+    queue, let its CoDel decide on the head packet (sojourn from its enqueue tick), drop it
+    (or, with ECN, mark it: every data packet is ECT), and send the head."""
     k = params.pkts_per_tick if k is None else k
     P = params.num_classes
     n = q.pkts.shape[0]
@@ -186,7 +186,7 @@ def depart(q: flowqueue.FlowQueues, s: FqState, flow_cls, t, now_s, tick_s, ecn,
     def slot(j, c):
         q, s, recs, served, marks, d = c
         s, f, found, probed = select(s, q.pkts > 0, quantum)
-        frac = j.astype(jnp.float32) / k
+        frac = j.astype(jnp.float32) / params.pkts_per_tick
         now_j = now_s + frac * tick_s
         run = flowqueue.head_run(q, f)
         sojourn = ((t - run[ENQ]).astype(jnp.float32) + frac) * tick_s
