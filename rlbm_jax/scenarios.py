@@ -19,6 +19,10 @@ validated `SimParams`; `SCENARIOS` lists the names with what each models.
     queuepilot  `long_flows` long-lived flows plus web-search flows at load 0.1 through one
              FIFO of BDP / sqrt(N) at 100 Mbit/s, base RTT `rtt_s`, ECN, the "rl-mark"
              policy (QueuePilot's scenario at 1/10 scale)
+    abs-env2 the ABS paper's Env 2: `long_flows` (2) long-lived flows at a base RTT of `rtt_s`
+             (100 ms) through one drop-tail FIFO whose size an agent sets ("rl-size", at
+             most 100 packets), a constant `rate_bps` (6 Mbit/s) where the paper replays a
+             cellular capacity trace
 The thesis grid (`THESIS_GRID`, `thesis_grid`) is TCP x per-class buffer N x load; a cell
 is `thesis_cell(tcp, n, load)`.  `THESIS_RANDOM` holds the ranges training draws each
 episode's scenario from (`rlbm_jax.env.randomize`).
@@ -109,12 +113,50 @@ def queuepilot(long_flows: int = 20, rtt_s: float = 0.040, tcp: str = "cubic", l
     return kw
 
 
+# The ABS paper's Env 2 (its Sec. IV-A): 2 senders with long-lived flows that start together
+# and last the run, every RTT 100 ms, access links of about 160 Mbit/s, a bottleneck whose
+# capacity follows a cellular (Mahimahi) trace, the agent setting the bottleneck's drop-tail
+# limit.  Here the capacity is constant (6 Mbit/s: about the mean throughput the paper's
+# Table II reports with a fixed 100-packet buffer, 5.7 to 6.7 Mbit/s), the largest size the
+# agent may set is 100 packets (the paper's code's action levels, 1 to 100), a packet is
+# MTU-sized (1500 B on the wire: "buffer size in packets means how many MTU-sized packets",
+# its footnote 2), NewReno (or CUBIC) with Linux's 200 ms minimum RTO, an ACK per segment.
+ABS_ENV2 = dict(num_classes=1, policy="rl-size", load=0.0, access_rate_bps=160e6, access_delay_s=0.1e-3,
+                mss_bytes=1446, initial_cwnd_pkts=10, min_rto_s=0.2, delayed_ack=1, buffer_per_class_pkts=100,
+                completion_log_size=16)
+
+
+def abs_env2(long_flows: int = 2, rtt_s: float = 0.1, rate_bps: float = 6e6, tcp: str = "newreno",
+             **overrides) -> dict:
+    """`long_flows` long-lived flows (one per sender, from t = 0) through one drop-tail FIFO at
+    a constant `rate_bps` with base propagation RTT `rtt_s`, its size set by an agent (policy
+    "rl-size"; `buffer_per_class_pkts`, default 100, is the largest size and the size until
+    the agent sets one).  A capacity that changes over the run (the paper's trace) is not
+    modelled here."""
+    n = int(long_flows)
+    if n < 1:
+        raise ValueError(f"long_flows must be >= 1, got {long_flows!r}")
+    if not (math.isfinite(rtt_s) and rtt_s > 2 * ABS_ENV2["access_delay_s"]):
+        raise ValueError(f"rtt_s must exceed twice the access delay ({2 * ABS_ENV2['access_delay_s']} s), "
+                         f"got {rtt_s!r}")
+    rate_bps = overrides.pop("bottleneck_rate_bps", rate_bps)
+    if not (math.isfinite(rate_bps) and rate_bps > 0):
+        raise ValueError(f"rate_bps must be a positive number, got {rate_bps!r}")
+    kw = {**ABS_ENV2, "num_senders": n, "num_flow_slots": n, "long_flows": n, "tcp": tcp,
+          "bottleneck_rate_bps": float(rate_bps), "bottleneck_delay_s": rtt_s / 2 - ABS_ENV2["access_delay_s"],
+          **overrides}
+    kw.setdefault("queue_capacity_pkts", kw["buffer_per_class_pkts"])
+    return kw
+
+
 SCENARIOS: dict[str, tuple[Callable[..., dict], str]] = {
     "thesis": (thesis, "10 senders, Poisson web-search flows at a load, 10 Mbit/s, two classes (the thesis)"),
     "long": (long_flows, "long-lived flows through one droptail FIFO at 100 Mbit/s"),
     "dumbbell": (dumbbell, "Poisson flows through one droptail FIFO sized in BDPs, 100 Mbit/s or faster"),
     "queuepilot": (queuepilot, "QueuePilot's scenario at 1/10 scale: N long flows and web search at 100 Mbit/s, "
                                "ECN, buffer BDP / sqrt(N), the agent's marker"),
+    "abs-env2": (abs_env2, "the ABS paper's Env 2: 2 long flows at a 100 ms RTT, 6 Mbit/s (constant), a drop-tail "
+                           "FIFO of at most 100 packets whose size the agent sets"),
 }
 
 

@@ -5,7 +5,9 @@ then runs the interval's ticks and fills the interval record (`metrics.Interval`
 class arrivals, drops, departures and queues, the flows finished with their sizes and
 slowdowns, timeouts, lost SYNs, data delivered).  A formulation
 (`rlbm_jax.env.formulations`) turns that record into everything the agent sees:
-    observation  float32 [D]: `formulation.obs_layout(P)` names each entry
+    observation  float32 [D]: `formulation.obs_layout(P)` names each entry (a formulation
+                 with a window of w intervals: the last w intervals' observations, oldest
+                 first, kept in the state, `WindowedEnvState`)
     action       `formulation.action_space(P)`; `formulation.knobs` turns it into the
                  switch's knobs (`sim.KNOBS`), applied from the interval's first tick
     reward       float32 [], `formulation.reward`; its parts go to `info`
@@ -74,6 +76,13 @@ class EnvState(environment.EnvState):
 
 
 @struct.dataclass
+class WindowedEnvState(EnvState):
+    """The state of an env whose formulation observes a window of intervals
+    (`Formulation.window` > 1): the window's observations, oldest first."""
+    obs_window: jnp.ndarray  # [window, D] float32
+
+
+@struct.dataclass
 class EnvParams(environment.EnvParams):
     sim: SimParams = None
     flows_scale: float = 10.0
@@ -113,12 +122,19 @@ def interval_info(rec, params: EnvParams) -> dict:
 class FormulationEnv(environment.Environment):
     """What every env of a formulation shares, whatever simulates it (`RLBMEnv`: the packet
     tick; `fluid_env.FluidEnv`: the fluid model): the formulation, the default params, the
-    spaces, the observation from the state's interval record (`state.sim.interval`)."""
+    spaces, the observation from the state's interval record (`state.sim.interval`), or
+    from the window of them the state keeps (`keeps_window`: the envs that keep one)."""
+
+    keeps_window = False  # it keeps a formulation's window of observations (`WindowedEnvState`)
 
     def _set_formulation(self, formulation, num_classes: int) -> None:
         self.formulation = formulations.get(formulation) if isinstance(formulation, str) else formulation
         if not isinstance(self.formulation, formulations.Formulation):
             raise TypeError(f"formulation must be an id or a Formulation, got {type(formulation).__name__}")
+        if self.formulation.window > 1 and not self.keeps_window:
+            raise ValueError(f"{type(self).__name__} keeps no window of observations, and {self.formulation.id} "
+                             f"observes the last {self.formulation.window} intervals: step it on the packet "
+                             "simulator (RLBMEnv, backend 'jax' or 'auto')")
         self.num_classes = num_classes
         self.obs_layout = self.formulation.obs_layout(num_classes)
         self.obs_shape = (len(self.obs_layout),)
@@ -145,6 +161,8 @@ class FormulationEnv(environment.Environment):
         raise NotImplementedError("the simulator state is a large pytree; see the env's state class")
 
     def get_obs(self, state, params: EnvParams, key=None):
+        if self.formulation.window > 1:
+            return state.obs_window.reshape(-1)
         return self.formulation.observe(state.sim.interval, params)
 
     def is_terminated(self, state, params: EnvParams):
@@ -156,6 +174,8 @@ class RLBMEnv(FormulationEnv):
     returns obs, state, reward, terminated, truncated, info).  With a baseline buffer
     policy in the sim params the action is ignored, which scores that baseline on the
     same reward."""
+
+    keeps_window = True
 
     def __init__(self, sim_params: SimParams | None = None, formulation=DEFAULT_FORMULATION, backend: str | None = None,
                  **kwargs):
@@ -171,8 +191,11 @@ class RLBMEnv(FormulationEnv):
 
     def reset_env(self, key, params: EnvParams):
         params = no_gradient(params)
-        s = sim.init(key, params.sim)
-        state = EnvState(sim=sim.close_interval(s, params.sim), time=jnp.zeros((), jnp.int32))
+        s = sim.close_interval(sim.init(key, params.sim), params.sim)
+        state = EnvState(sim=s, time=jnp.zeros((), jnp.int32))
+        if self.formulation.window > 1:
+            window = self.formulation.first_window(s.interval, params)
+            state = WindowedEnvState(sim=s, time=state.time, obs_window=window)
         return self.get_obs(state, params), state
 
     def step_env(self, key, state: EnvState, action, params: EnvParams):
@@ -186,6 +209,8 @@ class RLBMEnv(FormulationEnv):
         s, _ = backends.run(s, params.sim, params.ticks_per_step, backend=self.backend)
         s = sim.close_interval(s, params.sim)
         new = EnvState(sim=s, time=(state.time + 1).astype(jnp.int32))
+        if f.window > 1:
+            new = WindowedEnvState(sim=s, time=new.time, obs_window=f.next_window(state.obs_window, s.interval, params))
         reward, parts = f.reward_of(s.interval, params)
         info = {**interval_info(s.interval, params), **parts}
         return self.get_obs(new, params), new, reward, jnp.asarray(False), info

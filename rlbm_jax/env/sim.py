@@ -55,6 +55,7 @@ class SimState:
     access_credit: jnp.ndarray  # [S] packets each access link may still send
     rr_next: jnp.ndarray  # [] next class for round robin
     rl_alpha: jnp.ndarray  # [P] agent action (used by the "rl" policy)
+    rl_size_pkts: jnp.ndarray  # [P] float the agent's buffer size per class (used by the "rl-size" policy)
     drain_norm: jnp.ndarray  # [P] dequeue rate / link rate over the last base RTT
     drain_window: jnp.ndarray  # [P] dequeues in the current window
     drain_window_start: jnp.ndarray  # [] tick
@@ -70,11 +71,13 @@ class SimState:
 
 # The switch's knobs that an agent sets (a formulation's action maps onto them), and the
 # SimState field each one is held in.  class_alpha [P]: the "rl" buffer policy admits a
-# class-c packet while its queue is below class_alpha_c * beta_c * (B - Q); the
-# disciplines declare theirs (`Discipline.knobs`: mark_prob [P], the marker's probability,
-# held in `aqm.mark.mark_p`).
+# class-c packet while its queue is below class_alpha_c * beta_c * (B - Q);
+# buffer_size_pkts [P]: the "rl-size" policy (drop-tail) admits a class-c packet while
+# its queue is below the size, clipped to [1, the class's FIFO cap], in place of the cap
+# (`buffer._rl_size`; it starts at the cap); the disciplines declare theirs
+# (`Discipline.knobs`: mark_prob [P], the marker's probability, held in `aqm.mark.mark_p`).
 # knob -> the state field it sets (a dotted path names a field of a sub-state)
-KNOBS = {"class_alpha": "rl_alpha",
+KNOBS = {"class_alpha": "rl_alpha", "buffer_size_pkts": "rl_size_pkts",
          **{knob: f"aqm.{d.key}.{field}" for d in disciplines.DISCIPLINES for knob, field in d.knobs}}
 
 
@@ -124,6 +127,7 @@ def init(key, params: SimParams) -> SimState:
         access_credit=jnp.zeros((S,), jnp.float32),
         rr_next=jnp.zeros((), jnp.int32),
         rl_alpha=jnp.ones((P,), jnp.float32),
+        rl_size_pkts=jnp.broadcast_to(params.class_cap_pkts, (P,)).astype(jnp.float32),  # drop-tail at the cap
         drain_norm=jnp.ones((P,), jnp.float32),
         drain_window=jnp.zeros((P,), jnp.int32),
         drain_window_start=jnp.zeros((), jnp.int32),
@@ -398,7 +402,7 @@ def _buffer_thresholds(state: SimState, params: SimParams):
     q = state.queue
     occ = jnp.sum(q.pkts)
     view = buffer.BufferView(queue_pkts=q.pkts, occupancy_pkts=occ, drain_norm=state.drain_norm,
-                             rl_alpha=state.rl_alpha)
+                             rl_alpha=state.rl_alpha, rl_size_pkts=state.rl_size_pkts)
     return buffer.thresholds(view, params), occ
 
 
@@ -791,9 +795,9 @@ def tick_phases(state: SimState, params: SimParams) -> tuple[SimState, Phases]:
     return SimState(
         tick=clk.t + 1, seed=state.seed, flows=dep.flows, delivered=arr.delivered, done_sink=arr.done_sink,
         queue=dep.queue, wire=dep.wire, next_arrival_s=arr.next_arrival_s, access_credit=tx.credit_pkts,
-        rr_next=dep.rr_next, rl_alpha=state.rl_alpha, drain_norm=rec.drain_norm, drain_window=rec.drain_window,
-        drain_window_start=rec.drain_window_start, thresholds=arr.thresholds_pkts, aqm=dep.aqm, metrics=rec.metrics,
-        interval=rec.interval, flowq=dep.flowq, link_credit=clk.link_credit,
+        rr_next=dep.rr_next, rl_alpha=state.rl_alpha, rl_size_pkts=state.rl_size_pkts, drain_norm=rec.drain_norm,
+        drain_window=rec.drain_window, drain_window_start=rec.drain_window_start, thresholds=arr.thresholds_pkts,
+        aqm=dep.aqm, metrics=rec.metrics, interval=rec.interval, flowq=dep.flowq, link_credit=clk.link_credit,
     ), Phases(clk=clk, sink=sink, ev=ev, fired=fired, arr=arr, tx=tx, adm=adm, dep=dep)
 
 

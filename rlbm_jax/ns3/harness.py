@@ -381,6 +381,9 @@ class Agent:
         """fn(record fields) -> the reply line, for a run of `sim_params` (a recurrent
         policy's state starts here, at zeros, and lives as long as the function)."""
         f, ep = self.formulation, self.env_params.replace(sim=sim_params)
+        if getattr(f, "window", 1) > 1:
+            raise ValueError(f"{f.id} observes a window of {f.window} intervals; the ns-3 driver computes one "
+                             "interval's observation per record and keeps no window")
         P, M = ep.sim.num_classes, ep.sim.interval_log_size
         space = f.action_space(P)
         width, act_dim = len(f.obs_layout(P)), int(np.prod(space.shape))

@@ -11,6 +11,14 @@ import jax
 import orbax.checkpoint as ocp
 
 
+def _empty(x) -> bool:
+    return hasattr(x, "shape") and 0 in tuple(x.shape)
+
+
+def _placeholder(x):
+    return jax.numpy.zeros((1,), x.dtype)
+
+
 class Checkpointer:
     def __init__(self, directory, max_to_keep: int = 2):
         self.directory = Path(directory).resolve()
@@ -22,6 +30,10 @@ class Checkpointer:
         return sorted(int(p.name) for p in self.directory.iterdir() if p.is_dir() and p.name.isdigit())
 
     def save(self, update: int, state) -> None:
+        # orbax refuses arrays with no elements (a params table with no rows, such as an env
+        # without a capacity schedule): each is saved as one zero and rebuilt from the
+        # template's shape on restore
+        state = jax.tree.map(lambda x: _placeholder(x) if _empty(x) else x, state)
         self._ckpt.save(self.directory / str(int(update)), args=ocp.args.StandardSave(state), force=True)
         for old in self._steps()[:-self.max_to_keep]:
             shutil.rmtree(self.directory / str(old), ignore_errors=True)
@@ -43,8 +55,9 @@ class Checkpointer:
         update = self.latest() if update is None else update
         if update is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
-        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), template)
-        return self._ckpt.restore(self.directory / str(int(update)), args=ocp.args.StandardRestore(abstract))
+        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct((1,) if _empty(x) else x.shape, x.dtype), template)
+        out = self._ckpt.restore(self.directory / str(int(update)), args=ocp.args.StandardRestore(abstract))
+        return jax.tree.map(lambda t, x: jax.numpy.zeros(t.shape, t.dtype) if _empty(t) else x, template, out)
 
     def close(self) -> None:
         self._ckpt.close()

@@ -10,6 +10,9 @@ A formulation is one object with three parts, each a small object of its own:
   reward       `__call__(rec, params) -> (reward [], parts {name: []})`.
 Every part is a pure function of the interval record and the params, so the env, the
 evaluators and the ns-3 lock-step driver compute the same numbers with the same code.
+A formulation whose agent sees several intervals (`window` w > 1, ABS's) observes the
+last w intervals' observations, oldest first: the env keeps them (`RLBMEnv`), and the
+layout names each entry with its lag (`name_lag{k}`, k intervals before the last).
 A new formulation is one module that builds a `Formulation` and calls `register`.
 """
 from __future__ import annotations
@@ -52,16 +55,44 @@ class Formulation:
     reward: Any
     scenario: str = "thesis"  # the scenario `rlbm_jax.make` builds unless told another (`rlbm_jax.scenarios`)
     agent_interval_s: float = 0.1  # the agent's step `rlbm_jax.make` uses unless told another
+    window: int = 1  # the agent observes the last `window` intervals (oldest first); 1: the last one
+
+    def __post_init__(self):
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"formulation {self.id}: window must be a whole number >= 1, got {self.window!r}")
+
+    def step_fields(self, num_classes: int) -> tuple:
+        """The entries of one interval's observation (`observe`)."""
+        return tuple(self.observation.fields(num_classes))
 
     def obs_fields(self, num_classes: int) -> tuple:
-        return tuple(self.observation.fields(num_classes))
+        """The entries of what the agent sees: one interval's (`step_fields`), or with a
+        window each of them for every interval of it, oldest first (`name_lag{k}`: k
+        intervals before the last)."""
+        step = self.step_fields(num_classes)
+        if self.window == 1:
+            return step
+        return tuple(Field(f"{f.name}_lag{k}", f.unit, f"{f.text} ({k} intervals before the last)" if k else
+                           f"{f.text} (the last interval)") for k in range(self.window - 1, -1, -1) for f in step)
 
     def obs_layout(self, num_classes: int) -> tuple:
         """The observation's entry names, in order."""
         return tuple(f.name for f in self.obs_fields(num_classes))
 
     def observe(self, rec, params):
+        """One interval's observation, float32 [len(step_fields)]."""
         return self.observation(rec, params).astype(jnp.float32)
+
+    def first_window(self, rec, params):
+        """The window at an episode's start, float32 [window, D]: the first record's
+        observation in every place (as if it had lasted the whole window)."""
+        obs = self.observe(rec, params)
+        return jnp.broadcast_to(obs, (self.window,) + obs.shape)
+
+    def next_window(self, window, rec, params):
+        """The window [window, D] with the interval that just ended (its record) appended
+        and the oldest dropped."""
+        return jnp.concatenate([window[1:], self.observe(rec, params)[None]], axis=0)
 
     def action_space(self, num_classes: int):
         return self.action.space(num_classes)
@@ -85,10 +116,13 @@ class Formulation:
 
     def metadata(self, num_classes: int) -> dict:
         """What a policy file or an ONNX graph records about the formulation."""
-        return {"formulation": self.id, "obs_layout": list(self.obs_layout(num_classes)),
+        meta = {"formulation": self.id, "obs_layout": list(self.obs_layout(num_classes)),
                 "obs_fields": [f.as_dict() for f in self.obs_fields(num_classes)],
                 "action_fields": [f.as_dict() for f in self.action.fields(num_classes)],
                 "action": self.action.text, "reward": getattr(self.reward, "name", type(self.reward).__name__)}
+        if self.window > 1:
+            meta["obs_window"] = self.window
+        return meta
 
 
 _REGISTRY: dict[str, Formulation] = {}

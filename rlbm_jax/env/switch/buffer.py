@@ -11,7 +11,8 @@ A policy may also name a queueing discipline (`Policy.aqm`, a name of the regist
 `rlbm_jax.env.switch.disciplines`) that drops or marks packets below its thresholds; "red",
 "ared", "pie" and "codel" are the droptail limit (each class's FIFO cap within the shared
 buffer) with that AQM in front; "rl-mark" the droptail limit with a marker whose
-probability an agent sets (ECN only).  "fq-codel" queues each flow apart
+probability an agent sets (ECN only); "rl-size" drop-tail whose limit an agent sets (knob
+`buffer_size_pkts`, `_rl_size`).  "fq-codel" queues each flow apart
 (`disciplines/fq_codel.py`, over `flowqueue`): it takes every arrival and keeps the shared
 buffer B by dropping from the fattest flow, so its thresholds are not used.
 """
@@ -33,6 +34,7 @@ class BufferView(NamedTuple):
     occupancy_pkts: jnp.ndarray  # [] total packets in the shared buffer (Q)
     drain_norm: jnp.ndarray  # [P] measured dequeue rate / link rate, last RTT window
     rl_alpha: jnp.ndarray  # [P] the agent's last action (used by "rl")
+    rl_size_pkts: jnp.ndarray  # [P] the agent's buffer size per class (used by "rl-size")
 
 
 def _static(view, p):
@@ -69,12 +71,40 @@ def _rl(view, p):
     return view.rl_alpha * p.beta * (p.buffer_pkts - view.occupancy_pkts)
 
 
+def _rl_size(view, p):
+    """Drop-tail with a limit an agent sets at run time (the knob `buffer_size_pkts`,
+    `sim.KNOBS`, held in `SimState.rl_size_pkts`; ABS's action, `formulations.abs`): class c
+    admits an arriving packet while its queue is below floor(size_c), the size clipped to [1,
+    the class's FIFO cap `buffer_per_class_pkts`], in place of that cap, which stays the
+    largest buffer the agent may choose (and the size until an agent sets one: without an
+    agent the policy is "droptail").  The shared buffer B bounds the classes together as
+    for every policy.  The size holds from the first tick after it is set (the env sets it
+    before an interval's first tick).
+
+    Lowering it drops nothing: packets already queued above a lowered limit stay and
+    leave as the link serves them, and every arrival is refused while the queue is at or
+    above the limit (a SYN too, `syn_lost`) until it has drained below: a drop-tail queue
+    whose limit is checked at each arrival, as ns-3's FifoQueueDisc checks its MaxSize
+    (an arrival is dropped while current size + packet > MaxSize) and as the ABS paper's
+    agent set the limit of ns-2's Drop-tail module (its Sec. IV-A).  ns-3's
+    `QueueDisc::SetMaxSize` itself differs on a FIFO: it ignores a null size (returns
+    false, as the 3.37 header says) and passes the size to the disc's internal queue, whose
+    `QueueBase::SetMaxSize` aborts the simulation ("The new maximum queue size cannot be
+    less than the current size") when the size is below the current occupancy (ns-3-dev's
+    sources before 3.37's reformatting; 3.37's .cc files were not at hand), so an ns-3
+    mirror of this policy should check its own limit at enqueue rather than call it.
+    Clipping to the class cap, not to the ring `queue_capacity_pkts`, keeps a run's result
+    independent of its batch: `stack_params` pads the ring to the batch's largest."""
+    return jnp.clip(view.rl_size_pkts, 1.0, p.class_cap_pkts.astype(jnp.float32))
+
+
 class Policy(NamedTuple):
     name: str
     thresholds: Callable
     default_alpha: tuple
     aqm: str = "none"  # the name of a registered discipline (`disciplines.names()`)
     native: bool = False  # the native (C++) tick implements it too (`model`'s manifest reads this)
+    knobs: tuple = ()  # the agent's knobs (`sim.KNOBS`) its thresholds read (a discipline declares its own)
 
 
 _REGISTRY: list[Policy] = [
@@ -83,7 +113,7 @@ _REGISTRY: list[Policy] = [
     Policy("sb-sophisticated", _static, (8.0, 1.0), native=True),
     Policy("dt", _dynamic_thresholds, (1.0, 1.0), native=True),
     Policy("abm", _abm, (1.0, 1.0), native=True),
-    Policy("rl", _rl, (1.0, 1.0), native=True),
+    Policy("rl", _rl, (1.0, 1.0), native=True, knobs=("class_alpha",)),
     Policy("static-bdp", _static_bdp, (1e6, 1e6), native=True),
     Policy("red", _droptail, (1.0,), "red"),
     Policy("ared", _droptail, (1.0,), "ared"),
@@ -92,6 +122,8 @@ _REGISTRY: list[Policy] = [
     # the droptail limit with a marker whose probability the agent sets (knob `mark_prob`)
     Policy("rl-mark", _droptail, (1.0,), "mark"),
     Policy("fq-codel", _droptail, (1.0,), "fq-codel"),
+    # drop-tail at a size the agent sets (knob `buffer_size_pkts`; ABS)
+    Policy("rl-size", _rl_size, (1.0,), knobs=("buffer_size_pkts",)),
 ]
 POLICY_NAMES: tuple = tuple(p.name for p in _REGISTRY)
 DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
@@ -113,10 +145,11 @@ def needs_flow_queues(policy: str) -> bool:
 
 
 def reads_knob(policy: str, knob: str) -> bool:
-    """Whether `policy` acts on an agent's knob (`sim.KNOBS`): class_alpha is the "rl"
-    policy's; a discipline's knob (mark_prob) is read by the policies of that discipline."""
-    if knob == "class_alpha":
-        return policy == "rl"
+    """Whether `policy` acts on an agent's knob (`sim.KNOBS`): its thresholds read it
+    (`Policy.knobs`: class_alpha the "rl" policy's, buffer_size_pkts the "rl-size" policy's),
+    or its discipline declares it (mark_prob, read by the policies of the marker)."""
+    if any(p.name == policy and knob in p.knobs for p in _REGISTRY):
+        return True
     return any(k == knob for k, _ in discipline(policy).knobs)
 
 
