@@ -220,7 +220,7 @@ PARAMS: tuple[Param, ...] = (
     Param("bottleneck_delay_s", "topology", "float", 10e-3, "switch -> sink one-way propagation delay (s)", **NONNEG),
     Param("capacity_schedule", "topology", "schedule", "none", "the bottleneck's rate over time, each rate at "
           "most bottleneck_rate_bps: none (that rate throughout), a shipped trace (step, cellular, wifi), a CSV "
-          "of time_s,rate_bps rows or a Mahimahi trace", leaf="", ns3=""),
+          "of time_s,rate_bps rows or a Mahimahi trace", leaf="", ns3="capacity_in"),
     # ---- buffer -------------------------------------------------------------------------
     Param("num_classes", "buffer", "int", 2, "priority classes at the bottleneck (one FIFO each)", lo=1,
           static=True, flag="--classes", backends={"native": 16, "fluid": 1}),

@@ -5,7 +5,9 @@ The scenario (`rlbm_jax/ns3/scenario/rlbm_scenario.cc`, built by `rlbm_jax/ns3/s
 both ship with the package as data) takes `make_params`'s names as options, so a
 scenario dict (`rlbm_jax.scenarios`) configures both simulators.  Poisson cells are fed
 exactly the flows our simulator starts for the seed (`write_schedule` -> `--flows_in`),
-so comparisons are paired.
+so comparisons are paired.  A cell with a capacity schedule (`capacity_schedule`) gives
+ns-3 the same table (`write_capacity` -> `--capacity_in`), and the scenario then reports
+util_wire over the capacity the schedule offered, as `metrics.summarize` does.
 
 With an agent interval the scenario writes, per interval, the raw record of
 `metrics.Interval` (`--intervals_out`, and in lock-step on its stdout); it computes no
@@ -130,7 +132,49 @@ OURS_ONLY_GROUPS = ("shapes", "tcp-model", "measurement", "buffer", "aqm")
 RED_RESOLVED = ("red_min_th_pkts", "red_max_th_pkts", "red_weight")
 
 
-def ns3_args(c: Cell, seed: int) -> list[str]:
+def write_capacity(spec, path: Path) -> Path | None:
+    """Writes the capacity schedule `spec` (what `make_params(capacity_schedule=...)` takes)
+    as ns-3's `--capacity_in` CSV at `path` (the same table: `capacity.Schedule.to_csv`);
+    None, writing nothing, for no schedule.  ns-3's point-to-point device cannot send at
+    0 bit/s, so a schedule with an outage (a rate of 0) is refused."""
+    from rlbm_jax.env import capacity
+
+    s = capacity.load(spec)
+    if s is None:
+        return None
+    if float(np.min(s.rates_bps)) <= 0:
+        raise ValueError(f"the ns-3 scenario cannot run capacity_schedule {s.name}: it has a rate of 0 "
+                         "(an outage), and ns-3's point-to-point device sends at a positive rate only")
+    path = Path(path)
+    text = s.to_csv()
+    if not path.exists() or path.read_text() != text:  # (atomically: parallel runs may share the file)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{id(text)}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return path
+
+
+def _capacity_file(spec, inputs: Path | None) -> Path | None:
+    """Where a cell's schedule goes: `<inputs>.capacity.csv` beside the run's other inputs,
+    else a file named by the table's digest in the system's temporary folder."""
+    from rlbm_jax.env import capacity
+
+    s = capacity.load(spec)
+    if s is None:
+        return None
+    if inputs is None:
+        folder = Path(tempfile.gettempdir()) / "rlbm_ns3_inputs"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"capacity_{s.digest[:16]}.csv"
+    else:
+        path = Path(f"{inputs}.capacity.csv")
+    return write_capacity(s, path)
+
+
+def ns3_args(c: Cell, seed: int, inputs: Path | None = None) -> list[str]:
+    """The scenario's options for (cell, seed).  A capacity schedule is written as a CSV at
+    `<inputs>.capacity.csv` (`inputs` unset: in the temporary folder, named by its digest)
+    and passed as `--capacity_in`."""
     args = {"seconds": c.seconds, "seed": seed}
     kw = seed_kw(c, seed)
     if kw.get("policy") == "ared" and any(kw.get(k) is None for k in RED_RESOLVED):
@@ -147,6 +191,10 @@ def ns3_args(c: Cell, seed: int) -> list[str]:
             k = decl.ns3_option
         if k == "cdf":
             v = cdf_path(v)
+        if decl is not None and decl.kind == "schedule":
+            v = _capacity_file(v, inputs)
+            if v is None:  # "none": no option, the scenario's constant rate
+                continue
         args[k] = v
     args.setdefault("cdf", cdf_path("websearch"))
     flat = []
@@ -218,7 +266,7 @@ def time_ns3(c: Cell, seed: int = 1, seconds: float | None = None, binary: Path 
         raise RuntimeError(f"no ns-3 scenario binary at {binary}: build it with {BUILD} (rlbm_jax.ns3.harness.build_ns3)")
     with tempfile.TemporaryDirectory(prefix="rlbm_ns3_time_") as tmp:
         out = Path(tmp) / "report.json"
-        cmd = [str(binary), *ns3_args(c, seed), f"--out={out}"]
+        cmd = [str(binary), *ns3_args(c, seed, Path(tmp) / "in"), f"--out={out}"]
         scheduled, last_start = None, None
         if c.kind == "thesis":
             schedule = Path(tmp) / "schedule.csv"
@@ -485,7 +533,7 @@ def _run_one(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, fres
     `interval_s`, the run's interval records are kept; with `agent`, its rl policy is
     driven by it in lock-step."""
     stem = workdir / (f"{c.name.replace('/', '_')}_s{seed}" + (f"_{agent.digest[:10]}" if agent else ""))
-    cmd = [str(binary), *ns3_args(c, seed), *extra, f"--out={stem}.json", f"--flows_out={stem}.flows.csv"]
+    cmd = [str(binary), *ns3_args(c, seed, stem), *extra, f"--out={stem}.json", f"--flows_out={stem}.flows.csv"]
     if agent is not None:
         interval_s = agent.interval_s
         cmd += agent.args()
@@ -503,6 +551,8 @@ def _run_one(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, fres
         write_schedule(c, seed, schedule)
         cmd.append(f"--flows_in={schedule}")
         key.update(schedule.read_bytes())
+    if Path(f"{stem}.capacity.csv") in map(Path, (a.split("=", 1)[-1] for a in cmd)):
+        key.update(Path(f"{stem}.capacity.csv").read_bytes())  # the schedule, not just its file's name
     key.update(" ".join(cmd[1:]).encode())
     key_file, out_json = Path(f"{stem}.key"), Path(f"{stem}.json")
     cached = not fresh and key_file.exists() and out_json.exists() and key_file.read_text() == key.hexdigest()

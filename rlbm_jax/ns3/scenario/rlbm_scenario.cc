@@ -31,6 +31,15 @@
 // non-ECT packets are untouched; --mark_prob sets p before the first answer (or for the
 // whole run without an agent).
 //
+// Capacity: with --capacity_in (a CSV of time_s,rate_bps rows, rlbm_jax's capacity
+// schedule) the bottleneck device's DataRate is set to each row's rate at its time
+// (PointToPointNetDevice::SetDataRate; a packet already on the wire keeps the rate it
+// started at), the last rate holding for ever or, where a last row gives a time and no
+// rate ("60,"), the table repeating from that time on.  bottleneck_rate_bps stays the
+// peak (every rate is at most it; the ACK direction, BDP and slowdowns use it), and
+// util_wire is then the bits sent over the bits the schedule offered in the measured
+// window (its integral), as rlbm_jax reports it; capacity_mean_bps is that mean.
+//
 // Output: one JSON object with the same report fields as rlbm_jax's
 // `metrics.summarize`, optionally a per-flow CSV and a cwnd trace.  Rates, drop
 // counts and queue statistics cover [warmup_s, seconds]; FCT statistics cover
@@ -216,6 +225,10 @@ struct Params {
     double load, arrivalStopS;
     std::string cdf;
     std::string flowsIn;  // a fixed flow schedule instead of Poisson arrivals
+    // the bottleneck's capacity schedule (--capacity_in): segment starts, rates, period
+    std::string capacityIn;
+    std::vector<double> capTimesS, capRatesBps;
+    double capPeriodS = std::numeric_limits<double>::infinity();
     uint32_t longFlows;
     double longFlowStartSpreadS;
     // run
@@ -229,6 +242,32 @@ struct Params {
     std::string intervalsOut;
 
     double DataPktBits() const { return (mssBytes + kDataHeaderBytes) * 8.0; }
+
+    /// The bits the bottleneck offers over [t0, t1]: the capacity schedule's integral, or
+    /// bottleneck_rate_bps x (t1 - t0) without one.
+    double OfferedBits(double t0, double t1) const {
+        if (capTimesS.empty()) return bottleneckRateBps * (t1 - t0);
+        auto upto = [&](double t) {
+            const size_t n = capTimesS.size();
+            const bool repeats = std::isfinite(capPeriodS);
+            double whole = 0, periods = 0;
+            if (repeats) {
+                for (size_t i = 0; i < n; ++i) {
+                    const double end = i + 1 < n ? capTimesS[i + 1] : capPeriodS;
+                    whole += capRatesBps[i] * (end - capTimesS[i]);
+                }
+                periods = std::floor(t / capPeriodS);
+                t -= periods * capPeriodS;
+            }
+            double bits = periods * whole;
+            for (size_t i = 0; i < n; ++i) {
+                const double end = i + 1 < n ? capTimesS[i + 1] : (repeats ? capPeriodS : t);
+                bits += capRatesBps[i] * std::max(0.0, std::min(end, t) - capTimesS[i]);
+            }
+            return bits;
+        };
+        return upto(t1) - upto(t0);
+    }
 
     /// Propagation + serialisation RTT of an empty path (data one way, ACK back).
     double BaseRttS() const {
@@ -350,6 +389,9 @@ Options DeclareOptions() {
     o.Add("cdf", "", "flow-size CSV (size_bytes,cdf rows); needed when load > 0");
     o.Add("flows_in", "", "CSV start_s,sender,size_bytes: start exactly these flows instead of "
                           "drawing Poisson arrivals (the same workload as another simulator)");
+    o.Add("capacity_in", "", "CSV time_s,rate_bps: the bottleneck's rate from each row's time on (the first row "
+                             "at 0, rates in (0, bottleneck_rate_bps]); a last row 'time,' with no rate makes the "
+                             "table repeat from that time (rlbm_jax's capacity schedule)");
     o.Add("long_flows", "0", "number of long-lived flows; flow k starts on sender k mod num_senders");
     o.Add("long_flow_start_spread_s", "0", "long flows start uniformly in [0, spread) (s)");
     o.Add("seconds", "60", "simulated time (s)");
@@ -394,6 +436,47 @@ void CheckArgumentNames(int argc, char* argv[], const Options& opts) {
         std::cerr << "rlbm_scenario: unknown option --" << name << " (see --help)" << std::endl;
         std::exit(2);
     }
+}
+
+/// Reads --capacity_in (rlbm_jax capacity.Schedule.to_csv: a header, `#` comments and blank
+/// lines skipped; rows time_s,rate_bps; a last row with a time and no rate is the period).
+void ReadCapacity(Params& c) {
+    const std::string& path = c.capacityIn;
+    std::ifstream in(path);
+    if (!in) BadParameter("capacity_in", "cannot read file '" + path + "'");
+    std::string line;
+    int lineNo = 0;
+    auto where = [&]() { return path + " line " + std::to_string(lineNo) + ": "; };
+    while (std::getline(in, line)) {
+        ++lineNo;
+        line = Trim(line.substr(0, line.find('#')));
+        if (line.empty()) continue;
+        if (c.capTimesS.empty() && !(std::isdigit(static_cast<unsigned char>(line[0])) || line[0] == '.')) {
+            continue; // the header
+        }
+        if (std::isfinite(c.capPeriodS)) BadParameter("capacity_in", where() + "a row after the end row");
+        const auto comma = line.find(',');
+        if (comma == std::string::npos) BadParameter("capacity_in", where() + "expected 'time_s,rate_bps'");
+        const double t = ToFinite("capacity_in", line.substr(0, comma), 0, false);
+        const std::string rate = Trim(line.substr(comma + 1));
+        if (rate.empty()) {
+            if (c.capTimesS.empty() || !(t > c.capTimesS.back())) {
+                BadParameter("capacity_in", where() + "the end row's time must come after the last start");
+            }
+            c.capPeriodS = t;
+            continue;
+        }
+        const double r = ToFinite("capacity_in", rate, 0, true);
+        if (r > c.bottleneckRateBps * (1 + 1e-9)) {
+            BadParameter("capacity_in", where() + "rate " + rate + " exceeds bottleneck_rate_bps (the peak)");
+        }
+        if (c.capTimesS.empty() ? t != 0 : !(t > c.capTimesS.back())) {
+            BadParameter("capacity_in", where() + "the first row must start at 0 and times must increase");
+        }
+        c.capTimesS.push_back(t);
+        c.capRatesBps.push_back(r);
+    }
+    if (c.capTimesS.empty()) BadParameter("capacity_in", "no time_s,rate_bps rows in " + path);
 }
 
 Params ParseCommandLine(int argc, char* argv[]) {
@@ -529,6 +612,8 @@ Params ParseCommandLine(int argc, char* argv[]) {
     if (c.load > 0 && c.cdf.empty() && c.flowsIn.empty()) {
         BadParameter("cdf", "a flow-size CSV is required when load > 0");
     }
+    c.capacityIn = Trim(o["capacity_in"]);
+    if (!c.capacityIn.empty()) ReadCapacity(c);
     c.longFlows = ToInt("long_flows", o["long_flows"], 0, 16000);
     c.longFlowStartSpreadS = ToFinite("long_flow_start_spread_s", o["long_flow_start_spread_s"], 0, false);
 
@@ -1366,6 +1451,7 @@ class Scenario {
   private:
     void BuildTopology();
     void InstallPort(Ptr<NetDevice> port);
+    void ScheduleCapacity(Ptr<PointToPointNetDevice> port);
     void BuildTraffic();
     void ScheduleNextArrival();
     void ScheduleFlowsFromFile();
@@ -1486,6 +1572,29 @@ void Scenario::BuildTopology() {
             "LocalDeliver", MakeCallback(&Scenario::OnSinkDeliver, this));
     }
     bnPort->TraceConnectWithoutContext("PhyTxEnd", MakeCallback(&Scenario::OnBottleneckTx, this));
+    ScheduleCapacity(bnPort);
+}
+
+/// The capacity schedule on the switch -> sink device: each row's rate from its time on,
+/// every period where it repeats (the row at 0 applies before the run starts).
+void Scenario::ScheduleCapacity(Ptr<PointToPointNetDevice> port) {
+    const Params& c = m_cfg;
+    if (c.capTimesS.empty()) return;
+    const bool repeats = std::isfinite(c.capPeriodS);
+    for (uint64_t n = 0;; ++n) {
+        const double base = repeats ? double(n) * c.capPeriodS : 0.0;
+        if (base >= c.seconds || (!repeats && n > 0)) break;
+        for (size_t i = 0; i < c.capTimesS.size(); ++i) {
+            const double t = base + c.capTimesS[i];
+            if (t >= c.seconds) break;
+            const DataRate rate(uint64_t(std::llround(c.capRatesBps[i])));
+            if (t == 0) {
+                port->SetDataRate(rate);
+            } else {
+                Simulator::Schedule(Seconds(t), &PointToPointNetDevice::SetDataRate, port, rate);
+            }
+        }
+    }
 }
 
 /// The bottleneck port's queue disc: the shared buffer, or the policy's ns-3 AQM queue disc
@@ -1957,6 +2066,9 @@ JsonObject Scenario::ConfigJson() const {
         .Raw("arrival_stop_s", std::isfinite(c.arrivalStopS) ? JsonNum(c.arrivalStopS) : "\"inf\"")
         .Str("cdf", c.cdf)
         .Str("flows_in", c.flowsIn)
+        .Str("capacity_in", c.capacityIn)
+        .Num("capacity_rows", double(c.capTimesS.size()))
+        .Raw("capacity_period_s", std::isfinite(c.capPeriodS) ? JsonNum(c.capPeriodS) : "\"inf\"")
         .Num("long_flows", c.longFlows)
         .Num("long_flow_start_spread_s", c.longFlowStartSpreadS)
         .Num("seconds", c.seconds)
@@ -2023,7 +2135,10 @@ std::string Scenario::Report(double wallS) const {
     };
 
     JsonObject o;
-    o.Num("util_wire", double(m_wireBytes) / (c.bottleneckRateBps / 8.0 * measured))
+    // under a capacity schedule: over the bits it offered in the window (its integral)
+    const double offeredBits = c.OfferedBits(c.warmupS, c.seconds);
+    o.Num("util_wire", c.capTimesS.empty() ? double(m_wireBytes) / (c.bottleneckRateBps / 8.0 * measured)
+                                           : double(m_wireBytes) * 8.0 / std::max(offeredBits, 1e-300))
         .Num("goodput_bps", double(m_payloadBytes) * 8.0 / measured)
         .Num("drop_rate", arrivals ? double(drops) / double(arrivals) : 0.0)
         .Num("mark_rate", dataArrivals ? double(marks) / double(dataArrivals) : 0.0)
@@ -2044,6 +2159,7 @@ std::string Scenario::Report(double wallS) const {
         .Num("syn_drops", double(st.synDrops))
         .Num("measured_s", measured)
         .Num("agent_intervals", m_intervalsClosed);
+    if (!c.capTimesS.empty()) o.Num("capacity_mean_bps", offeredBits / measured);
     for (uint32_t k = 0; k < c.numClasses; ++k) {
         const std::string s = std::to_string(k);
         o.Num("queue_mean_pkts_c" + s, st.classPktSeconds[k] / histTotal)
