@@ -674,7 +674,8 @@ def step(st: FluidState, v: dict, cfg: Config) -> FluidState:
         # a sender's access link is shared by its long flows and its open short flows
         # (a short flow's first step counts the part of it after its start: its FCT moves
         # continuously with the delays)
-        s_on = jnp.clip((t + dt - (st.s_start + v["base_rtt_s"] + v["access_offset_s"])) / dt, 0.0, 1.0)
+        s_send = st.s_start + v["base_rtt_s"] + v["access_offset_s"]  # [M] its data reaches the queue
+        s_on = jnp.clip((t + dt - s_send) / dt, 0.0, 1.0)
         active = jnp.concatenate([(t >= v["start_s"]).astype(C.dtype), s_on * (1.0 - st.done)])
         long_sender = np.arange(n) % cfg.n_senders
         count = (jnp.asarray(np.bincount(long_sender, minlength=cfg.n_senders), C.dtype)
@@ -714,8 +715,7 @@ def step(st: FluidState, v: dict, cfg: Config) -> FluidState:
         p_mark = (1.0 - forced) * early if cfg.ecn else jnp.zeros_like(early)
     elif cfg.aqm == "pie":
         # (the burst allowance runs from the first arrival, a short flow's when it is first)
-        first = jnp.min(jnp.concatenate([v["start_s"], st.s_start + v["base_rtt_s"] + v["access_offset_s"]])) if M \
-            else None
+        first = jnp.min(jnp.concatenate([v["start_s"], s_send])) if M else None
         early, burst = pie_early(st.pie_p, qd, st.q, t, v, cfg, first)
         if cfg.ecn:  # ns-3.37 PIE marks an ECT packet while p < mark_threshold, else drops it
             may = _step_fn(v["pie_mark_th"] - st.pie_p, s * v["pie_mark_th"])
