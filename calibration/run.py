@@ -8,6 +8,7 @@
     python calibration/run.py --grid fast --seeds 10          # 100 Mbit/s and 1 Gbit/s, web search and data mining
     python calibration/run.py --grid aqm --seeds 4            # RED, ARED, PIE, CoDel, FQ-CoDel, ECN off and on, 100 Mbit/s
     python calibration/run.py --grid capacity --seeds 3       # 8 long flows under the shipped step and wifi capacity traces
+    python calibration/run.py --grid lfq --seeds 2            # LFQ's one flow through a FIFO of about one BDP and of 100
 
 Each cell runs our simulator (all seeds of all cells in one vmapped batch per
 static shape) and the ns-3 scenario `rlbm_jax/ns3/scenario/rlbm_scenario.cc` (built by
@@ -159,6 +160,19 @@ def capacity_cell(tcp, trace="step", n=8, bdp_mult=1.0, rtt_s=0.04, seconds=30.0
     return Cell(f"capacity/{trace}/{tcp}/N{n}/{bdp_mult:g}bdp/rtt{int(rtt_s * 1e3)}ms", "long", kw, seconds)
 
 
+def lfq_cell(tcp, rate_mbps, delay_ms, cap_pkts, seconds=10.0, warmup_s=2.0):
+    """One flow of LFQ's scenario (initial window 1, MSS 1446, `delay_ms` one way) through a
+    drop-tail FIFO of `cap_pkts`: with one flow the fair queue at that cap is this run bit for
+    bit (tests/test_lfq.py), so ns-3's FIFO of that size is its counterpart."""
+    kw = scenarios.lfq(rate_bps=rate_mbps * 1e6, delay_s=delay_ms * 1e-3, tcp=tcp, policy="droptail",
+                       buffer_per_class_pkts=int(cap_pkts), buffer_pkts=int(cap_pkts), warmup_s=warmup_s)
+    return Cell(f"lfq/{tcp}/{rate_mbps:g}mbps/{delay_ms:g}ms/cap{int(cap_pkts)}", "long", kw, seconds)
+
+
+# LFQ's held-out points (off its training grid) and caps about one BDP and fq's default 100
+LFQ_POINTS = ((7.5, 20.5, 26), (15.5, 10.5, 27), (24.5, 5.5, 22))
+
+
 # the issue's acceptance for a capacity change: utilisation within 3 points, mean queue within 20 %
 CAPACITY_ACCEPT = {"util_wire": ("abs", 0.03), "queue_mean_pkts": ("rel", 0.20)}
 
@@ -180,7 +194,7 @@ def capacity_acceptance(cells, rows) -> list[str]:
     return lines + [""]
 
 
-GRIDS = ("thesis", "long", "smoke", "dial", "fast", "aqm", "capacity")
+GRIDS = ("thesis", "long", "smoke", "dial", "fast", "aqm", "capacity", "lfq")
 
 
 def grid(name: str) -> list[Cell]:
@@ -201,6 +215,8 @@ def grid(name: str) -> list[Cell]:
     if name == "capacity":
         # (the shipped `cellular` trace has outages, rate 0, which ns-3's point-to-point device cannot run)
         return [capacity_cell(t, trace) for trace in ("step", "wifi") for t in tcps]
+    if name == "lfq":
+        return [lfq_cell(t, r, d, cap) for t in tcps for r, d, bdp in LFQ_POINTS for cap in (bdp, 100)]
     if name == "fast":
         return [dumbbell_cell(r, t, cdf, ld, b, n, FAST_SECONDS[r]) for r in (100e6, 1e9) for t in tcps
                 for cdf in ("websearch", "datamining") for ld, b, n in FAST_POINTS]

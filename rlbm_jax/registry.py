@@ -15,7 +15,7 @@ def make(env_id=DEFAULT_FORMULATION, *, scenario: str | None = None, reward: str
     """(env, params) of formulation `env_id` (an id, or a `Formulation`) on a scenario of
     `rlbm_jax.scenarios` (unset: the formulation's own, `Formulation.scenario`: "thesis" for
     the RLBM ids, "queuepilot" for QueuePilot's), stepping every `agent_interval_s` (unset:
-    the formulation's, 0.1 s or QueuePilot's 5 ms).
+    the formulation's, 0.1 s or QueuePilot's 5 ms, or LFQ's 10 packet slots: `Formulation.ticks_per_step`).
 
     The switch runs the buffer policy that the formulation's action drives (`agent_policy`:
     "rl" for the class thresholds, "rl-mark" for a marking probability) unless `policy` is
@@ -37,6 +37,8 @@ def make(env_id=DEFAULT_FORMULATION, *, scenario: str | None = None, reward: str
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(backends.NAMES)}")
     formulation = formulations.get(env_id) if isinstance(env_id, str) else env_id
     scenario = formulation.scenario if scenario is None else scenario
+    # a formulation whose interval is a tick count (LFQ's 10 packet slots) keeps it unless told seconds
+    ticks_per_step = formulation.ticks_per_step if agent_interval_s is None else 0
     agent_interval_s = formulation.agent_interval_s if agent_interval_s is None else agent_interval_s
     if reward is not None:
         formulation = formulation.with_reward(reward)
@@ -57,7 +59,7 @@ def make(env_id=DEFAULT_FORMULATION, *, scenario: str | None = None, reward: str
                        flows_scale=flows_scale)
         return env, env.default_params
     env = RLBMEnv(sim_params, formulation=formulation, agent_interval_s=agent_interval_s, episode_s=episode_s,
-                  flows_scale=flows_scale, backend=backend)
+                  flows_scale=flows_scale, backend=backend, ticks_per_step=ticks_per_step)
     if randomize:
         env = RandomizedEnv(env, **ranges)
     return env, env.default_params

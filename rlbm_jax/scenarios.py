@@ -23,6 +23,9 @@ validated `SimParams`; `SCENARIOS` lists the names with what each models.
              (100 ms) through one drop-tail FIFO whose size an agent sets ("rl-size", at
              most 100 packets), a constant `rate_bps` (6 Mbit/s) where the paper replays a
              cellular capacity trace
+    abs-env2-trace  Env 2 on a capacity trace: the same flows, RTT and buffer with the
+             bottleneck's rate following `capacity_schedule` (default the shipped "wifi"
+             trace, 10 Mbit/s peak, 5.0 Mbit/s mean), the link's peak rate the trace's peak
 The thesis grid (`THESIS_GRID`, `thesis_grid`) is TCP x per-class buffer N x load; a cell
 is `thesis_cell(tcp, n, load)`.  `THESIS_RANDOM` holds the ranges training draws each
 episode's scenario from (`rlbm_jax.env.randomize`).
@@ -149,6 +152,63 @@ def abs_env2(long_flows: int = 2, rtt_s: float = 0.1, rate_bps: float = 6e6, tcp
     return kw
 
 
+LFQ_SCENARIO = dict(num_classes=1, policy="fq", load=0.0, num_senders=1, num_flow_slots=1, long_flows=1,
+                    access_rate_bps=1e9, access_delay_s=0.1e-3, mss_bytes=1446, initial_cwnd_pkts=1,
+                    long_flow_start_spread_s=0.0, buffer_per_class_pkts=1000, buffer_pkts=1000, fq_flow_cap_pkts=100.0,
+                    completion_log_size=16, pkts_per_tick=2)
+
+
+def lfq(rate_bps: float = 15e6, delay_s: float = 0.015, tcp: str = "newreno", cap_pkts: float = 100.0,
+        max_delay_s: float | None = None, **overrides) -> dict:
+    """The LFQ paper's setting: one long flow (initial window 1, MSS 1446) through a fair
+    queue (policy "fq") whose cap for the flow is `cap_pkts` until an agent sets it (at most
+    1000), a bottleneck of `rate_bps` (the paper draws 5-25 Mbit/s) and a one-way `delay_s`
+    (the paper's link delay, 5-25 ms: base RTT 2 x delay_s).  The paper's two hosts are
+    joined by the bottleneck; here the sender's access link is 1 Gbit/s and 0.1 ms, taken
+    out of the bottleneck's delay.  NewReno or CUBIC (the paper's BIC, which it chose as
+    ns-3's stand-in for CUBIC).  `max_delay_s` sizes the static delay line for a batch."""
+    if not (math.isfinite(rate_bps) and rate_bps > 0):
+        raise ValueError(f"rate_bps must be a positive number, got {rate_bps!r}")
+    if not (math.isfinite(delay_s) and delay_s > LFQ_SCENARIO["access_delay_s"]):
+        raise ValueError(f"delay_s must exceed the access delay ({LFQ_SCENARIO['access_delay_s']} s), got {delay_s!r}")
+    kw = {**LFQ_SCENARIO, "tcp": tcp, "bottleneck_rate_bps": float(rate_bps), "fq_flow_cap_pkts": float(cap_pkts),
+          "bottleneck_delay_s": delay_s - LFQ_SCENARIO["access_delay_s"], **overrides}
+    if max_delay_s is not None:
+        far = make_params(**{**kw, "bottleneck_delay_s": max_delay_s - LFQ_SCENARIO["access_delay_s"]})
+        kw["delay_line_ticks"] = far.delay_line_ticks
+    return kw
+
+
+def abs_env2_trace(capacity_schedule="wifi", long_flows: int = 2, rtt_s: float = 0.1, tcp: str = "newreno",
+                   capacity_rows: int | None = None, rate_bps: float | None = None, **overrides) -> dict:
+    """Env 2 of the ABS paper with its capacity trace: `abs_env2` with the bottleneck's rate
+    following `capacity_schedule` (what `make_params(capacity_schedule=...)` takes: a shipped
+    trace, a CSV or Mahimahi file, a `capacity.Schedule`), the link's peak rate `rate_bps`
+    (default the trace's peak; at least it).
+
+    Scaling against the paper: its trace is a measured cellular one (Mahimahi, the capacity
+    changing every few ms, its Fig. 4) whose throughput with a 100-packet buffer is 5.7 to
+    6.7 Mbit/s (Table II); here the default is the shipped synthetic "wifi" trace (PHY-rate
+    adaptation, airtime share every 50 ms, interference bursts; 10 Mbit/s peak, 5.0 Mbit/s
+    mean, repeating every 60 s), of the same order of rate and of change within an agent
+    interval (0.1 s).  The shipped "cellular" trace has outages (rate 0), which the JAX
+    simulator runs and ns-3's point-to-point device refuses.  Packets are MTU-sized (1500 B),
+    the buffer at most 100 packets, 2 long flows at a 100 ms base RTT, as in `abs_env2`.
+    `capacity_rows` pads the table (a batch of different traces shares one K)."""
+    from rlbm_jax.env import capacity
+
+    sched = capacity.load(capacity_schedule)
+    if sched is None:
+        raise ValueError("capacity_schedule: abs-env2-trace needs a trace (a shipped name, a file or a "
+                         "capacity.Schedule), not 'none'; the constant-rate Env 2 is scenario abs-env2")
+    kw = abs_env2(long_flows=long_flows, rtt_s=rtt_s, rate_bps=sched.peak_bps if rate_bps is None else rate_bps,
+                  tcp=tcp, **overrides)
+    kw["capacity_schedule"] = sched
+    if capacity_rows is not None:
+        kw["capacity_rows"] = int(capacity_rows)
+    return kw
+
+
 SCENARIOS: dict[str, tuple[Callable[..., dict], str]] = {
     "thesis": (thesis, "10 senders, Poisson web-search flows at a load, 10 Mbit/s, two classes (the thesis)"),
     "long": (long_flows, "long-lived flows through one droptail FIFO at 100 Mbit/s"),
@@ -157,6 +217,10 @@ SCENARIOS: dict[str, tuple[Callable[..., dict], str]] = {
                                "ECN, buffer BDP / sqrt(N), the agent's marker"),
     "abs-env2": (abs_env2, "the ABS paper's Env 2: 2 long flows at a 100 ms RTT, 6 Mbit/s (constant), a drop-tail "
                            "FIFO of at most 100 packets whose size the agent sets"),
+    "lfq": (lfq, "the LFQ paper's setting: one long flow through a fair queue with a cap per flow, 15 Mbit/s, "
+                 "15 ms one way (the paper draws 5-25 Mbit/s and 5-25 ms)"),
+    "abs-env2-trace": (abs_env2_trace, "the ABS paper's Env 2 on a capacity trace (default the shipped wifi trace, "
+                                       "10 Mbit/s peak, 5.0 Mbit/s mean), its buffer size set by the agent"),
 }
 
 

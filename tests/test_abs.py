@@ -86,7 +86,8 @@ def test_abs_env_steps_under_jit_and_vmap_with_its_window():
     obs, st = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(jax.random.split(jax.random.PRNGKey(0), n), p)
     assert obs.shape == (n, 25)
     np.testing.assert_allclose(np.asarray(obs[:, 3]), float(p.sim.base_rtt_s), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(obs[:, 4]), 6.0)
+    # the record an episode starts from covers no time: nothing offered (capacity 0, ratios 0)
+    np.testing.assert_array_equal(np.asarray(obs[:, 4]), 0.0)
     step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, None)))
     actions = jnp.asarray([[99, 4, 39], [99, 9, 0], [99, 0, 49], [99, 49, 9]], jnp.int32)
     for t, a in enumerate(actions):
@@ -96,6 +97,9 @@ def test_abs_env_steps_under_jit_and_vmap_with_its_window():
             np.testing.assert_array_equal(np.asarray(st.sim.rl_size_pkts[:, 0]), np.asarray(a) + 1)
             np.testing.assert_array_equal(np.asarray(obs[:, :20]), np.asarray(prev[:, 5:]))  # the window shifts
             assert not np.asarray(trunc).any()
+            # every interval offered 50 packets at the constant 6 Mbit/s: capacity_mbps reads 6
+            np.testing.assert_allclose(np.asarray(obs[:, -1]), 6.0, rtol=1e-5)
+            np.testing.assert_allclose(np.asarray(st.sim.interval.capacity_pkts), 50.0, rtol=1e-6)
         want = np.asarray(info["qoe_throughput"]) * np.asarray(info["qoe_delay"])
         np.testing.assert_allclose(np.asarray(r), want, rtol=1e-6)
         assert np.all(np.asarray(r) >= 0) and np.all(np.asarray(r) <= 100)
@@ -106,15 +110,16 @@ def test_abs_env_steps_under_jit_and_vmap_with_its_window():
     assert fin.shape == (n, 25) and np.asarray(info["throughput"]).max() > 0
 
 
-def _record(dequeues, delay_s, params):
-    """A one-class record whose link sent `dequeues` packets and whose average queueing
-    delay is `delay_s` (its queue integral)."""
+def _record(dequeues, delay_s, params, capacity_pkts=50.0):
+    """A one-class record whose link sent `dequeues` packets of the `capacity_pkts` it
+    offered and whose average queueing delay is `delay_s` (its queue integral)."""
     sim_p = params.sim
     interval_s = params.ticks_per_step * float(sim_p.tick_s)
     q_avg = delay_s * float(sim_p.bottleneck_rate_bps) / float(sim_p.data_pkt_bits)
     rec = mx.init_interval(1)
     return rec.replace(arrivals_pkts=jnp.asarray([dequeues + 7]), drops_pkts=jnp.asarray([3]),
-                       dequeues_pkts=jnp.asarray([dequeues]), queue_pkt_s=jnp.asarray([q_avg * interval_s]))
+                       dequeues_pkts=jnp.asarray([dequeues]), queue_pkt_s=jnp.asarray([q_avg * interval_s]),
+                       capacity_pkts=jnp.asarray(capacity_pkts, jnp.float32))
 
 
 def test_the_reward_is_the_papers_qoe():
@@ -181,3 +186,152 @@ def test_an_lstm_policy_on_abs_exports_to_onnx(tmp_path):
     assert meta["obs_layout"] == list(env.obs_layout) and meta["action_values"] == list(abs_f.SIZE_LEVELS)
     action, h, c, logits = fn(np.zeros((2, 25), np.float32), *fn.initial_state(2))
     assert action.shape == (2,) and logits.shape == (2, 100) and 0 <= action.min() and action.max() < 100
+
+
+# ---------------------------------------------------------------------------------------
+# the record's capacity_pkts, the baselines, the study's CLI
+# ---------------------------------------------------------------------------------------
+
+def _intervals(p, n_intervals, ticks_per, queues=False):
+    """Every interval's capacity_pkts in a run of `p` cut into intervals of `ticks_per` ticks
+    (with `queues`: also each record's queue_min_pkts, the queue at its start and the queue
+    after each of its ticks)."""
+    @jax.jit
+    def go(s):
+        def body(s, _):
+            q0 = s.queue.pkts[0]
+            s = sim.open_interval(s, p)
+            s, tr = sim.run(s, p, ticks_per, trace_fn=lambda x: x.queue.pkts[0])
+            s = sim.close_interval(s, p)
+            return s, (s.interval.capacity_pkts, s.interval.queue_min_pkts[0], q0, tr)
+        return jax.lax.scan(body, s, None, length=n_intervals)[1]
+    out = jax.tree.map(np.asarray, go(sim.init(jax.random.PRNGKey(0), p)))
+    return out if queues else out[0].astype(np.float64)
+
+
+def test_capacity_pkts_is_the_integral_of_the_rate_over_each_interval_and_queue_min_the_least_queue():
+    from rlbm_jax.env import capacity
+
+    sched = capacity.Schedule([0.0, 0.137, 0.2911, 0.52], [10e6, 3.3e6, 7.7e6, 0.5e6], 0.7, name="steppy")
+    p = scenarios.params("abs-env2-trace", capacity_schedule=sched, rate_bps=10e6)
+    ticks_per, n = 50, 24  # 60 ms intervals over 2 periods: changes fall inside them and in the wrap
+    cap, qmin, q0, tr = _intervals(p, n, ticks_per, queues=True)
+    got = cap.astype(np.float64)
+    # the record's smallest queue is the smallest of the queue at its start and after each tick
+    np.testing.assert_array_equal(qmin, np.minimum(q0, tr.min(axis=1)))
+    assert qmin.max() > 0 and (qmin < tr.max(axis=1)).any()
+    tick_s, bits = float(p.tick_s), float(p.data_pkt_bits)
+    want = np.asarray([sched.bits_between(i * ticks_per * tick_s, (i + 1) * ticks_per * tick_s) / bits
+                       for i in range(n)])
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-3)
+    assert want.min() < 0.2 * want.max()  # the slow segment is in it
+    # without a schedule: pkts_per_tick a tick, exactly
+    p0 = scenarios.params("abs-env2", pkts_per_tick=3)
+    np.testing.assert_array_equal(_intervals(p0, 3, 40), 3 * 40)
+
+
+def test_abs_reads_the_capacity_offered_not_the_link_rate():
+    ep = make_env_params(scenarios.params("abs-env2-trace", capacity_schedule="step"), agent_interval_s=0.1)
+    assert float(ep.sim.bottleneck_rate_bps) == 10e6
+    interval_s = int(ep.ticks_per_step) * float(ep.sim.tick_s)  # 83 ticks of 1.2 ms
+    rec = _record(20, 0.0, ep, capacity_pkts=41.5)  # an interval at about 5 Mbit/s of a 10 Mbit/s link
+    obs = np.asarray(abs_f.ABS_TRACE.observe(rec, ep))
+    np.testing.assert_allclose(obs[[1, 2, 4]], [24 / 41.5, 20 / 41.5,
+                                                41.5 * float(ep.sim.data_pkt_bits) / interval_s / 1e6], rtol=1e-5)
+    r, parts = abs_f.ABS_TRACE.reward(rec, ep)
+    assert float(parts["qoe_throughput"]) == pytest.approx(20 / 41.5, rel=1e-5)
+    # a queue of 10 packets on average drains at the offered rate, 41.5 packets an interval
+    rec = _record(20, 0.0, ep, capacity_pkts=41.5).replace(queue_pkt_s=jnp.asarray([10 * interval_s]))
+    assert float(abs_f.interval_state(rec, ep)["queue_delay_s"]) == pytest.approx(10 * interval_s / 41.5, rel=1e-5)
+    # nothing offered (an outage; the episode's first record): ratios 0, no division by 0
+    s = abs_f.interval_state(_record(0, 0.0, ep, capacity_pkts=0.0), ep)
+    assert float(s["throughput"]) == 0.0 and float(s["capacity_mbps"]) == 0.0 and np.isfinite(float(s["queue_delay_s"]))
+    assert rlbm_jax.make("ABS-trace-v0")[1].sim.capacity_rows > 0
+
+
+def test_the_baselines_size_the_buffer_from_the_record():
+    from rlbm_jax.abs import study
+
+    ep = make_env_params(study.make_params(**study.config_kw("step")), agent_interval_s=0.1)
+    B = study.baselines()
+    act = lambda name, rec, carry=None: B[name][1](B[name][2] if carry is None else carry, rec, ep)
+    rec = lambda cap, sent=None, q_end=0: _record(cap if sent is None else sent, 0.0, ep, capacity_pkts=cap).replace(
+        queue_end_pkts=jnp.asarray([q_end]))
+    for n in study.FIX_SIZES:
+        assert int(act(f"fix-{n}", rec(80.0))[1]) + 1 == n
+    # static BDP: 10 Mbit/s x the base RTT (100 ms and the packets' serialisation) in 1500-byte
+    # packets, about 84; / sqrt(2) flows, 60
+    rtt_s, bits = float(ep.sim.base_rtt_s), float(ep.sim.data_pkt_bits)
+    assert 0.1 < rtt_s < 0.102 and bits == 12000
+    assert int(act("bdp", rec(80.0))[1]) + 1 == round(10e6 * rtt_s / bits) == 84
+    assert int(act("bdp-sqrt", rec(80.0))[1]) + 1 == round(10e6 * rtt_s / bits / math.sqrt(2)) == 60
+    # re-sizing follows a capacity step: the last interval's capacity over its length x the RTT
+    interval_s = int(ep.ticks_per_step) * float(ep.sim.tick_s)
+    caps = (80.0, 80.0, 20.0, 20.0, 55.0)
+    sizes = [int(act("bdp-resize", rec(c))[1]) + 1 for c in caps]
+    assert sizes == [round(c / interval_s * rtt_s) for c in caps] == [81, 81, 20, 20, 56]
+    assert [int(act("bdp-resize-sqrt", rec(c))[1]) + 1 for c in (80.0, 20.0)] == [
+        round(c / interval_s * rtt_s / math.sqrt(2)) for c in (80.0, 20.0)]
+    # Cocoa: spare capacity grows the buffer by the packets left unsent, a standing queue (the
+    # interval's smallest queue) shrinks it by itself
+    size, a = act("cocoa-1", rec(80.0, sent=60, q_end=0), jnp.asarray(30.0))
+    assert float(size) == pytest.approx(50.0) and int(a) == 49
+    size, a = act("cocoa-1", rec(80.0, sent=80, q_end=20).replace(queue_min_pkts=jnp.asarray([12])), jnp.asarray(30.0))
+    assert float(size) == pytest.approx(18.0) and int(a) == 17
+    size, a = act("cocoa-0.5", rec(80.0, sent=40), jnp.asarray(30.0))
+    assert float(size) == pytest.approx(50.0)  # half the 40 packets unsent
+    # ABSSL's ground truth (Eq. 10): y + Y with a standing queue, y - C x sr with spare capacity
+    assert float(study.abssl_truth(3.0, rec(80.0, sent=80).replace(queue_min_pkts=jnp.asarray([5])))) == 8.0
+    assert float(study.abssl_truth(3.0, rec(80.0, sent=60))) == pytest.approx(3.0 - 20.0)
+    assert float(study.abssl_truth(-2.0, rec(80.0, sent=80))) == -2.0
+    # and its step moves the buffer by the prediction, at most 10 packets
+    p0 = study.abssl_init(jax.random.PRNGKey(0))
+    big = jax.tree.map(lambda x: x * 0, p0)
+    big["params"]["Dense_0"]["bias"] = jnp.asarray([5.0])  # the output layer: 10 x 5 packets, clipped to 10
+    new, y = study.abssl_step(big, jnp.asarray(40.0), jnp.zeros((25,)))
+    assert float(y) == 10.0 and float(new) == 30.0
+    # RED and CoDel are the switch's own AQMs in front of a 100-packet drop-tail
+    assert B["red-r0.1"][0]["policy"] == "red" and B["codel-5ms"][0]["policy"] == "codel"
+    assert study.family_of("bdp-resize-sqrt") == "bdp-resize-sqrt" and study.family_of("fix-20") == "fix"
+    assert study.family_of("cocoa-0.5") == "cocoa" and study.family_of("red-r0.05") == "red"
+    # a trace started 25 s into its period: the same rates, shifted
+    s0 = study.trace("wifi")
+    s25 = study.rotated(s0, 25.0)
+    t = np.linspace(0, 59.99, 997)
+    np.testing.assert_array_equal(s25.rate_at(t), s0.rate_at(t + 25.0))
+    assert s25.rows <= study.MAX_ROWS and study.offset_of(2003) == 50.0
+
+
+def test_the_study_keeps_its_seeds_and_traces_apart():
+    from rlbm_jax.abs import study
+
+    assert not set(study.SELECTION_SEEDS) & set(study.TEST_SEEDS)
+    assert max(study.SELECTION_SEEDS) < min(study.TEST_SEEDS) and min(study.SELECTION_SEEDS) >= 100
+    assert not set(study.TRAIN_TRACES) & set(study.TEST_TRACES)
+    assert "wifi-s2" not in study.TRAIN_TRACES  # the shipped wifi trace (seed 2) is a test trace
+    with pytest.raises(ValueError, match="trace 'nope'"):
+        study.trace("nope")
+    with pytest.raises(ValueError, match="needs a trace"):
+        scenarios.kw("abs-env2-trace", capacity_schedule="none")
+
+
+def test_the_cli_trains_exports_and_evaluates(tmp_path):
+    import json
+
+    from rlbm_jax.cli import abs as abs_cli
+
+    run = tmp_path / "run"
+    assert abs_cli.main(["train", "--run-dir", str(run), "--num-seeds", "2", "--num-envs", "4", "--num-steps", "4",
+                         "--updates", "1", "--episode-s", "0.5", "--traces", "wifi-s10", "--tcp", "newreno"]) == 0
+    assert abs_cli.main(["train", "--run-dir", str(run), "--traces", "wifi"]) == 2  # a test trace
+    assert abs_cli.main(["export", "--run-dir", str(run)]) == 0
+    assert (run / "policy_seed1.onnx").is_file()
+    assert abs_cli.main(["evaluate", "--run-dir", str(run), "--seconds", "0.6", "--warmup-s", "0.2", "--test-seeds",
+                         "2", "--selection-seeds", "1", "--traces", "step", "--tcp", "newreno", "--baselines",
+                         "fix-10", "--chunk", "2"]) == 0
+    rep = json.loads((run / "results.json").read_text())
+    assert rep["chosen"] == {"fix": "fix-10"} and rep["training_seeds"] == [0, 1]
+    assert rep["test_seeds"] == [2000, 2001] and rep["selection_seeds"] == [1000]
+    assert rep["overall"]["fix-10"]["size_mean_pkts"][0] == 10.0
+    assert 0 <= rep["overall"]["absrl"]["qoe"][0] <= 100 and len(rep["overall"]["absrl"]["per_training_seed"]) == 2
+    assert "QoE" in (run / "RESULTS.md").read_text() and (run / "overall.png").is_file()

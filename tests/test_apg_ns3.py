@@ -59,7 +59,8 @@ def _record(rng, cap):
             "dequeues_pkts": str(int(rng.integers(cap // 2, cap + 1))), "queue_end_pkts": str(int(rng.integers(0, 30))),
             "queue_pkt_s": repr(float(rng.uniform(0, 0.1))), "sink_pkts": "0", "sink_bytes": "0", "rto_count": "0",
             "syn_drops": "0", "flows_done": "0", "slowdown_max": "0", "log_slowdown_sum": "0",
-            "open_log_slowdown_start": "0", "open_log_slowdown_end": "0", "flows": ""}
+            "open_log_slowdown_start": "0", "open_log_slowdown_end": "0", "flows": "",
+            "queue_min_pkts": "0", "capacity_pkts": repr(float(cap))}
 
 
 def test_the_driver_sends_a_continuous_policys_output_as_the_marking_probability(tmp_path):

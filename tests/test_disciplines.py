@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.quick
 def test_the_registry_is_what_policies_params_knobs_and_the_state_read():
     names = disciplines.names()
-    assert names == ("none", "red", "ared", "pie", "codel", "mark", "fq-codel")
+    assert names == ("none", "red", "ared", "pie", "codel", "mark", "fq-codel", "fq")
     assert len({d.key for d in disciplines.DISCIPLINES}) == len(names)
     with pytest.raises(ValueError, match="registered: none, red"):
         disciplines.by_name("sfq")
@@ -103,10 +103,11 @@ def test_the_tick_names_no_discipline_and_the_native_kernel_no_discipline_state(
 def test_flags_leave_the_flow_queue_code_out_without_flow_queues():
     p = make_params(policy="red")
     assert p.flow_queue_capacity_pkts == 0 and disciplines.owners(p) == []
-    for name in ("owns_departure", "takes_every_arrival", "syn_skips_queue"):
+    for name in ("owns_departure", "takes_every_arrival", "syn_skips_queue", "caps_flows"):
         assert disciplines.flag(p, buffer.aqm_id(p), name) is False
     q = make_params(policy="fq-codel", num_classes=1)
-    assert [d.name for _, d in disciplines.owners(q)] == ["fq-codel"]
+    assert [d.name for _, d in disciplines.owners(q)] == ["fq-codel", "fq"]  # both run on the per-flow queues
+    assert not bool(disciplines.flag(q, buffer.aqm_id(q), "caps_flows"))
     assert bool(disciplines.flag(q, buffer.aqm_id(q), "owns_departure"))
     r = q.replace(policy_id=jnp.asarray(buffer.POLICY_NAMES.index("codel"), jnp.int32))
     assert not bool(disciplines.flag(r, buffer.aqm_id(r), "owns_departure"))

@@ -26,6 +26,7 @@ SKIP_DEST = {"help", "version", "print_config"}
 
 POLICY = str(ROOT / "results/train_default/policy")
 QP_RUN = str(ROOT / "results/queuepilot")
+ABS_RUN = str(ROOT / "results/abs")
 
 # the arguments every invocation of a script (or subcommand) starts from
 BASE_ARGV = {
@@ -34,6 +35,9 @@ BASE_ARGV = {
     ("queuepilot", ("export",)): ["--run-dir", QP_RUN],
     ("queuepilot", ("ns3",)): ["--run-dir", QP_RUN],
     ("queuepilot", ("evaluate",)): ["--run-dir", QP_RUN],
+    ("abs", ("evaluate",)): ["--run-dir", ABS_RUN],
+    ("abs", ("export",)): ["--run-dir", ABS_RUN],
+    ("abs", ("ns3",)): ["--run-dir", ABS_RUN],
 }
 
 # values that the parser's type and default cannot give: (script, subcommand, dest) -> argv tokens
@@ -66,6 +70,23 @@ SAMPLES = {
     ("queuepilot", ("ns3",), "configs"): ["10:20:newreno"],  # N:RTT_MS:TCP
     ("queuepilot", ("ns3",), "variants"): ["pie-5ms"],  # a name of queuepilot.study.baseline_variants
     ("train_apg", (), "eval_seeds"): ["2"],  # at most len(TEST_SEEDS)
+    ("lfq", ("train",), "alpha"): ["10"],
+    ("lfq", ("evaluate",), "test_seeds"): ["1"],  # at most len(lfq.study.TEST_SEEDS)
+    ("lfq", ("evaluate",), "out_dir"): ["out"],
+    ("bench_lfq", (), "json"): ["out.json"],
+    ("abs", ("evaluate",), "run_dir"): [str(ROOT / "results/abs/../abs")],
+    ("abs", ("export",), "run_dir"): [str(ROOT / "results/abs/../abs")],
+    ("abs", ("ns3",), "run_dir"): [str(ROOT / "results/abs/../abs")],
+    ("abs", ("train",), "traces"): ["wifi-s1"],  # names of abs.study's traces
+    ("abs", ("evaluate",), "traces"): ["wifi"],
+    ("abs", ("ns3",), "traces"): ["step"],
+    ("abs", ("ns3",), "tcp"): ["cubic"],
+    ("abs", ("evaluate",), "out_dir"): ["out"],
+    ("abs", ("ns3",), "out_dir"): ["out"],
+    ("abs", ("evaluate",), "test_seeds"): ["2"],  # at most len(abs.study.TEST_SEEDS)
+    ("abs", ("evaluate",), "selection_seeds"): ["2"],  # at most len(abs.study.SELECTION_SEEDS)
+    ("abs", ("evaluate",), "baselines"): ["fix-10"],
+    ("abs", ("ns3",), "baselines"): ["fix-10"],
     ("tune_aqm", (), "grid"): ["max_p=0.2,0.4"],  # AXIS=V,V,... of the knob's grid
     ("tune_aqm", (), "tcp"): ["cubic"],  # a TCP the fluid model implements
 }

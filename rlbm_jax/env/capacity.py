@@ -491,8 +491,10 @@ def offered_pkts(t, tick_s, params):
 
 
 def serve(credit_pkts, t, tick_s, params):
-    """The link's packet slots this tick and the credit it carries: (slots [] int32 <=
-    pkts_per_tick, credit [] float32 in [0, 1])."""
-    avail = credit_pkts + offered_pkts(t, tick_s, params)
+    """The link's packet slots this tick, the credit it carries and what the schedule
+    offered over the tick: (slots [] int32 <= pkts_per_tick, credit [] float32 in [0, 1],
+    offered [] float32, `offered_pkts`)."""
+    offered = offered_pkts(t, tick_s, params)
+    avail = credit_pkts + offered
     slots = jnp.minimum(jnp.floor(avail), params.pkts_per_tick)
-    return slots.astype(jnp.int32), jnp.clip(avail - slots, 0.0, 1.0)
+    return slots.astype(jnp.int32), jnp.clip(avail - slots, 0.0, 1.0), offered

@@ -92,8 +92,11 @@ def _completions(prev: fluid.FluidState, st: fluid.FluidState, params, log_size:
                 flows_logged=logged.astype(dt), flows_overflow=(n - logged).astype(dt))
 
 
-def interval_record(prev: fluid.FluidState, st: fluid.FluidState, params, log_size: int) -> mx.Interval:
-    """The interval record of the stretch between the states `prev` and `st` (P = 1)."""
+def interval_record(prev: fluid.FluidState, st: fluid.FluidState, params, log_size: int,
+                    dt_s: float = 0.0) -> mx.Interval:
+    """The interval record of the stretch between the states `prev` and `st` (P = 1), `dt_s`
+    the Euler step (the stretch lasts (st.step - prev.step) x dt_s: its `capacity_pkts` is
+    the constant rate's packets over it)."""
     a, before = st.tot, prev.tot
     one = lambda x: jnp.reshape(x, (1,))
     delivered = a.delivered - before.delivered
@@ -102,10 +105,15 @@ def interval_record(prev: fluid.FluidState, st: fluid.FluidState, params, log_si
     rec = mx.Interval(
         arrivals_pkts=one(a.arrived - before.arrived), drops_pkts=one(a.dropped - before.dropped),
         marks_pkts=one(a.marked - before.marked), dequeues_pkts=one(delivered), queue_end_pkts=one(st.q),
-        queue_pkt_s=one(a.queue_s - before.queue_s), sink_pkts=delivered, sink_bytes=delivered * params.mss_bytes,
+        queue_pkt_s=one(a.queue_s - before.queue_s),
+        queue_min_pkts=one(jnp.minimum(prev.q, st.q)),  # the smaller end: the model keeps no minimum within
+        sink_pkts=delivered, sink_bytes=delivered * params.mss_bytes,
         rto_count=z, syn_drops=z, flows_done=one(z), slowdown_max=one(z), log_slowdown_sum=one(z),
         open_log_slowdown_start=one(z), open_log_slowdown_end=one(z),
-        flows=jnp.zeros((log_size, len(mx.FLOW_FIELDS)), delivered.dtype), flows_logged=z, flows_overflow=z)
+        flows=jnp.zeros((log_size, len(mx.FLOW_FIELDS)), delivered.dtype), flows_logged=z, flows_overflow=z,
+        # the fluid model's link runs at its constant rate: what it offered over the stretch
+        capacity_pkts=((st.step - prev.step).astype(jnp.float32) * dt_s * params.bottleneck_rate_bps
+                       / params.data_pkt_bits).astype(jnp.float32))
     return rec.replace(**flows) if flows else rec
 
 
@@ -170,7 +178,7 @@ class FluidEnv(FormulationEnv):
         return tuple(jax.eval_shape(lambda: self.formulation.knobs(act, rec, p)))
 
     def _record(self, prev, st, params):
-        return interval_record(prev, st, params.sim, self.log_size)
+        return interval_record(prev, st, params.sim, self.log_size, self.config.dt_s)
 
     @property
     def name(self) -> str:

@@ -88,6 +88,9 @@ class Interval:
     dequeues_pkts: jnp.ndarray  # [P] sent on the bottleneck wire
     queue_end_pkts: jnp.ndarray  # [P] each class's queue at the interval's end
     queue_pkt_s: jnp.ndarray  # [P] time integral of each class's queue (packets x seconds)
+    # [P] each class's smallest queue in the interval (its queue at the start included; the
+    # simulator's as each tick leaves it, ns-3's at every departure): the standing queue
+    queue_min_pkts: jnp.ndarray
     sink_pkts: jnp.ndarray  # [] distinct data packets that reached the sink
     sink_bytes: jnp.ndarray  # [] their payload bytes
     rto_count: jnp.ndarray  # [] retransmission timeouts
@@ -100,15 +103,21 @@ class Interval:
     flows: jnp.ndarray  # [M, 3] (size_bytes, cls, slowdown) of the first M flows finished
     flows_logged: jnp.ndarray  # [] rows of `flows` written (<= M)
     flows_overflow: jnp.ndarray  # [] finished flows beyond M (in the sums above, not in `flows`)
+    # [] float: the data packets the bottleneck could have sent in the interval, the integral
+    # of its rate over the interval / a data packet's bits: pkts_per_tick a tick at a
+    # constant rate, the schedule's integral under a capacity schedule (what the link
+    # offered, used or not; ns-3 writes the same integral)
+    capacity_pkts: jnp.ndarray
 
 
 # the record's fields in order, with their shape: "P" per class, "" scalar, "flows" [M, 3]
 INTERVAL_FIELDS = (("arrivals_pkts", "P"), ("drops_pkts", "P"), ("marks_pkts", "P"), ("dequeues_pkts", "P"), ("queue_end_pkts", "P"),
-                   ("queue_pkt_s", "P"), ("sink_pkts", ""), ("sink_bytes", ""), ("rto_count", ""),
+                   ("queue_pkt_s", "P"), ("queue_min_pkts", "P"), ("sink_pkts", ""), ("sink_bytes", ""), ("rto_count", ""),
                    ("syn_drops", ""), ("flows_done", "P"), ("slowdown_max", "P"), ("log_slowdown_sum", "P"),
                    ("open_log_slowdown_start", "P"), ("open_log_slowdown_end", "P"), ("flows", "flows"),
-                   ("flows_logged", ""), ("flows_overflow", ""))
-INTERVAL_INT_FIELDS = ("arrivals_pkts", "drops_pkts", "marks_pkts", "dequeues_pkts", "queue_end_pkts", "sink_pkts", "rto_count",
+                   ("flows_logged", ""), ("flows_overflow", ""), ("capacity_pkts", ""))
+INTERVAL_INT_FIELDS = ("arrivals_pkts", "drops_pkts", "marks_pkts", "dequeues_pkts", "queue_end_pkts",
+                       "queue_min_pkts", "sink_pkts", "rto_count",
                        "syn_drops", "flows_done", "flows_logged", "flows_overflow")
 FLOW_FIELDS = ("size_bytes", "cls", "slowdown")
 
@@ -118,9 +127,11 @@ def init_interval(num_classes: int, log_size: int = 16) -> Interval:
     zi, zf = jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)
     pi, pf = jnp.zeros((num_classes,), jnp.int32), jnp.zeros((num_classes,), jnp.float32)
     return Interval(arrivals_pkts=pi, drops_pkts=pi, marks_pkts=pi, dequeues_pkts=pi, queue_end_pkts=pi, queue_pkt_s=pf,
+                    queue_min_pkts=pi,
                     sink_pkts=zi, sink_bytes=zf, rto_count=zi, syn_drops=zi, flows_done=pi, slowdown_max=pf,
                     log_slowdown_sum=pf, open_log_slowdown_start=pf, open_log_slowdown_end=pf,
-                    flows=jnp.zeros((log_size, len(FLOW_FIELDS)), jnp.float32), flows_logged=zi, flows_overflow=zi)
+                    flows=jnp.zeros((log_size, len(FLOW_FIELDS)), jnp.float32), flows_logged=zi, flows_overflow=zi,
+                    capacity_pkts=zf)
 
 
 def open_log_slowdown(active, done_sink, cls, start_s, size_bytes, now_s, params):

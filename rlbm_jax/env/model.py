@@ -306,6 +306,9 @@ PARAMS: tuple[Param, ...] = (
           "before a drop (s)", **POS),
     Param("fq_quantum_bytes", "aqm", "int", 1500, "FQ-CoDel: deficit round robin quantum, at least one data packet "
           "(MSS + 52)", lo=1),
+    Param("fq_flow_cap_pkts", "aqm", "float", 100.0, "fq (the plain fair queue): each flow's queue cap in packets "
+          "(drop-tail per flow; Linux fq's flow_limit, 100); the knob flow_cap_pkts sets it per flow at run time",
+          lo=1.0, ns3=""),
     Param("flow_queue_capacity_pkts", "aqm", "int", None, "ring size of each per-flow queue (static)", lo=0,
           static=True, derived="buffer_pkts + 1 for a policy with per-flow queues, else 0", ns3=""),
     # ---- traffic -------------------------------------------------------------------------------

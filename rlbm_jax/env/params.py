@@ -103,6 +103,7 @@ class SimParams:
     codel_target_s: jnp.ndarray  # [] CoDel: acceptable standing sojourn time
     codel_interval_s: jnp.ndarray  # [] ... window the sojourn must stay above target before a drop
     fq_quantum_bytes: jnp.ndarray  # [] FQ-CoDel: deficit round robin quantum (ns-3: the device MTU, 1500)
+    fq_flow_cap_pkts: jnp.ndarray  # [] fq: each flow's queue cap (packets) until an agent sets one (knob flow_cap_pkts)
     # ---- traffic ---------------------------------------------------------
     arrival_id: jnp.ndarray  # [] 0: lambda = load*C/(8E[size]); 1: thesis code
     load: jnp.ndarray  # [] offered load as a fraction of bottleneck capacity

@@ -95,8 +95,10 @@ class EnvParams(environment.EnvParams):
 
 
 def make_env_params(sim_params: SimParams | None = None, *, agent_interval_s: float = 0.1,
-                    episode_s: float = 60.0, flows_scale: float = 10.0) -> EnvParams:
-    """EnvParams for a simulator configuration (default: the thesis scenario, "rl" policy)."""
+                    episode_s: float = 60.0, flows_scale: float = 10.0, ticks_per_step: int = 0) -> EnvParams:
+    """EnvParams for a simulator configuration (default: the thesis scenario, "rl" policy).
+    `ticks_per_step` > 0 fixes the interval in ticks (then `agent_interval_s` is unused and
+    the episode is `episode_s` at the batch's longest tick)."""
     if sim_params is None:
         sim_params = thesis_params(policy="rl")
     if not agent_interval_s > 0:
@@ -106,7 +108,11 @@ def make_env_params(sim_params: SimParams | None = None, *, agent_interval_s: fl
     if not flows_scale > 0:
         raise ValueError(f"flows_scale must be positive, got {flows_scale!r}")
     tick_s = float(np.max(np.asarray(sim_params.tick_s)))
-    ticks = max(1, int(round(agent_interval_s / tick_s)))
+    if isinstance(ticks_per_step, bool) or not isinstance(ticks_per_step, (int, np.integer)) or ticks_per_step < 0:
+        raise ValueError(f"ticks_per_step must be a whole number >= 0, got {ticks_per_step!r}")
+    if ticks_per_step:
+        agent_interval_s = ticks_per_step * tick_s
+    ticks = int(ticks_per_step) or max(1, int(round(agent_interval_s / tick_s)))
     return EnvParams(sim=sim_params, flows_scale=flows_scale,
                      max_steps_in_episode=int(round(episode_s / (ticks * tick_s))), ticks_per_step=ticks)
 
@@ -204,13 +210,15 @@ class RLBMEnv(FormulationEnv):
         action, state, params = no_gradient((action, state, params))
         f = self.formulation
         # the action answers the record of the interval that just ended (still in the state)
-        s = sim.apply_knobs(state.sim, f.knobs(action, state.sim.interval, params))
+        knobs = f.knobs(action, state.sim.interval, params)
+        s = sim.apply_knobs(state.sim, knobs)
         s = sim.open_interval(s, params.sim)
         s, _ = backends.run(s, params.sim, params.ticks_per_step, backend=self.backend)
         s = sim.close_interval(s, params.sim)
         new = EnvState(sim=s, time=(state.time + 1).astype(jnp.int32))
         if f.window > 1:
-            new = WindowedEnvState(sim=s, time=new.time, obs_window=f.next_window(state.obs_window, s.interval, params))
+            window = f.next_window(state.obs_window, s.interval, params, knobs)
+            new = WindowedEnvState(sim=s, time=new.time, obs_window=window)
         reward, parts = f.reward_of(s.interval, params)
         info = {**interval_info(s.interval, params), **parts}
         return self.get_obs(new, params), new, reward, jnp.asarray(False), info

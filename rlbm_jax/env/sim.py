@@ -259,6 +259,9 @@ class Clock(NamedTuple):
     # under a capacity schedule (else pkts_per_tick and the state's credit, untouched):
     service_pkts: object = None  # [] int32 the link's packet slots this tick (`service_pkts`)
     link_credit: object = None  # [] float32 the departure credit it carries into the next tick
+    # [] float32 the data packets the link could send in this tick: the schedule's integral of
+    # the rate over the tick (`capacity.offered_pkts`), else pkts_per_tick
+    offered_pkts: object = None
 
 
 def clock(state: SimState, params: SimParams) -> Clock:
@@ -268,10 +271,11 @@ def clock(state: SimState, params: SimParams) -> Clock:
     tick_s = params.tick_s
     if not params.has_capacity_schedule:
         return Clock(t=state.tick, tick_s=tick_s, now_s=state.tick.astype(jnp.float32) * tick_s,
-                     service_pkts=params.pkts_per_tick, link_credit=state.link_credit)
-    slots, credit = capacity.serve(state.link_credit, state.tick, tick_s, params)
+                     service_pkts=params.pkts_per_tick, link_credit=state.link_credit,
+                     offered_pkts=jnp.asarray(params.pkts_per_tick, jnp.float32))
+    slots, credit, offered = capacity.serve(state.link_credit, state.tick, tick_s, params)
     return Clock(t=state.tick, tick_s=tick_s, now_s=state.tick.astype(jnp.float32) * tick_s, service_pkts=slots,
-                 link_credit=credit)
+                 link_credit=credit, offered_pkts=offered)
 
 
 class Sink(NamedTuple):
@@ -502,6 +506,19 @@ def _aqm_at_enqueue(state: SimState, clk: Clock, fl: tcp.FlowState, tx: Transmit
     return s, drops, jnp.where(h.forced, 0, marks), jnp.where(syn_ect, 0.0, hits.syn_p)
 
 
+def _flow_capped(state: SimState, slots, adm, params: SimParams):
+    """adm [E] cut to the room each event flow's queue has under the discipline's per-flow
+    cap (`Discipline.flow_room`); entries naming the same slot (a slot that ended and
+    restarted within the tick) take its room in entry order."""
+    n = state.flowq.pkts.shape[0]
+    e = adm.shape[0]
+    room = disciplines.flow_room(state.aqm, _discipline(params), state.flowq.pkts, params)
+    r = jnp.where(slots < n, room[jnp.minimum(slots, n - 1)], 0)
+    same = (slots[None, :] == slots[:, None]) & (jnp.arange(e)[None, :] < jnp.arange(e)[:, None])
+    ahead = jnp.sum(jnp.where(same, adm[None, :], 0), axis=1)
+    return jnp.clip(r - ahead, 0, adm)
+
+
 def _enqueue_arrivals(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx: Transmit, params: SimParams):
     """The event flows' packets reach the switch, this tick's senders in a random cyclic
     order; the discipline drops or marks some (`_aqm_at_enqueue`), each class admits the
@@ -530,6 +547,11 @@ def _enqueue_arrivals(state: SimState, clk: Clock, ev: Events, arr: Arrival, tx:
     every = _flag(params, "takes_every_arrival")  # (FQ-CoDel: it drops from the fattest flow at dequeue)
     adm_c = _where(every, jnp.sum(o_ec, axis=0), adm_c)
     adm = _where(every, offered, adm)
+    caps = _flag(params, "caps_flows")  # (fq: each flow's queue admits up to its cap, the rest drop at the tail)
+    if caps is not False:
+        adm_capped = _flow_capped(state, ev.slots, adm, params)
+        adm = _where(caps, adm_capped, adm)
+        adm_c = _where(caps, jnp.sum(jnp.where(by_cls, adm[:, None], 0), axis=0), adm_c)
     own = _flag(params, "owns_departure")
     has_run = (adm > 0)[:, None] & by_cls
     rank = jnp.sum(jnp.where(by_cls, _rotated_exclusive_cumsum(has_run.astype(jnp.int32), offset), 0), axis=1)
@@ -727,8 +749,10 @@ def _count_interval(iv: mx.Interval, clk: Clock, sink: Sink, fired, adm: Admissi
         marks_pkts=iv.marks_pkts + adm.marks_pkts + dep.marks_pkts,
         dequeues_pkts=iv.dequeues_pkts + dep.served_pkts,
         queue_pkt_s=iv.queue_pkt_s + dep.queue.pkts.astype(jnp.float32) * clk.tick_s,
+        queue_min_pkts=jnp.minimum(iv.queue_min_pkts, dep.queue.pkts),
         sink_pkts=iv.sink_pkts + sink.arrived_pkts - sink.spurious_pkts, sink_bytes=iv.sink_bytes + sink.payload_bytes,
-        rto_count=iv.rto_count + jnp.sum(fired, dtype=jnp.int32), syn_drops=iv.syn_drops + adm.syn_lost)
+        rto_count=iv.rto_count + jnp.sum(fired, dtype=jnp.int32), syn_drops=iv.syn_drops + adm.syn_lost,
+        capacity_pkts=iv.capacity_pkts + clk.offered_pkts)
 
 
 def _drain_rate(state: SimState, clk: Clock, served_pkts, params: SimParams):
@@ -821,9 +845,11 @@ def open_cost(state: SimState, params: SimParams):
 
 
 def open_interval(state: SimState, params: SimParams) -> SimState:
-    """Start an agent interval: an empty record, with the open flows' cost taken now."""
+    """Start an agent interval: an empty record, with the open flows' cost and the queues
+    (the smallest so far) taken now."""
     iv = mx.init_interval(params.num_classes, params.interval_log_size)
-    return state.replace(interval=iv.replace(open_log_slowdown_start=open_cost(state, params)))
+    return state.replace(interval=iv.replace(open_log_slowdown_start=open_cost(state, params),
+                                             queue_min_pkts=state.queue.pkts))
 
 
 def close_interval(state: SimState, params: SimParams) -> SimState:

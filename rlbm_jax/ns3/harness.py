@@ -15,8 +15,13 @@ observation or reward.  Python computes both from the record with the formulatio
 own JAX functions (`records_to_interval`, `score_records`), so ns-3 and the JAX env
 share one definition of every formulation.  `drive` runs the lock-step protocol:
     scenario -> "rec K name=value ..."  (per-class values "v0,v1"; flows "size:class:slowdown;...")
-    driver   -> "class_alpha=a0,a1,..." (policy rl) or "mark_prob=p" (policy rl-mark): the
-                knobs the formulation derives from the action
+    driver   -> "class_alpha=a0,a1,..." (policy rl), "mark_prob=p" (policy rl-mark) or
+                "buffer_size_pkts=n" (policy rl-size): the knobs the formulation derives from
+                the action
+A formulation that observes a window of w intervals (`Formulation.window`) is given the
+last w records' observations, oldest first, kept here as the packet env keeps them: the
+first record's observation in every place, then each record's appended and the oldest
+dropped (`Formulation.first_window`, `next_window`).
 An `Agent` is a stateless policy (an MLP: obs -> action) or a recurrent one (an exported
 LSTM: (obs, h, c) -> (action index, h, c, logits)) whose state is carried from one
 decision to the next within a run and starts at zero in every run.
@@ -51,8 +56,9 @@ BUILD = NS3_DIR / "build.sh"
 SOURCE = NS3_DIR / "rlbm_scenario.cc"
 # record fields the scenario writes (the rest of metrics.INTERVAL_FIELDS follow from `flows`)
 NS3_RECORD_FIELDS = tuple(n for n, _ in mx.INTERVAL_FIELDS if n not in ("flows_logged", "flows_overflow"))
-# knobs the scenario reads back (rl: class_alpha, rl-mark: mark_prob), in the reply's order
-KNOB_ORDER = ("class_alpha", "mark_prob")
+# knobs the scenario reads back (rl: class_alpha, rl-mark: mark_prob, rl-size: buffer_size_pkts), in
+# the reply's order
+KNOB_ORDER = ("class_alpha", "mark_prob", "buffer_size_pkts")
 
 
 def repo_root() -> Path:
@@ -398,6 +404,16 @@ def _observe(formulation, rec, env_params):
 
 
 @functools.partial(jax.jit, static_argnums=0)
+def _first_window(formulation, rec, env_params):
+    return formulation.first_window(rec, env_params)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _next_window(formulation, window, rec, env_params):
+    return formulation.next_window(window, rec, env_params)
+
+
+@functools.partial(jax.jit, static_argnums=0)
 def _knobs(formulation, action, rec, env_params):
     return formulation.knobs(action, rec, env_params)
 
@@ -429,14 +445,12 @@ class Agent:
         """fn(record fields) -> the reply line, for a run of `sim_params` (a recurrent
         policy's state starts here, at zeros, and lives as long as the function)."""
         f, ep = self.formulation, self.env_params.replace(sim=sim_params)
-        if getattr(f, "window", 1) > 1:
-            raise ValueError(f"{f.id} observes a window of {f.window} intervals; the ns-3 driver computes one "
-                             "interval's observation per record and keeps no window")
+        windowed = getattr(f, "window", 1) > 1
         P, M = ep.sim.num_classes, ep.sim.interval_log_size
         space = f.action_space(P)
         width, act_dim = len(f.obs_layout(P)), int(np.prod(space.shape))
         choices = getattr(space, "n", None) if not space.shape else None  # a Discrete space: n indices
-        state = {"hc": self.fn.initial_state(1) if self.recurrent else None}
+        state = {"hc": self.fn.initial_state(1) if self.recurrent else None, "window": None}
 
         def act_of(obs):
             if not self.recurrent:
@@ -447,7 +461,13 @@ class Agent:
 
         def answer(fields: dict) -> str:
             rec = jax.tree.map(lambda x: x[0], records_to_interval([fields], P, M))
-            obs = np.asarray(_observe(f, rec, ep), np.float32)[None]
+            if windowed:  # the last w observations, oldest first, as the packet env keeps them
+                w = state["window"]
+                w = _first_window(f, rec, ep) if w is None else _next_window(f, w, rec, ep)
+                state["window"] = w
+                obs = np.asarray(w, np.float32).reshape(1, -1)
+            else:
+                obs = np.asarray(_observe(f, rec, ep), np.float32)[None]
             act = act_of(obs)
             if choices is not None:
                 ok = (act.shape in ((1,), (1, 1)) and np.issubdtype(act.dtype, np.integer)

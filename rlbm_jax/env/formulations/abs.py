@@ -6,17 +6,19 @@ lowered limit stay, arrivals are refused until the queue is below it).
 Observation, float32 [5 w]: the last w = WINDOW intervals, oldest first (the paper feeds the
 sequence sq_t of the last w states to an LSTM, Sec. III-A and III-B-2; `Formulation.window`,
 the env keeps them), each interval's state s_t = (qDelay, inPackets, throughput, pDelay,
-capacity) of Sec. III-B-2 computed from its record (C = data packets the link carries in
-one interval, at the scenario's constant rate):
+capacity) of Sec. III-B-2 computed from its record (C = the record's capacity_pkts: the
+data packets the link could send in the interval, the integral of its rate over it, so the
+capacity actually offered under a capacity trace; 0 for the record an episode starts from):
     [0] queue_delay_s          average queueing delay (s): the time-average queue over the
-                               interval times one packet's serialisation at the bottleneck
+                               interval over the rate offered (C / the interval; at a constant
+                               rate one packet's serialisation per packet queued)
     [1] enqueued_per_capacity  data packets enqueued (arrived less dropped: a drop-tail
                                queue drops only at arrival) / C
     [2] throughput             data packets sent on the link / C, retransmissions included
                                (the link's utilisation: QoE_throughput, Eq. 8)
     [3] propagation_delay_s    the base RTT (s): every flow's propagation delay here (the
                                paper's pDelay is the flows' measured RTT less qDelay)
-    [4] capacity_mbps          the bottleneck's rate (Mbit/s)
+    [4] capacity_mbps          the capacity offered in the interval (Mbit/s): C's bits / the interval
 Action, `spaces.Discrete(100)`: index i sets the buffer size to i + 1 packets (the paper's
 text says the action "is the buffer size measured by the number of packets", Sec. III-B-2;
 its public code picks one of 100 levels, 1 to 100
@@ -37,6 +39,8 @@ breakpoints, as Eq. 11 writes Env 1's exponent: 22 exp(-3988.6 x) + 0.1).  Env 1
 
 Its scenario is the paper's Env 2 (`scenarios.abs_env2`: 2 long flows, 100 ms RTT) with a
 constant capacity where the paper replays a cellular trace; every 0.1 s, Env 2's interval.
+`ABS-trace-v0` is the same agent on Env 2 with a capacity trace (`scenarios.abs_env2_trace`:
+the shipped wifi trace, 10 Mbit/s peak; `rlbm_jax.abs.study` trains and judges it).
 (On the trace the paper's ABSRL "can hardly converge" and its Table II scores ABSSL there,
 Sec. IV-B-3; ABSRL's own results are Env 1's, Table I and III.)
 """
@@ -47,7 +51,7 @@ import dataclasses
 import jax.numpy as jnp
 from gymnax.environments import spaces
 
-from rlbm_jax.env.formulations.base import Field, Formulation, capacity_pkts, register
+from rlbm_jax.env.formulations.base import Field, Formulation, register
 
 WINDOW = 5  # w, the intervals the agent sees (the paper's text names no value; its public code's)
 SIZE_LEVELS = tuple(float(n) for n in range(1, 101))  # buffer sizes in packets, one per action index
@@ -80,16 +84,26 @@ QOE_DELAY_ENV2 = QoEDelay(a1=-62.5, b1=100.0, a2=-1214.3, b2=192.1, a3=27.4, b3=
 
 
 def interval_state(rec, params) -> dict:
-    """One interval's ABS state and the QoE's inputs from its record (float32 [] each)."""
+    """One interval's ABS state and the QoE's inputs from its record (float32 [] each).  C is
+    the record's `capacity_pkts`, the data packets the link could send in the interval (the
+    integral of its rate: constant, or a capacity schedule's); an interval that offered
+    nothing (an outage, or the empty record an episode starts from) has C = 0 and its
+    ratios are 0 (nothing enqueued or sent over nothing offered: QoE 0).  The queueing delay
+    is the time-average queue over the rate the link offered in the interval (C / its
+    length; at a constant rate one packet's serialisation per queued packet), the link's
+    peak rate where C = 0."""
     sim = params.sim
-    cap = capacity_pkts(params)
     interval_s = params.ticks_per_step * sim.tick_s
+    cap = jnp.asarray(rec.capacity_pkts, jnp.float32)
+    per_cap = lambda x: jnp.where(cap > 0, x / jnp.maximum(cap, 1e-6), 0.0)
     q_avg = jnp.sum(rec.queue_pkt_s) / interval_s
     enq = jnp.sum(rec.arrivals_pkts - rec.drops_pkts).astype(jnp.float32)
-    return {"queue_delay_s": q_avg * sim.data_pkt_bits / sim.bottleneck_rate_bps,
-            "enqueued_per_capacity": enq / cap, "throughput": jnp.sum(rec.dequeues_pkts) / cap,
+    # the average queue over the average rate the link offered (its constant rate, or a trace's)
+    delay = jnp.where(cap > 0, q_avg * interval_s / jnp.maximum(cap, 1e-6), q_avg * sim.data_pkt_bits / sim.bottleneck_rate_bps)
+    return {"queue_delay_s": delay,
+            "enqueued_per_capacity": per_cap(enq), "throughput": per_cap(jnp.sum(rec.dequeues_pkts)),
             "propagation_delay_s": jnp.asarray(sim.base_rtt_s, jnp.float32),
-            "capacity_mbps": jnp.asarray(sim.bottleneck_rate_bps / 1e6, jnp.float32)}
+            "capacity_mbps": (cap * sim.data_pkt_bits / interval_s / 1e6).astype(jnp.float32)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,3 +168,12 @@ ABS = register(Formulation(
     "intervals of queueing delay, enqueued packets, throughput, propagation delay and capacity, reward the paper's "
     "QoE (Env 2)", ABSObservation(), BufferSize(), QoEReward(), scenario="abs-env2", agent_interval_s=0.1,
     window=WINDOW))
+
+# the same agent on Env 2's capacity trace (scenario abs-env2-trace: the shipped wifi trace,
+# 10 Mbit/s peak): the observation's capacity and the QoE's throughput are against the capacity
+# the trace offered in each interval (the record's capacity_pkts)
+ABS_TRACE = register(Formulation(
+    "ABS-trace-v0", "ABS (ABSRL) on a capacity trace (Env 2: the bottleneck's rate follows the shipped wifi "
+    "trace): the drop-tail buffer size every 0.1 s, a window of 5 intervals, reward the paper's QoE (Env 2) "
+    "against the capacity offered", ABSObservation(), BufferSize(), QoEReward(), scenario="abs-env2-trace",
+    agent_interval_s=0.1, window=WINDOW))

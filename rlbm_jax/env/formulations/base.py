@@ -13,6 +13,11 @@ evaluators and the ns-3 lock-step driver compute the same numbers with the same 
 A formulation whose agent sees several intervals (`window` w > 1, ABS's) observes the
 last w intervals' observations, oldest first: the env keeps them (`RLBMEnv`), and the
 layout names each entry with its lag (`name_lag{k}`, k intervals before the last).
+An observation may keep its own carry in place of a window of past observations (LFQ's
+exponentially weighted averages): it defines `first_window(rec, params, knobs)`,
+`next_window(carry, rec, params, knobs)` (knobs: the switch's knobs in force over the
+interval, None before an agent set any) and `window_fields(P)` (the carry's entries in
+order), and the formulation's `window` is the carry's row count.
 A new formulation is one module that builds a `Formulation` and calls `register`.
 """
 from __future__ import annotations
@@ -56,10 +61,16 @@ class Formulation:
     scenario: str = "thesis"  # the scenario `rlbm_jax.make` builds unless told another (`rlbm_jax.scenarios`)
     agent_interval_s: float = 0.1  # the agent's step `rlbm_jax.make` uses unless told another
     window: int = 1  # the agent observes the last `window` intervals (oldest first); 1: the last one
+    # an interval of this many ticks whatever the tick's length (LFQ: 10 of the link's packet
+    # slots at any rate); 0: `agent_interval_s` seconds
+    ticks_per_step: int = 0
 
     def __post_init__(self):
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
             raise ValueError(f"formulation {self.id}: window must be a whole number >= 1, got {self.window!r}")
+        if isinstance(self.ticks_per_step, bool) or not isinstance(self.ticks_per_step, int) or self.ticks_per_step < 0:
+            raise ValueError(f"formulation {self.id}: ticks_per_step must be a whole number >= 0, got "
+                             f"{self.ticks_per_step!r}")
 
     def step_fields(self, num_classes: int) -> tuple:
         """The entries of one interval's observation (`observe`)."""
@@ -69,6 +80,8 @@ class Formulation:
         """The entries of what the agent sees: one interval's (`step_fields`), or with a
         window each of them for every interval of it, oldest first (`name_lag{k}`: k
         intervals before the last)."""
+        if hasattr(self.observation, "window_fields"):
+            return tuple(self.observation.window_fields(num_classes))
         step = self.step_fields(num_classes)
         if self.window == 1:
             return step
@@ -83,15 +96,21 @@ class Formulation:
         """One interval's observation, float32 [len(step_fields)]."""
         return self.observation(rec, params).astype(jnp.float32)
 
-    def first_window(self, rec, params):
+    def first_window(self, rec, params, knobs=None):
         """The window at an episode's start, float32 [window, D]: the first record's
-        observation in every place (as if it had lasted the whole window)."""
+        observation in every place (as if it had lasted the whole window); an observation
+        that keeps its own carry builds it (`observation.first_window`)."""
+        if hasattr(self.observation, "first_window"):
+            return self.observation.first_window(rec, params, knobs).astype(jnp.float32)
         obs = self.observe(rec, params)
         return jnp.broadcast_to(obs, (self.window,) + obs.shape)
 
-    def next_window(self, window, rec, params):
+    def next_window(self, window, rec, params, knobs=None):
         """The window [window, D] with the interval that just ended (its record) appended
-        and the oldest dropped."""
+        and the oldest dropped, or the observation's own carry moved on by the interval
+        (`observation.next_window`, knobs: those in force over it)."""
+        if hasattr(self.observation, "next_window"):
+            return self.observation.next_window(window, rec, params, knobs).astype(jnp.float32)
         return jnp.concatenate([window[1:], self.observe(rec, params)[None]], axis=0)
 
     def action_space(self, num_classes: int):

@@ -31,8 +31,10 @@ FLOW_TERMS = ("worst", "finished", "accrued")
 
 
 def capacity_pkts(params) -> int:
-    """Data packets the bottleneck carries in one agent interval (a Python int: both
-    factors are static)."""
+    """Data packets the bottleneck carries in one agent interval at its (peak) rate (a Python
+    int: both factors are static).  The rewards here scale by it; under a capacity schedule
+    the capacity actually offered in an interval is the record's `capacity_pkts`
+    (`metrics.Interval`), which ABS's formulation reads instead."""
     return params.ticks_per_step * params.sim.pkts_per_tick
 
 

@@ -122,6 +122,9 @@ _REGISTRY: list[Policy] = [
     # the droptail limit with a marker whose probability the agent sets (knob `mark_prob`)
     Policy("rl-mark", _droptail, (1.0,), "mark"),
     Policy("fq-codel", _droptail, (1.0,), "fq-codel"),
+    # the plain fair queue with a drop-tail cap per flow (fq_flow_cap_pkts; an agent's knob
+    # flow_cap_pkts: LFQ)
+    Policy("fq", _droptail, (1.0,), "fq"),
     # drop-tail at a size the agent sets (knob `buffer_size_pkts`; ABS)
     Policy("rl-size", _rl_size, (1.0,), knobs=("buffer_size_pkts",)),
 ]

@@ -29,7 +29,14 @@
 // capped by its FIFO.  With --policy=rl-mark the knob line is "mark_prob=p": from then
 // on every admitted ECT packet is CE-marked with probability p (its own random stream),
 // non-ECT packets are untouched; --mark_prob sets p before the first answer (or for the
-// whole run without an agent).
+// whole run without an agent).  With --policy=rl-size the knob line is
+// "buffer_size_pkts=n" (one value, or one per class): class c admits while its queue is
+// below floor(n) clipped to [1, its FIFO cap], checked at each arrival (packets queued above
+// a lowered limit stay and leave as served; no QueueDisc::SetMaxSize, which aborts below the
+// occupancy); until the first answer (or without an agent) the limit is the FIFO cap.
+// Every record also carries capacity_pkts: the data packets the bottleneck could send in
+// the interval, the integral of its rate (constant, or --capacity_in's schedule) over the
+// interval divided by a data packet's bits.
 //
 // Capacity: with --capacity_in (a CSV of time_s,rate_bps rows, rlbm_jax's capacity
 // schedule) the bottleneck device's DataRate is set to each row's rate at its time
@@ -176,6 +183,7 @@ const std::map<std::string, std::vector<double>> kPolicyAlpha = {
     {"abm", {1.0, 1.0}},
     {"rl", {1.0}}, // the agent's action before its first decision (RLBMEnv's reset state)
     {"rl-mark", {1.0}}, // droptail limits; the agent sets the marking probability
+    {"rl-size", {1.0}}, // drop-tail at a limit the agent sets (the FIFO cap until it does)
     {"red", {1.0}}, // ns-3's AQM queue discs: one class, no alphas
     {"ared", {1.0}},
     {"pie", {1.0}},
@@ -335,7 +343,8 @@ Options DeclareOptions() {
     o.Add("buffer_pkts", "0", "shared buffer size B in packets (0 = sum of the class caps)");
     o.Add("policy", "sb-naive",
           "buffer policy: droptail, sb-naive, sb-sophisticated, dt, abm, rl, rl-mark (droptail limits, every "
-          "admitted ECT packet CE-marked with probability mark_prob; needs ecn); or one of ns-3's own queue discs "
+          "admitted ECT packet CE-marked with probability mark_prob; needs ecn), rl-size (drop-tail at the limit "
+          "an agent sets, buffer_size_pkts); or one of ns-3's own queue discs "
           "(one class, MaxSize = buffer_pkts): red, ared (RED with adaptive max_p), pie, codel, fq-codel");
     o.Add("mark_prob", "0", "rl-mark: marking probability in [0, 1] before the agent's first answer (without an "
                             "agent: for the whole run)");
@@ -406,8 +415,8 @@ Options DeclareOptions() {
     o.Add("agent_interval_s", "0",
           "agent interval (s): the interval record (rlbm_jax metrics.Interval) at every k * agent_interval_s "
           "(0 = off)");
-    o.Add("agent", "", "rl, rl-mark: 'stdio' = record lines out on stdout, knob lines in on stdin (rl: "
-                       "class_alpha=a0,a1,...; rl-mark: mark_prob=p), in lock-step");
+    o.Add("agent", "", "rl, rl-mark, rl-size: 'stdio' = record lines out on stdout, knob lines in on stdin (rl: "
+                       "class_alpha=a0,a1,...; rl-mark: mark_prob=p; rl-size: buffer_size_pkts=n), in lock-step");
     o.Add("intervals_out", "", "per-interval CSV: the interval record and the alphas in effect (rl-mark: and the "
                                "marking probability)");
     return o;
@@ -511,7 +520,7 @@ Params ParseCommandLine(int argc, char* argv[]) {
         }
     }
     c.policy = OneOf("policy", o["policy"], {"droptail", "sb-naive", "sb-sophisticated", "dt", "abm", "rl", "rl-mark",
-                                             "red", "ared", "pie", "codel", "fq-codel"});
+                                             "rl-size", "red", "ared", "pie", "codel", "fq-codel"});
     c.markProb = ToFinite("mark_prob", o["mark_prob"], 0, false);
     if (c.markProb > 1) BadParameter("mark_prob", "must be a probability in [0, 1], got " + o["mark_prob"]);
     if (IsAqm(c.policy) && c.numClasses != 1) {
@@ -635,8 +644,9 @@ Params ParseCommandLine(int argc, char* argv[]) {
         BadParameter("policy", "rl takes its alphas from an agent: add --agent=stdio and --agent_interval_s");
     }
     if (!c.agent.empty()) {
-        if (c.policy != "rl" && c.policy != "rl-mark") {
-            BadParameter("agent", "an agent sets the knobs of --policy=rl (thresholds) or rl-mark (marking) only");
+        if (c.policy != "rl" && c.policy != "rl-mark" && c.policy != "rl-size") {
+            BadParameter("agent", "an agent sets the knobs of --policy=rl (thresholds), rl-mark (marking) or "
+                                  "rl-size (the drop-tail limit) only");
         }
         if (c.agentIntervalS == 0) BadParameter("agent_interval_s", "the agent needs a positive interval");
         if (c.out == "-") BadParameter("out", "stdout carries the agent's observations: give a report path");
@@ -805,6 +815,7 @@ struct BufferStats {
 struct IntervalCounts {
     std::vector<uint64_t> arrivals, drops, marks, dequeues; // [P] data segments
     std::vector<double> queuePktS;                          // [P] integral of the class length (packet s)
+    std::vector<uint32_t> queueMin;                         // [P] smallest class length (the start's included)
     uint64_t synDrops = 0;
 };
 
@@ -921,6 +932,7 @@ class PortMeter {
         AccountInterval(Simulator::Now().GetSeconds());
         --m_len[c];
         --m_total;
+        if (c < m_interval.queueMin.size()) m_interval.queueMin[c] = std::min(m_interval.queueMin[c], m_len[c]);
     }
 
     /// A packet of class c handed to the link; `undo` takes the count back (a packet that
@@ -1001,6 +1013,8 @@ class PortMeter {
         m_interval.marks.assign(p, 0);
         m_interval.dequeues.assign(p, 0);
         m_interval.queuePktS.assign(p, 0.0);
+        m_interval.queueMin.assign(m_len.begin(), m_len.end());
+        m_interval.queueMin.resize(p, 0);
         m_interval.synDrops = 0;
     }
 
@@ -1020,6 +1034,7 @@ enum class Policy {
     DynamicThresholds,
     Abm,
     Rl, // alpha_c * beta_c * (B - Q), alpha set by an agent every interval
+    RlSize, // drop-tail at floor(size_c), size set by an agent, clipped to [1, the FIFO cap]
 };
 
 struct BufferConfig {
@@ -1081,6 +1096,10 @@ class RlbmBufferQueueDisc : public QueueDisc {
     /// The agent's per-class alphas (rl), applied from the next arriving packet on.
     void SetAlpha(const std::vector<double>& alpha) { m_cfg.alpha = alpha; }
     const std::vector<double>& GetAlpha() const { return m_cfg.alpha; }
+
+    /// The agent's drop-tail limit per class (rl-size), applied from the next arriving packet on.
+    void SetSize(const std::vector<double>& size) { m_size = size; }
+    const std::vector<double>& GetSize() const { return m_size; }
 
     /// The marker's probability (rl-mark), applied from the next arriving packet on.
     void SetMarkProb(double p) { m_cfg.markProb = p; }
@@ -1179,6 +1198,9 @@ class RlbmBufferQueueDisc : public QueueDisc {
         case Policy::Rl:
             thr = m_cfg.alpha[c] * m_cfg.beta[c] * free;
             break;
+        case Policy::RlSize:
+            thr = c < m_size.size() ? std::max(m_size[c], 1.0) : double(m_cfg.capPkts[c]);
+            break;
         }
         return std::min(std::max(thr, 0.0), double(m_cfg.capPkts[c]));
     }
@@ -1204,6 +1226,7 @@ class RlbmBufferQueueDisc : public QueueDisc {
     std::vector<uint64_t> m_windowDeq;
     EventId m_windowEvent;
     Ptr<UniformRandomVariable> m_markU; // rl-mark's draws
+    std::vector<double> m_size;         // rl-size: the agent's limits (empty: the FIFO caps)
 };
 
 NS_OBJECT_ENSURE_REGISTERED(RlbmBufferQueueDisc);
@@ -1506,6 +1529,7 @@ class Scenario {
     std::vector<Completion> m_ivDone; // flows whose last byte reached the sink
     uint64_t m_ivRtoStart = 0;    // g_rtoCount when the interval began
     std::vector<double> m_ivOpenStart; // [P] the open flows' log slowdown when it began
+    double m_ivStartS = 0;             // when the interval began (its capacity_pkts integrates from here)
     uint32_t m_intervalsClosed = 0;
     std::ostream* m_intervalsOs = nullptr;
 };
@@ -1610,6 +1634,7 @@ void Scenario::InstallPort(Ptr<NetDevice> port) {
         bc.capPkts = c.classCapPkts;
         bc.bufferPkts = c.bufferPkts;
         bc.policy = c.policy == "droptail" || c.policy == "rl-mark" ? Policy::DropTail
+                    : c.policy == "rl-size" ? Policy::RlSize
                     : c.policy == "dt"     ? Policy::DynamicThresholds
                     : c.policy == "abm"    ? Policy::Abm
                     : c.policy == "rl"     ? Policy::Rl
@@ -1846,7 +1871,8 @@ void Scenario::OnSinkDeliver(const Ipv4Header& ip, Ptr<const Packet> segment, ui
 /// less flows_logged and flows_overflow, which the reader derives from `flows`): per-class
 /// values are written "v0,v1,...", `flows` as "size:class:slowdown;...".
 static const char* const kPerClassFields[] = {"arrivals_pkts",  "drops_pkts",     "marks_pkts",
-                                              "dequeues_pkts", "queue_end_pkts", "queue_pkt_s"};
+                                              "dequeues_pkts", "queue_end_pkts", "queue_pkt_s",
+                                              "queue_min_pkts"};
 
 void Scenario::SetIntervalsOut(std::ostream* os) {
     m_intervalsOs = os;
@@ -1856,7 +1882,7 @@ void Scenario::SetIntervalsOut(std::ostream* os) {
         for (uint32_t c = 0; c < m_cfg.numClasses; ++c) *os << "," << name << "_c" << c;
     };
     for (const char* name : kPerClassFields) perClass(name);
-    *os << ",sink_pkts,sink_bytes,rto_count,syn_drops";
+    *os << ",sink_pkts,sink_bytes,rto_count,syn_drops,capacity_pkts";
     for (const char* name : {"flows_done", "slowdown_max", "log_slowdown_sum", "open_log_slowdown_start",
                              "open_log_slowdown_end"}) {
         perClass(name);
@@ -1864,6 +1890,7 @@ void Scenario::SetIntervalsOut(std::ostream* os) {
     *os << ",flows";
     perClass("class_alpha");
     if (m_cfg.policy == "rl-mark") *os << ",mark_prob";
+    if (m_cfg.policy == "rl-size") perClass("buffer_size_pkts");
     *os << "\n";
 }
 
@@ -1914,10 +1941,14 @@ Scenario::Record Scenario::CloseInterval(uint32_t k) {
                   {"dequeues_pkts", JoinValues(iv.dequeues)},
                   {"queue_end_pkts", JoinValues(queueEnd)},
                   {"queue_pkt_s", JoinValues(iv.queuePktS)},
+                  {"queue_min_pkts", JoinValues(iv.queueMin)},
                   {"sink_pkts", std::to_string(m_ivSinkPkts)},
                   {"sink_bytes", std::to_string(m_ivSinkBytes)},
                   {"rto_count", std::to_string(g_rtoCount - m_ivRtoStart)},
                   {"syn_drops", std::to_string(iv.synDrops)},
+                  {"capacity_pkts", JoinValues(std::vector<double>{
+                                        m_cfg.OfferedBits(m_ivStartS, Simulator::Now().GetSeconds()) /
+                                        m_cfg.DataPktBits()})},
                   {"flows_done", JoinValues(done)},
                   {"slowdown_max", JoinValues(slowMax)},
                   {"log_slowdown_sum", JoinValues(logSum)},
@@ -1933,6 +1964,14 @@ Scenario::Record Scenario::CloseInterval(uint32_t k) {
             for (const auto& [name, value] : rec) os << "," << value; // per-class values: one column each
             for (double a : m_buffer ? m_buffer->GetAlpha() : m_cfg.alpha) os << "," << a;
             if (m_cfg.policy == "rl-mark") os << "," << m_buffer->GetMarkProb();
+            if (m_cfg.policy == "rl-size") {
+                const auto& size = m_buffer->GetSize();
+                for (uint32_t c = 0; c < p; ++c) {
+                    os << "," << (c < size.size() ? std::min(std::max(std::floor(size[c]), 1.0),
+                                                             double(m_cfg.classCapPkts[c]))
+                                                  : double(m_cfg.classCapPkts[c]));
+                }
+            }
             os << "\n";
         }
     }
@@ -1941,6 +1980,7 @@ Scenario::Record Scenario::CloseInterval(uint32_t k) {
     m_ivDone.clear();
     m_ivRtoStart = g_rtoCount;
     m_ivOpenStart = openEnd;
+    m_ivStartS = Simulator::Now().GetSeconds();
     return rec;
 }
 
@@ -1953,6 +1993,10 @@ void Scenario::OnAgentBoundary(uint32_t k) {
         const std::vector<double> knob = AskAgent(k, rec);
         if (m_cfg.policy == "rl-mark") {
             m_buffer->SetMarkProb(knob[0]);
+        } else if (m_cfg.policy == "rl-size") {
+            std::vector<double> size(m_cfg.numClasses);
+            for (uint32_t c = 0; c < m_cfg.numClasses; ++c) size[c] = knob[knob.size() == 1 ? 0 : c];
+            m_buffer->SetSize(size);
         } else {
             m_buffer->SetAlpha(knob);
         }
@@ -1977,7 +2021,8 @@ std::vector<double> Scenario::AskAgent(uint32_t k, const Record& rec) const {
         std::exit(3);
     }
     const bool marker = m_cfg.policy == "rl-mark";
-    const std::string key = marker ? "mark_prob=" : "class_alpha=";
+    const bool sizer = m_cfg.policy == "rl-size";
+    const std::string key = marker ? "mark_prob=" : sizer ? "buffer_size_pkts=" : "class_alpha=";
     const size_t want = marker ? 1 : m_cfg.numClasses;
     std::vector<double> alpha;
     bool ok = reply.rfind(key, 0) == 0 && reply.find(' ') == std::string::npos;
@@ -1991,12 +2036,17 @@ std::vector<double> Scenario::AskAgent(uint32_t k, const Record& rec) const {
             alpha.push_back(a);
         }
     }
-    if (!ok || alpha.size() != want) {
+    if (!ok || (alpha.size() != want && !(sizer && alpha.size() == 1))) {
         std::cerr << "rlbm_scenario: interval " << k << ": the agent answered '" << reply << "'; expected "
-                  << (marker ? std::string("mark_prob= and one finite probability")
-                             : "class_alpha= and " + std::to_string(m_cfg.numClasses) + " finite alphas")
+                  << (marker  ? std::string("mark_prob= and one finite probability")
+                      : sizer ? "buffer_size_pkts= and 1 or " + std::to_string(m_cfg.numClasses) + " finite sizes"
+                              : "class_alpha= and " + std::to_string(m_cfg.numClasses) + " finite alphas")
                   << std::endl;
         std::exit(3);
+    }
+    if (sizer) {  // floor(n) packets, clipped to [1, the FIFO cap] where the limit is read (Threshold)
+        for (double& x : alpha) x = std::floor(std::max(x, 1.0));
+        return alpha;
     }
     for (double& x : alpha) x = std::clamp(x, 0.0, 1.0);
     return alpha;

@@ -974,11 +974,13 @@ struct Tick {
       e.I(L_interval_drops_pkts)[c] += drops_c[c];
       e.I(L_interval_dequeues_pkts)[c] += served[c];
       e.Fl(L_interval_queue_pkt_s)[c] = fma_x(static_cast<float>(qlen[c]), tick_s, e.Fl(L_interval_queue_pkt_s)[c]);
+      e.I(L_interval_queue_min_pkts)[c] = std::min(e.I(L_interval_queue_min_pkts)[c], qlen[c]);
     }
     *e.I(L_interval_sink_pkts) += n_sink - n_spur_sink;
     *e.Fl(L_interval_sink_bytes) += sink_bytes;
     *e.I(L_interval_rto_count) += nfired;
     *e.I(L_interval_syn_drops) += syn_lost;
+    *e.Fl(L_interval_capacity_pkts) += static_cast<float>(K);  // no capacity schedule here: K a tick
     // drain rate per class, refreshed once per base RTT
     const int32_t win = e.Pi(PL_drain_win_ticks);
     int32_t* dwin = e.I(L_drain_window);

@@ -34,6 +34,9 @@ Flags tell the tick where a discipline departs from the class FIFOs:
   syn_skips_queue      a new flow's SYN waits behind no class queue (its handshake takes
                        the base RTT)
   needs_ecn            it only marks: its policies require ECN senders
+  caps_flows           (owns_departure) each flow's queue admits at most its `flow_room`
+                       of a tick's arrivals (fq's per-flow cap); the rest are dropped at
+                       the tail
 
 and `knobs`, the (knob, field of its state) pairs an agent sets (`sim.KNOBS`: the marker's
 `mark_prob`).
@@ -124,7 +127,7 @@ class Discipline:
     discipline that does nothing ("none": the policy's thresholds alone).
 
     name                 the name a buffer policy gives (`buffer.Policy.aqm`)
-    owns_departure, takes_every_arrival, syn_skips_queue, needs_ecn, knobs   see the module's doc
+    owns_departure, takes_every_arrival, syn_skips_queue, needs_ecn, caps_flows, knobs   see the module's doc
     """
 
     name: str = "none"
@@ -132,6 +135,7 @@ class Discipline:
     takes_every_arrival: bool = False
     syn_skips_queue: bool = False
     needs_ecn: bool = False
+    caps_flows: bool = False
     knobs: tuple = ()
 
     @property
@@ -152,6 +156,11 @@ class Discipline:
         """(owns_departure) The event flows `slots` [E] had adm_pkts [E] packets enqueued in
         their flows' queues, in the senders' arrival order `order` [E] (distinct ranks)."""
         return s
+
+    def flow_room(self, s, pkts, params):
+        """(caps_flows) [Q] int32: how many more packets each flow's queue admits, given the
+        packets pkts [Q] it holds; default: no per-flow limit."""
+        return jnp.full_like(pkts, jnp.iinfo(jnp.int32).max)
 
     def on_dequeue(self, s, head_sojourn_s, q_pkts, serving, marking, now_s, params) -> tuple[Any, jnp.ndarray]:
         """A decision on the head packet of each class FIFO that is served this tick

@@ -172,11 +172,14 @@ class Departure(NamedTuple):
     drops: Drops  # CoDel's drops
 
 
-def depart(q: flowqueue.FlowQueues, s: FqState, flow_cls, t, now_s, tick_s, ecn, params, k=None) -> Departure:
+def depart(q: flowqueue.FlowQueues, s: FqState, flow_cls, t, now_s, tick_s, ecn, params, k=None,
+           codel: bool = True) -> Departure:
     """The tick's k dequeues (the bottleneck's k packet slots, traced under a capacity
     schedule; default `pkts_per_tick`), slot j at now_s + j/pkts_per_tick tick: select a
     queue, let its CoDel decide on the head packet (sojourn from its enqueue tick), drop it
-    (or, with ECN, mark it: every data packet is ECT), and send the head."""
+    (or, with ECN, mark it: every data packet is ECT), and send the head.  `codel` False
+    (static): deficit round robin alone, no decision on the head (the plain fair queue,
+    `disciplines.fq`)."""
     k = params.pkts_per_tick if k is None else k
     P = params.num_classes
     n = q.pkts.shape[0]
@@ -192,7 +195,10 @@ def depart(q: flowqueue.FlowQueues, s: FqState, flow_cls, t, now_s, tick_s, ecn,
         sojourn = ((t - run[ENQ]).astype(jnp.float32) + frac) * tick_s
         cv = CodelVars(s.codel_first_above_s[f], s.codel_drop_next_s[f], s.codel_dropping[f], s.codel_count[f],
                        s.codel_last_count[f])
-        cv, act = codel_step(cv, sojourn, q.pkts[f], found, ecn, now_j, params)
+        if codel:
+            cv, act = codel_step(cv, sojourn, q.pkts[f], found, ecn, now_j, params)
+        else:
+            act = jnp.zeros((), bool)
         drop, mark = act & ~ecn, act & ecn
         q, gone = flowqueue.pop(q, f, drop)
         q, rec = flowqueue.pop(q, f, found)  # a drop leaves at least one packet (CoDel's MinBytes)

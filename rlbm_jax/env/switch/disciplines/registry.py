@@ -16,11 +16,11 @@ import jax.numpy as jnp
 from jax.tree_util import GetAttrKey
 
 from rlbm_jax.env.switch import flowqueue
-from rlbm_jax.env.switch.disciplines import codel, fq_codel, mark, pie, red
+from rlbm_jax.env.switch.disciplines import codel, fq, fq_codel, mark, pie, red
 from rlbm_jax.env.switch.disciplines.base import Discipline, FlowDeparture, Hits
 
 NONE = Discipline(name="none")  # the policy's thresholds alone
-DISCIPLINES = (NONE, red.RED, red.ARED, pie.PIE, codel.CODEL, mark.MARK, fq_codel.FQ_CODEL)
+DISCIPLINES = (NONE, red.RED, red.ARED, pie.PIE, codel.CODEL, mark.MARK, fq_codel.FQ_CODEL, fq.FQ)
 
 
 def names() -> tuple:
@@ -142,6 +142,13 @@ def on_tick_end(states: States, discipline_id, last_sojourn_s, served, q_after, 
                                                               params), ()), states)[0]
 
 
+def flow_room(states: States, discipline_id, pkts, params):
+    """[Q] int32: how many more packets each flow's queue (holding pkts [Q]) admits under
+    the run's discipline (`Discipline.flow_room`); the caller skips it unless
+    `flag(params, id, "caps_flows")` can be true."""
+    return _switch(discipline_id, lambda d, s: (s, d.flow_room(s, pkts, params)), states)[1]
+
+
 def enqueue_flows(states: States, discipline_id, slots, adm_pkts, order, params) -> States:
     """The run's discipline learns of the runs enqueued in the per-flow queues
     (`Discipline.enqueue_flows`); the caller skips it when `owners(params)` is empty."""
@@ -149,4 +156,4 @@ def enqueue_flows(states: States, discipline_id, slots, adm_pkts, order, params)
 
 
 __all__ = ["DISCIPLINES", "NONE", "Discipline", "FlowDeparture", "Hits", "States", "by_name", "enqueue_flows",
-           "flag", "index", "init", "names", "on_dequeue", "on_enqueue", "on_tick_end", "owners"]
+           "flag", "flow_room", "index", "init", "names", "on_dequeue", "on_enqueue", "on_tick_end", "owners"]

@@ -1,0 +1,170 @@
+"""LFQ (a flow's queue cap learnt inside a fair queue, `LFQ-v0`): train it the paper's
+offline way, by A/B forking every flow into a cap + 1 and a cap - 1 copy as one batched
+step, then judge it against fq with 100 and 1000 packets per flow, fq with a per-flow BDP
+cap and FQ-CoDel on held-out configurations and seeds (`rlbm_jax.lfq.study` states the
+grid, the test sweep and the seeds).
+
+    python scripts/lfq.py train --run-dir runs/lfq --flows 32 --iterations 100
+    python scripts/lfq.py train --run-dir runs/lfq --flows 2048 --time-budget-s 150   # on an accelerator
+    python scripts/lfq.py evaluate --run-dir runs/lfq
+    python scripts/lfq.py export --run-dir runs/lfq
+
+train writes config.json, metrics.csv (one row per seed and iteration: flows seen, wall
+time, the mean cap, bandwidth, queue, reward, the share of forks whose copies tied, the
+loss), curves.png and trained_seed<s>.msgpack; it stops at --iterations or when
+--time-budget-s is spent (per seed, measured after compilation).
+evaluate runs every training seed's network and the baselines on the test sweep with the
+test seeds and writes results.json, RESULTS.md (the paper's Table VII: average throughput,
+largest and average queue, per TCP and overall, mean and standard error over training
+seeds or test seeds; the learnt cap's correlation with bandwidth and delay, its Table I and
+III) and caps.png (the learnt cap against delay and bandwidth, per TCP, beside the BDP).
+export writes policy_seed<s>.onnx per seed (`rlbm_jax.lfq.onnx`: the observation's raw
+66 values in, the cap out) and checks each against the JAX network.
+"""
+from __future__ import annotations
+
+import csv
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlbm_jax import jsonio
+from rlbm_jax.cli import add_print_config, fail, parser, printed_config
+from rlbm_jax.lfq import study as S
+from rlbm_jax.progress import Progress, fmt_s
+
+PROG = "lfq.py"
+
+
+def build_parser():
+    ap = parser(__doc__, PROG, print_config=False)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train", help="train the cap network by A/B forking")
+    add_print_config(t)
+    t.add_argument("--run-dir", default="runs/lfq", help="output directory")
+    t.add_argument("--alpha", type=float, default=0.01, help="the reward's queue price (the paper: 0.01 or 10)")
+    t.add_argument("--seeds", type=int, nargs="+", default=list(S.TRAIN_SEEDS), help="training seeds")
+    t.add_argument("--flows", type=int, default=32, help="flows per iteration (2 x as many envs: the two copies)")
+    t.add_argument("--iterations", type=int, default=100, help="iterations per seed")
+    t.add_argument("--time-budget-s", type=float, default=None, help="stop a seed after this wall time (s)")
+    t.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e = sub.add_parser("evaluate", help="the trained seeds and the baselines on the test sweep")
+    add_print_config(e)
+    e.add_argument("--run-dir", default="runs/lfq", help="a train run's directory")
+    e.add_argument("--test-seeds", type=int, default=len(S.TEST_SEEDS),
+                   help=f"how many of the test seeds {S.TEST_SEEDS} to run")
+    e.add_argument("--duration-s", type=float, default=S.TEST_DURATION_S, help="each test flow's duration (s)")
+    e.add_argument("--out-dir", default=None, help="where results go (default: the run's directory)")
+    x = sub.add_parser("export", help="one ONNX graph per training seed")
+    add_print_config(x)
+    x.add_argument("--run-dir", default="runs/lfq", help="a train run's directory")
+    return ap
+
+
+def run_config(a) -> dict:
+    if a.cmd == "train":
+        for name, v, lo in (("--flows", a.flows, 1), ("--iterations", a.iterations, 1)):
+            if v < lo:
+                raise ValueError(f"{name} must be >= {lo}, got {v}")
+        if not (np.isfinite(a.alpha) and a.alpha >= 0):
+            raise ValueError(f"--alpha must be a number >= 0, got {a.alpha}")
+        if not (np.isfinite(a.lr) and a.lr > 0):
+            raise ValueError(f"--lr must be positive, got {a.lr}")
+        if a.time_budget_s is not None and not a.time_budget_s > 0:
+            raise ValueError(f"--time-budget-s must be positive, got {a.time_budget_s}")
+        if len(set(a.seeds)) != len(a.seeds):
+            raise ValueError(f"--seeds must be distinct, got {a.seeds}")
+        if set(a.seeds) & set(S.TEST_SEEDS):
+            raise ValueError(f"--seeds must not be test seeds {S.TEST_SEEDS}")
+        return {"cmd": "train", "run_dir": a.run_dir, "alpha": a.alpha, "seeds": list(a.seeds), "flows": a.flows,
+                "iterations": a.iterations, "time_budget_s": a.time_budget_s, "lr": a.lr,
+                "progress": not a.no_progress, "train_grid": {"rates_mbps": S.TRAIN_RATES_MBPS,
+                                                              "delays_ms": S.TRAIN_DELAYS_MS, "tcps": S.TCPS,
+                                                              "duration_s": S.DURATION_S},
+                "network": {"hidden": [256, 256, 256], "activation": "leaky_relu", "obs_scale": S.SIGNAL_SCALE,
+                            "out_scale_pkts": S.OUT_SCALE}}
+    run = Path(a.run_dir)
+    if a.cmd == "evaluate":
+        if not 1 <= a.test_seeds <= len(S.TEST_SEEDS):
+            raise ValueError(f"--test-seeds must be 1..{len(S.TEST_SEEDS)}, got {a.test_seeds}")
+        if not a.duration_s > 0:
+            raise ValueError(f"--duration-s must be positive, got {a.duration_s}")
+        return {"cmd": "evaluate", "run_dir": str(run), "test_seeds": list(S.TEST_SEEDS[:a.test_seeds]),
+                "duration_s": a.duration_s, "out_dir": str(Path(a.out_dir) if a.out_dir else run),
+                "test_configs": S.test_configs(), "baselines": list(S.BASELINES)}
+    return {"cmd": "export", "run_dir": str(run)}
+
+
+def _train(cfg: dict) -> int:
+    from flax import serialization
+
+    run = Path(cfg["run_dir"])
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "config.json").write_text(jsonio.dumps(cfg) + "\n")
+    rows = []
+    tc = S.TrainConfig(alpha=cfg["alpha"], flows=cfg["flows"], iterations=cfg["iterations"], lr=cfg["lr"])
+    init, iteration, _ = S.make_trainer(tc)  # one compilation serves every seed
+    for seed in cfg["seeds"]:
+        params, opt = init(jax.random.PRNGKey(seed))
+        key = jax.random.PRNGKey(10_000 + seed)
+        bar = Progress(cfg["iterations"], unit="it", label=f"seed {seed}", rate_unit="flows/s",
+                       rate_scale=cfg["flows"]) if cfg["progress"] else None
+        t0 = None
+        for i in range(cfg["iterations"]):
+            params, opt, m = iteration(params, opt, jax.random.fold_in(key, i))
+            m = {k: float(v) for k, v in m.items()}
+            if t0 is None:
+                t0 = time.time()  # the first iteration of the first seed compiles
+            wall = time.time() - t0
+            rows.append({"seed": seed, "iteration": i, "flows_seen": (i + 1) * cfg["flows"], "wall_s": wall, **m})
+            if bar:
+                bar.update(i + 1, extra=f"cap {m['cap_pkts']:.1f} reward {m['reward']:.3f}")
+            if cfg["time_budget_s"] is not None and wall > cfg["time_budget_s"]:
+                break
+        (run / f"trained_seed{seed}.msgpack").write_bytes(serialization.to_bytes(params))
+    with open(run / "metrics.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    S.plot_curves(rows, run / "curves.png")
+    print(f"wrote {run}/ (config.json, metrics.csv, curves.png, trained_seed<s>.msgpack)")
+    return 0
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        cfg = run_config(a)
+    except ValueError as e:
+        return fail(PROG, str(e))
+    if printed_config(a, cfg):
+        return 0
+    if cfg["cmd"] == "train":
+        return _train(cfg)
+    run = Path(cfg["run_dir"])
+    if not (run / "config.json").exists():
+        return fail(PROG, f"--run-dir {run}: no config.json (run `{PROG} train --run-dir {run}` first)")
+    if cfg["cmd"] == "evaluate":
+        t = time.time()
+        res = S.evaluate_run(run, cfg["test_seeds"], cfg["duration_s"], Path(cfg["out_dir"]))
+        print(f"wrote {cfg['out_dir']}/ (results.json, RESULTS.md, caps.png) in {fmt_s(time.time() - t)}")
+        print(res["markdown_table"])
+        return 0
+    from rlbm_jax.lfq import onnx as lfq_onnx
+    missing = 0
+    for path, err in lfq_onnx.export_run(run):
+        if path is None:
+            print(err, file=sys.stderr)
+            missing += 1
+            continue
+        print(f"wrote {path} (largest difference from the JAX network: {err:.2e} packets)")
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

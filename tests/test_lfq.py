@@ -1,0 +1,169 @@
+"""LFQ: the fair queue's per-flow cap (policy "fq", knob flow_cap_pkts), `LFQ-v0` under jit
+and vmap, its ONNX export, and the A/B fork as one batched step."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rlbm_jax
+from rlbm_jax import scenarios
+from rlbm_jax.env import sim
+from rlbm_jax.env.formulations import lfq as lfqf
+from rlbm_jax.env.params import make_params
+from rlbm_jax.lfq import study as S
+
+
+SMALL = dict(buffer_per_class_pkts=100, buffer_pkts=100)  # a ring of 101 packets: quicker to compile
+
+
+def _run(cap, seconds=3.0, **kw):
+    p = make_params(**scenarios.lfq(cap_pkts=cap, **{**SMALL, **kw}))
+    s = sim.init(jax.random.PRNGKey(0), p)
+    n = sim.ticks_for(seconds, p)
+    s, q = jax.jit(lambda s: sim.run(s, p, n, trace_fn=lambda x: x.flowq.pkts[0]))(s)
+    return p, s, int(q.max())
+
+
+@pytest.mark.parametrize("cap", [3.0, 17.0])
+def test_cap_bounds_the_flow_queue_and_conserves_packets(cap):
+    p, s, qmax = _run(cap)
+    # NewReno fills its queue to the cap and never past it (seen at a tick's end, after its
+    # pkts_per_tick departures)
+    assert int(cap) - p.pkts_per_tick <= qmax <= int(cap)
+    m = s.metrics
+    arrived, dropped, sent = int(m.tx_total), int(m.drop_total), int(m.deq_total)
+    queued = int(s.flowq.pkts.sum())
+    assert dropped > 0
+    assert int(s.queue.pkts.sum()) == queued  # the class counter holds the flow queues' total
+    assert arrived == dropped + sent + queued
+
+
+def test_lowering_the_cap_drops_nothing_queued():
+    p = make_params(**scenarios.lfq(cap_pkts=60.0, **SMALL))
+    s = sim.init(jax.random.PRNGKey(1), p)
+    n = sim.ticks_for(2.0, p)
+    s, _ = jax.jit(lambda s: sim.run(s, p, n))(s)
+    held = int(s.flowq.pkts[0])
+    assert held > 20
+    s2 = sim.apply_knobs(s, {"flow_cap_pkts": 5.0})
+    s3 = jax.jit(lambda s: sim.tick(s, p))(s2)
+    # no drop from the queue itself: it only shrinks by what the link sends, arrivals are refused
+    assert int(s3.flowq.pkts[0]) >= held - p.pkts_per_tick
+    assert float(s3.aqm.fq.cap_pkts[0]) == 5.0
+
+
+def test_fq_codel_unchanged_by_the_cap_code():
+    """FQ-CoDel's runs trace the per-flow cap (a discipline with it can run with these
+    shapes), whose room is unbounded for FQ-CoDel: its numbers are the same as when the
+    cap is far above anything queued."""
+    kw = dict(num_classes=1, policy="fq-codel", long_flows=4, num_senders=4, num_flow_slots=8, load=0.0,
+              buffer_per_class_pkts=200, buffer_pkts=200)
+    p = make_params(**kw)
+    s = sim.init(jax.random.PRNGKey(2), p)
+    out, _ = jax.jit(lambda s: sim.run(s, p, 3000))(s)
+    room = jax.jit(lambda st: rlbm_jax.env.switch.disciplines.flow_room(
+        st.aqm, sim._discipline(p), st.flowq.pkts, p))(out)
+    assert int(room.min()) == np.iinfo(np.int32).max
+    assert int(out.metrics.drop_total) > 0
+
+
+def test_lfq_env_jit_vmap_and_onnx(tmp_path):
+    env, ep = rlbm_jax.make("LFQ-v0", episode_s=5.0, **SMALL)
+    assert env.obs_shape == (66,) and ep.ticks_per_step == lfqf.LFQ_TICKS_PER_STEP
+    assert env.obs_layout[:6] == tuple(n for n, _, _ in lfqf.SIGNALS)
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    obs, st = jax.vmap(env.reset, in_axes=(0, None))(keys, ep)
+    step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, None)))
+    caps = jnp.asarray([[2.0], [10.0], [50.0]])
+    for _ in range(150):
+        obs, st, r, term, trunc, info = step(keys, st, caps, ep)
+    assert obs.shape == (3, 66)
+    o = np.asarray(obs).reshape(3, 11, 6)
+    np.testing.assert_allclose(o[:, 0, lfqf.CAP], [2.0, 10.0, 50.0])  # the cap in force is observed
+    assert np.all(np.asarray(st.sim.flowq.pkts[:, 0]) <= np.asarray([2, 10, 50]))
+    assert np.all(o[:, 1:, lfqf.STD] >= 0) and np.all(np.isfinite(o))
+    # a larger cap buys bandwidth at 15 Mbit/s and 15 ms (BDP 37.5 packets)
+    bw = np.asarray(info["bandwidth_mbps"])
+    assert bw[0] < bw[2]
+    # export: the network's cap, through ONNX
+    from rlbm_jax.lfq import onnx as lfq_onnx
+    params = S.CapNet().init(jax.random.PRNGKey(3), jnp.zeros((1, 66)))
+    path = lfq_onnx.to_onnx(params, tmp_path / "lfq.onnx")
+    assert lfq_onnx.check(path, params, np.asarray(obs)) < 1e-3
+
+
+def test_ab_fork_branches_share_everything_before_and_differ_by_the_cap_after():
+    """Flow 0 forks at step 20 of 40; flow 1's fork (step 40) never comes: its two copies
+    are the same in every state leaf after 40 steps (what both copies of every flow are
+    before its fork), and flow 0's copies hold caps 2 packets apart and earn different
+    returns."""
+    env, net = S.make_env(), S.CapNet()
+    params = net.init(jax.random.PRNGKey(0), jnp.zeros((1, 66)))
+    params["params"]["Dense_3"]["bias"] = jnp.full((1,), 3.0)  # caps near 30 packets: the copies' differ by 2
+    sims = S.config_params([(15.0, 15.0, "newreno"), (7.0, 22.0, "cubic")], **SMALL)
+    n = jnp.asarray([40, 40], jnp.int32)
+    fork = jnp.asarray([20, 40], jnp.int32)
+    out = jax.jit(lambda: S.rollout(env, net, params, jax.random.PRNGKey(1), sims, n, fork, 40,
+                                    return_state=True))()
+    st, cap_fork = out["state"], np.asarray(out["cap_fork"])
+    for leaf in jax.tree.leaves(st):
+        np.testing.assert_array_equal(np.asarray(leaf[1, 0]), np.asarray(leaf[1, 1]))
+    caps = np.asarray(st.sim.aqm.fq.cap_pkts[0, :, 0])
+    assert cap_fork[0] > 20
+    np.testing.assert_allclose(caps, [cap_fork[0] + 1, cap_fork[0] - 1], rtol=1e-6)
+    ret = np.asarray(out["ret"])
+    assert np.all(np.isfinite(ret)) and ret[0, 0] != ret[0, 1] and np.all(ret[1] == 0)
+
+
+def test_training_raises_the_cap_from_its_start_and_exports(tmp_path):
+    """An untrained network starts near a cap of 1 packet (the paper's Fig. 4), where every
+    fork's + 1 copy wins: a few A/B iterations raise the cap and the reward.  The run
+    directory it makes exports through the CLI."""
+    from flax import serialization
+    from rlbm_jax import jsonio
+    from rlbm_jax.cli import lfq as cli
+    init, iteration, _ = S.make_trainer(S.TrainConfig(flows=4, iterations=4, duration_s=(0.6, 0.8),
+                                                      sim_overrides=tuple(SMALL.items())))
+    params, opt = init(jax.random.PRNGKey(0))
+    rows = []
+    for i in range(4):
+        params, opt, m = iteration(params, opt, jax.random.PRNGKey(100 + i))
+        rows.append({k: float(v) for k, v in m.items()})
+    assert rows[-1]["cap_pkts"] > 2 * rows[0]["cap_pkts"]
+    assert rows[-1]["reward"] > rows[0]["reward"]
+    assert rows[0]["up"] == 1.0
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(jsonio.dumps({"alpha": 0.01, "seeds": [0]}))
+    (run / "trained_seed0.msgpack").write_bytes(serialization.to_bytes(params))
+    assert cli.main(["export", "--run-dir", str(run)]) == 0
+    assert (run / "policy_seed0.onnx").exists()
+    assert cli.main(["train", "--run-dir", str(run), "--seeds", "5000"]) == 2  # a test seed is refused
+
+
+def test_refusals():
+    with pytest.raises(ValueError, match="rate_bps"):
+        scenarios.lfq(rate_bps=0)
+    with pytest.raises(ValueError, match="fq_flow_cap_pkts"):
+        make_params(**scenarios.lfq(cap_pkts=0.5))
+    from rlbm_jax.env import model
+    assert "fq" not in model.BY_NAME["policy"].implemented("native")
+    with pytest.raises(ValueError, match="LFQ-v0"):
+        rlbm_jax.make("LFQ-v0", backend="fluid")
+    env, ep = rlbm_jax.make("LFQ-v0", backend="native", episode_s=1.0)
+    with pytest.raises(ValueError, match="fq"):
+        env.step(jax.random.PRNGKey(0), env.reset(jax.random.PRNGKey(0), ep)[1], jnp.asarray([5.0]), ep)
+
+
+def test_one_flow_in_fq_is_droptail_at_its_cap():
+    """With one flow the fair queue is a drop-tail FIFO of the flow's cap: the same run, bit
+    for bit (so a FIFO of that size is its ns-3 counterpart)."""
+    from rlbm_jax.env.metrics import summarize
+    out = []
+    for pol, kw in (("fq", dict(cap_pkts=20.0, **SMALL)), ("droptail", dict(buffer_per_class_pkts=20, buffer_pkts=20))):
+        p = make_params(**scenarios.lfq(tcp="cubic", policy=pol, **kw))
+        n = sim.ticks_for(3.0, p)
+        s, _ = jax.jit(lambda s: sim.run(s, p, n))(sim.init(jax.random.PRNGKey(0), p))
+        out.append({k: float(v) for k, v in summarize(s.metrics, p).items()})
+    np.testing.assert_equal(out[0], out[1])  # (no flow finished: the FCT entries are NaN on both sides)
+    assert out[0]["drop_rate"] > 0
