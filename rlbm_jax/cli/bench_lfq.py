@@ -14,7 +14,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from rlbm_jax import jsonio
 from rlbm_jax.cli import fail, parser, printed_config
