@@ -27,6 +27,7 @@ SKIP_DEST = {"help", "version", "print_config"}
 POLICY = str(ROOT / "results/train_default/policy")
 QP_RUN = str(ROOT / "results/queuepilot")
 ABS_RUN = str(ROOT / "results/abs")
+LFQ_RUN = str(ROOT / "results/lfq")
 
 # the arguments every invocation of a script (or subcommand) starts from
 BASE_ARGV = {
@@ -38,6 +39,7 @@ BASE_ARGV = {
     ("abs", ("evaluate",)): ["--run-dir", ABS_RUN],
     ("abs", ("export",)): ["--run-dir", ABS_RUN],
     ("abs", ("ns3",)): ["--run-dir", ABS_RUN],
+    ("lfq", ("ns3",)): ["--run-dir", LFQ_RUN],  # its exported graphs
 }
 
 # values that the parser's type and default cannot give: (script, subcommand, dest) -> argv tokens
@@ -73,6 +75,11 @@ SAMPLES = {
     ("lfq", ("train",), "alpha"): ["10"],
     ("lfq", ("evaluate",), "test_seeds"): ["1"],  # at most len(lfq.study.TEST_SEEDS)
     ("lfq", ("evaluate",), "out_dir"): ["out"],
+    ("lfq", ("ns3",), "run_dir"): [str(ROOT / "results/lfq/../lfq")],
+    ("lfq", ("ns3",), "test_seeds"): ["1"],  # at most len(lfq.study.TEST_SEEDS)
+    ("lfq", ("ns3",), "out_dir"): ["out"],
+    ("lfq", ("ns3",), "configs"): ["15.5:10.5:cubic"],  # RATE_MBPS:DELAY_MS:TCP
+    ("lfq", ("ns3",), "baselines"): ["fq-100"],  # names of lfq.study.BASELINES
     ("bench_lfq", (), "json"): ["out.json"],
     ("abs", ("evaluate",), "run_dir"): [str(ROOT / "results/abs/../abs")],
     ("abs", ("export",), "run_dir"): [str(ROOT / "results/abs/../abs")],

@@ -8,6 +8,7 @@ grid, the test sweep and the seeds).
     python scripts/lfq.py train --run-dir runs/lfq --flows 2048 --time-budget-s 150   # on an accelerator
     python scripts/lfq.py evaluate --run-dir runs/lfq
     python scripts/lfq.py export --run-dir runs/lfq
+    python scripts/lfq.py ns3 --run-dir runs/lfq
 
 train writes config.json, metrics.csv (one row per seed and iteration: flows seen, wall
 time, the mean cap, bandwidth, queue, reward, the share of forks whose copies tied, the
@@ -20,6 +21,9 @@ seeds or test seeds; the learnt cap's correlation with bandwidth and delay, its 
 III) and caps.png (the learnt cap against delay and bandwidth, per TCP, beside the BDP).
 export writes policy_seed<s>.onnx per seed (`rlbm_jax.lfq.onnx`: the observation's raw
 66 values in, the cap out) and checks each against the JAX network.
+ns3 runs every exported graph in ns-3.37 in lock-step, and the baselines there, on the test
+sweep (`rlbm_jax.lfq.ns3`), and writes ns3/results.json, RESULTS.md (both simulators side by
+side, LFQ's verdict against each baseline in each) and ns3_vs_jax.png.
 """
 from __future__ import annotations
 
@@ -62,6 +66,20 @@ def build_parser():
     x = sub.add_parser("export", help="one ONNX graph per training seed")
     add_print_config(x)
     x.add_argument("--run-dir", default="runs/lfq", help="a train run's directory")
+    n = sub.add_parser("ns3", help="the exported graphs and the baselines in ns-3.37, beside JAX")
+    add_print_config(n)
+    n.add_argument("--run-dir", default="runs/lfq", help="a train run's directory, its graphs exported")
+    n.add_argument("--test-seeds", type=int, default=len(S.TEST_SEEDS),
+                   help=f"how many of the test seeds {S.TEST_SEEDS} to run")
+    n.add_argument("--duration-s", type=float, default=S.TEST_DURATION_S, help="each test flow's duration (s)")
+    n.add_argument("--configs", nargs="+", default=None, metavar="RATE_MBPS:DELAY_MS:TCP",
+                   help="configurations to run (default: the test sweep of `evaluate`)")
+    n.add_argument("--baselines", nargs="+", default=None, help=f"baselines to run (default: all of {list(S.BASELINES)})")
+    n.add_argument("--jobs", type=int, default=2, help="ns-3 processes at a time")
+    n.add_argument("--fresh-ns3", action="store_true", help="rerun ns-3 runs found in the run's cache")
+    n.add_argument("--no-jax", action="store_true", help="ns-3 only (no JAX column)")
+    n.add_argument("--out-dir", default=None, help="where results go (default: the run's ns3/)")
+    n.add_argument("--no-progress", action="store_true", help="no progress bar")
     return ap
 
 
@@ -96,6 +114,10 @@ def run_config(a) -> dict:
         return {"cmd": "evaluate", "run_dir": str(run), "test_seeds": list(S.TEST_SEEDS[:a.test_seeds]),
                 "duration_s": a.duration_s, "out_dir": str(Path(a.out_dir) if a.out_dir else run),
                 "test_configs": S.test_configs(), "baselines": list(S.BASELINES)}
+    if a.cmd == "ns3":
+        from rlbm_jax.lfq import ns3
+        return {**ns3.ns3_config(run, a.test_seeds, a.duration_s, a.configs, a.baselines, a.jobs, a.fresh_ns3,
+                                 not a.no_jax, a.out_dir), "progress": not a.no_progress}
     return {"cmd": "export", "run_dir": str(run)}
 
 
@@ -136,6 +158,7 @@ def _train(cfg: dict) -> int:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     a = build_parser().parse_args(argv)
     try:
         cfg = run_config(a)
@@ -153,6 +176,16 @@ def main(argv=None) -> int:
         res = S.evaluate_run(run, cfg["test_seeds"], cfg["duration_s"], Path(cfg["out_dir"]))
         print(f"wrote {cfg['out_dir']}/ (results.json, RESULTS.md, caps.png) in {fmt_s(time.time() - t)}")
         print(res["markdown_table"])
+        return 0
+    if cfg["cmd"] == "ns3":
+        from rlbm_jax.lfq import ns3
+        try:
+            rep = ns3.evaluate(cfg, argv, progress=cfg["progress"])
+        except (ValueError, RuntimeError) as e:
+            return fail(PROG, str(e))
+        print(rep["markdown"])
+        print(f"wrote {cfg['out_dir']}/ (results.json, RESULTS.md, ns3_vs_jax.png, command.txt) in "
+              f"{fmt_s(rep['wall_s']['total'])}")
         return 0
     from rlbm_jax.lfq import onnx as lfq_onnx
     missing = 0

@@ -409,8 +409,8 @@ def _first_window(formulation, rec, env_params):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _next_window(formulation, window, rec, env_params):
-    return formulation.next_window(window, rec, env_params)
+def _next_window(formulation, window, rec, env_params, knobs):
+    return formulation.next_window(window, rec, env_params, knobs)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -427,12 +427,16 @@ class Agent:
     across the run's decisions from zeros.  A Discrete formulation's action is an index
     (an integer in [0, n)).  `env_params` gives the agent interval and the observation's
     own scales (flows_scale), each run the cell's simulator params; `digest` identifies
-    the policy in the run cache."""
+    the policy in the run cache.  `knob_names`: (formulation knob, scenario knob) pairs
+    where the scenario reads a knob under another name (LFQ's flow_cap_pkts is rl-size's
+    buffer_size_pkts when the cell carries one flow); a knob the scenario does not read
+    (`KNOB_ORDER`) is refused, never left out of the reply."""
     fn: Callable
     digest: str
     formulation: object
     env_params: object
     recurrent: bool = False
+    knob_names: tuple = ()
 
     @property
     def interval_s(self) -> float:
@@ -450,7 +454,8 @@ class Agent:
         space = f.action_space(P)
         width, act_dim = len(f.obs_layout(P)), int(np.prod(space.shape))
         choices = getattr(space, "n", None) if not space.shape else None  # a Discrete space: n indices
-        state = {"hc": self.fn.initial_state(1) if self.recurrent else None, "window": None}
+        state = {"hc": self.fn.initial_state(1) if self.recurrent else None, "window": None, "knobs": None}
+        rename = dict(self.knob_names)
 
         def act_of(obs):
             if not self.recurrent:
@@ -463,7 +468,9 @@ class Agent:
             rec = jax.tree.map(lambda x: x[0], records_to_interval([fields], P, M))
             if windowed:  # the last w observations, oldest first, as the packet env keeps them
                 w = state["window"]
-                w = _first_window(f, rec, ep) if w is None else _next_window(f, w, rec, ep)
+                # the knobs in force over the interval the record closes (an observation that keeps
+                # its own carry reads them, as the packet env gives them: `RLBMEnv.step_env`)
+                w = _first_window(f, rec, ep) if w is None else _next_window(f, w, rec, ep, state["knobs"])
                 state["window"] = w
                 obs = np.asarray(w, np.float32).reshape(1, -1)
             else:
@@ -483,9 +490,15 @@ class Agent:
                                      f"{act_dim} finite numbers")
                 a = act[0]
             kn = _knobs(f, a, rec, ep)
+            state["knobs"] = kn
+            out = {rename.get(k, k): v for k, v in kn.items()}
+            unread = sorted(k for k in out if k not in KNOB_ORDER)
+            if unread:
+                raise ValueError(f"{f.id} sets the knobs {unread}, which the scenario does not read (it reads "
+                                 f"{', '.join(KNOB_ORDER)}); name their counterparts in Agent.knob_names")
             # repr of a float32 widened to float: the exact value, read back by strtod
-            return " ".join(f"{name}=" + ",".join(repr(float(v)) for v in np.asarray(kn[name], np.float32).ravel())
-                            for name in KNOB_ORDER if name in kn)
+            return " ".join(f"{name}=" + ",".join(repr(float(v)) for v in np.asarray(out[name], np.float32).ravel())
+                            for name in KNOB_ORDER if name in out)
 
         return answer
 
