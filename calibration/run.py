@@ -17,8 +17,11 @@ parameters under the same names.  Poisson cells spread their seeds over the phas
 ns-3's packet clock (`rlbm_jax.ns3.harness.delay_phase_s`: seed s runs, in both simulators, with
 the bottleneck delay lengthened by up to half a packet's serialisation).  The error of
 a metric is that of the mean over seeds; `TOLERANCES` says what counts as agreement.  Writes, under `--out`:
-results.json (every per-seed number), errors.csv (one row per cell x metric),
-plots, and `--report` (markdown error table).
+results.json (every per-seed number, and "stalls"), errors.csv (one row per cell x metric),
+plots, and `--report` (markdown error table, the tail, and the stall statistics of
+`calibration/stalls.py`: slowed flows, lost SYNs, timeouts and pooled quantiles, ours over
+ns-3's with paired-bootstrap intervals).  A rerun reads unchanged ns-3 runs back from
+their cache (`--ns3-runs`) and reruns ours, so every report regenerates in ours' time.
 """
 from __future__ import annotations
 
@@ -46,6 +49,9 @@ from rlbm_jax.env.params import ared_defaults, make_params, pad_params, stack_pa
 from rlbm_jax.ns3.harness import Cell, build_ns3, call as call_ns3, delay_phase_s, ns3_args, run_ns3, seed_kw  # noqa: E402
 from rlbm_jax.cli import add_model_args, model_kw, parser  # noqa: E402
 from rlbm_jax.progress import Progress  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import stalls  # noqa: E402  (calibration/stalls.py: the report's stall statistics)
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: results go under its calibration/
 
@@ -555,7 +561,7 @@ def cwnd_trace_plot(binary: Path, cells: list[Cell], out: Path, seed: int = 1, i
         w.writerows(rows)
 
 
-def report(cells, rows, ours, ns3, seeds, args, path: Path, extra_lines=()):
+def report(cells, rows, ours, ns3, seeds, args, path: Path, extra_lines=(), stall_stats=None):
     checked = [r for r in rows if r["within"] is not None]
     miss = [r for r in checked if not r["within"]]
     lines = [f"# Calibration: rlbm_jax vs ns-3.37 (grid `{args.grid}`)", "",
@@ -582,6 +588,7 @@ def report(cells, rows, ours, ns3, seeds, args, path: Path, extra_lines=()):
               "seeds of each run's p99 (a run's worst flow or two); `pooled_p99_short` is the p99 of every "
               "short flow (< 100 KB) of the cell's seeds together.", ""]
     lines += tail_table(cells, rows, ours, ns3)
+    lines += stalls.section(stall_stats if stall_stats is not None else stall_stats_of(cells, ours, ns3, seeds))
     speed_ours = np.mean([ours[c.name]["wall_s"] for c in cells])
     speed_ns3 = np.mean([ns3[c.name]["wall_s"] for c in cells])
     lines += [f"Wall time per cell: ours {speed_ours:.1f} s for {len(seeds)} seeds in one batch; "
@@ -637,6 +644,14 @@ def tail_table(cells, rows, ours, ns3) -> list[str]:
         for c in cells:
             lines.append(f"| {c.name} | {pair(get(c, 'rto_count'))} | {pair(get(c, 'retx_arrivals'))} |")
     return lines + [""]
+
+
+def stall_stats_of(cells, ours, ns3, seeds) -> dict:
+    """The grid's stall statistics (`stalls.stall_stats`: counts of slowed flows, lost SYNs
+    and timeouts, pooled quantiles per size, ours over ns-3's with paired-bootstrap
+    intervals), ns-3's odd / even seeds beside each flow cell's p99."""
+    spread = {c.name: self_spread(ns3[c.name]["flows"]) for c in cells if c.kind != "long"}
+    return stalls.stall_stats(cells, ours, ns3, len(seeds), spread)
 
 
 def self_spread(flows_per_seed) -> float:
@@ -869,6 +884,7 @@ def main(argv=None):
     ours = run_ours(cells, seeds, show_progress=not args.no_progress)
     t_ours = time.perf_counter() - t0
     rows = compare(cells, ours, ns3)
+    stall = stall_stats_of(cells, ours, ns3, seeds)
     write_errors(rows, out / "errors.csv")
     (out / "results.json").write_text(jsonio.dumps(in_repo_terms(
         {"grid": args.grid, "seeds": seeds, "tolerances": TOLERANCES, "wall_s": {"ours": t_ours, "ns3": t_ns3},
@@ -878,7 +894,7 @@ def main(argv=None):
                                                                     if not k.startswith("queue_hist")}
                                                                    for r in ns3[c.name]["seeds"]],
                             "ns3_example_cmd": ns3[c.name]["example_cmd"]} for c in cells},
-         "errors": rows}), indent=1) + "\n")
+         "errors": rows, "stalls": stall}), indent=1) + "\n")
     plots(cells, ours, ns3, rows, out)
     extra = []
     if args.grid == "dial":
@@ -900,10 +916,16 @@ def main(argv=None):
     if any(c.name in TRACE_CELLS for c in cells):
         cwnd_trace_plot(binary, cells, out)
         extra += ["cwnd of one long-lived flow, ours over ns-3's: `cwnd_trace.png` (data in `cwnd_trace.csv`).", ""]
-    report(cells, rows, ours, ns3, seeds, args, Path(args.report or out / "REPORT.md"), extra)
+    report(cells, rows, ours, ns3, seeds, args, Path(args.report or out / "REPORT.md"), extra, stall)
     miss = [r for r in rows if r["within"] is False]
+    cached = sum(ns3[c.name]["cached_runs"] for c in cells)
     print(f"{len(miss)} misses of {sum(r['within'] is not None for r in rows)} checked; "
-          f"wall ns-3 {t_ns3:.0f} s, ours {t_ours:.0f} s; wrote {out}")
+          f"wall ns-3 {t_ns3:.0f} s ({cached} of {len(cells) * len(seeds)} runs read back from {ns3_dir}), "
+          f"ours {t_ours:.0f} s; wrote {out}")
+    if stall["cells"]:
+        acc = stall["acceptance"]
+        parts = ", ".join(f"{k} {'held' if v['held'] else 'not held'}" for k, v in acc.items() if k != "held")
+        print(f"stalls: the stall targets {'held' if acc['held'] else 'not held'} ({parts})")
     for r in miss:
         print(f"  MISS {r['cell']} {r['metric']}: ours {r['ours']:.4g} ns-3 {r['ns3']:.4g} ({r['rel_err']:+.1%})")
     return 0

@@ -1,7 +1,8 @@
 """Calibration smoke against ns-3.37: the ns-3 scenario builds (against the libns3-dev
 that the README's test command installs), refuses bad parameters, and three thesis cells agree with our
 simulator within the calibration tolerances (`calibration/run.py`), one of them a cell
-whose tail is set by timeouts."""
+whose tail is set by timeouts; and the report's stall statistics (`calibration/stalls.py`,
+no ns-3 needed)."""
 import dataclasses
 import importlib.util
 import json
@@ -175,3 +176,127 @@ def test_cell_filter_and_overrides_reach_both_simulators():
     assert float(p.pie_max_burst_s) == 1000 and bool(p.ecn)
     with pytest.raises(SystemExit):
         run.main(["--grid", "aqm", "--cells", "no-such-cell", "--no-progress"])
+
+
+# ---------------------------------------------------------------------------
+# stall statistics (calibration/stalls.py): no ns-3 needed
+# ---------------------------------------------------------------------------
+
+stalls = run.stalls
+
+
+def _flows(rng, n, scale=1.0, start_s=(0.0, 10.0)):
+    """n LOG_FIELDS rows: short and long sizes, lognormal slowdowns times `scale`."""
+    size = rng.choice([20e3, 500e3, 3e6], size=n)
+    slow = scale * np.exp(rng.normal(1.0, 1.0, size=n))
+    start = rng.uniform(*start_s, size=n)
+    return np.stack([size, np.zeros(n), 0.1 * slow, slow, start], axis=1).tolist()
+
+
+def test_stall_bootstrap_of_identical_sides_is_one_with_a_degenerate_interval():
+    rng = np.random.default_rng(0)
+    w = stalls.resample_weights(6)
+    counts = np.array([0, 3, 1, 0, 7, 2])
+    d = stalls.count_ratio(counts, counts, w)
+    assert (d["ratio"], d["lo"], d["hi"]) == (1.0, 1.0, 1.0) and d["ours"] == d["ns3"] == 13
+    zero = stalls.count_ratio(np.zeros(6), np.zeros(6), w)  # no stall in either: they agree
+    assert (zero["ratio"], zero["lo"], zero["hi"]) == (1.0, 1.0, 1.0)
+    flows = [_flows(rng, 40) for _ in range(6)]
+    q = stalls.quantile_ratios(flows, flows, 0.0, w)
+    for b in ("short", "medium", "long"):
+        for p in stalls.QUANTILES:
+            assert (q[b][f"p{p}"]["ratio"], q[b][f"p{p}"]["lo"], q[b][f"p{p}"]["hi"]) == (1.0, 1.0, 1.0), (b, p)
+
+
+def test_stall_counts_per_seed_are_exact_and_respect_the_warmup():
+    # rows: size_bytes, cls, fct_s, slowdown, start_s
+    seed1 = [[5e3, 0, 1.0, 10.0, 2.0],     # exactly 10x: not "more than"
+             [5e3, 0, 1.1, 10.5, 2.0],     # > 10x
+             [5e3, 0, 3.1, 31.0, 2.5],     # > 10x and > 30x
+             [5e3, 0, 9.9, 99.0, 0.5],     # > 30x but started in the warm-up: not counted
+             [2e6, 1, 4.0, 2.0, 3.0]]
+    seed2 = [[80e3, 0, 3.0, 40.0, 1.0]]     # 1.0 s: at the warm-up's end, counted
+    seed3 = []
+    got = stalls.slow_counts([seed1, seed2, seed3], warmup_s=1.0)
+    assert got.tolist() == [[2, 1], [1, 1], [0, 0]]
+    assert stalls.slow_counts([seed1], warmup_s=0.0).tolist() == [[3, 2]]
+    assert stalls.slow_counts([seed1], warmup_s=5.0).tolist() == [[0, 0]]
+    cell = {"seeds": [{"syn_drops": 2, "rto_count": 5}, {"syn_drops": 0, "rto_count": 1}, {"syn_drops": 1,
+                                                                                             "rto_count": 0}],
+            "flows": [seed1, seed2, seed3]}
+    per = stalls.seed_counts(cell, 1.0)
+    assert {k: v.tolist() for k, v in per.items()} == {"slow_10x": [2, 1, 0], "slow_30x": [1, 1, 0],
+                                                       "syn_drops": [2, 0, 1], "rto_count": [5, 1, 0]}
+    # bad inputs are refused by name
+    with pytest.raises(ValueError, match="flow rows"):
+        stalls.slow_counts([[[1.0, 2.0, 3.0]]])
+    with pytest.raises(KeyError, match="syn_drops"):
+        stalls.seed_counts({"seeds": [{"rto_count": 1}], "flows": [seed2]}, 0.0)
+    with pytest.raises(ValueError, match="paired"):
+        stalls.count_ratio([1, 2, 3], [1, 2], stalls.resample_weights(3))
+    with pytest.raises(ValueError):
+        stalls.resample_weights(0)
+
+
+def test_pooled_percentiles_of_a_resample_are_those_of_its_pool():
+    rng = np.random.default_rng(1)
+    values, labels = rng.lognormal(size=50), rng.integers(0, 5, size=50)
+    w = stalls.resample_weights(5, 40, rng_seed=3)
+    got = stalls.pooled_percentiles(values, labels, w)
+    for b in range(len(w)):
+        pool = np.repeat(values, w[b][labels])
+        assert np.allclose(got[b], np.percentile(pool, stalls.QUANTILES), rtol=1e-12), b
+    empty = stalls.pooled_percentiles(values, np.zeros(50, int), np.array([[0, 3], [1, 0]]))
+    assert np.isnan(empty[0]).all() and np.allclose(empty[1], np.percentile(values, stalls.QUANTILES))
+
+
+def test_stall_bootstrap_interval_covers_the_true_ratio():
+    """Ours with 1.5 times ns-3's stall rate, seeds paired by a shared per-seed rate: the 95 %
+    interval covers 1.5 in about 95 % of draws and 1 in few; pooled p99s of slowdowns 1.5
+    times ns-3's distribution likewise."""
+    rng = np.random.default_rng(2)
+    w = stalls.resample_weights(20, 1000)
+    cover = excludes_one = 0
+    for _ in range(100):
+        lam = rng.gamma(2.0, 2.0, size=20)  # the seed's draw, common to both simulators
+        d = stalls.count_ratio(rng.poisson(1.5 * lam), rng.poisson(lam), w)
+        cover += d["lo"] <= 1.5 <= d["hi"]
+        excludes_one += not d["lo"] <= 1.0 <= d["hi"]
+    assert cover >= 85 and excludes_one >= 60, (cover, excludes_one)
+    cover = 0
+    for _ in range(20):
+        ours = [_flows(rng, 60, scale=1.5) for _ in range(20)]
+        ns3 = [_flows(rng, 60) for _ in range(20)]
+        p99 = stalls.quantile_ratios(ours, ns3, 0.0, w)["short"]["p99"]
+        cover += p99["lo"] <= 1.5 <= p99["hi"]
+    assert cover >= 16, cover
+
+
+def test_stall_stats_sum_the_grid_and_state_the_verdict():
+    rng = np.random.default_rng(4)
+    cells = [harness.Cell(f"c{i}", "thesis", {"warmup_s": 1.0}, 10.0) for i in range(3)]
+    cells.append(harness.Cell("long", "long", {}, 10.0))  # long-lived flows: no stall row
+    seeds = 5
+
+    def side(scale, syn):
+        return {c.name: {"seeds": [{"syn_drops": syn * (s % 2), "rto_count": s} for s in range(seeds)],
+                         "flows": [_flows(rng, 30, scale=scale) for _ in range(seeds)]} for c in cells}
+
+    ns3 = side(1.0, 2)
+    same = run.stall_stats_of(cells, ns3, ns3, list(range(seeds)))
+    assert list(same["cells"]) == ["c0", "c1", "c2"] and same["acceptance"]["held"]
+    g = same["grid"]["counts"]["slow_10x"]
+    assert g["ours"] == sum(s["counts"]["slow_10x"]["ours"] for s in same["cells"].values())
+    assert (g["ratio"], g["lo"], g["hi"]) == (1.0, 1.0, 1.0)
+    ours = side(4.0, 2)  # every slowdown 4x: many more flows past 10x and 30x, p99 4x
+    st = run.stall_stats_of(cells, ours, ns3, list(range(seeds)))
+    acc = st["acceptance"]
+    assert not acc["held"] and not acc["slow_10x"]["held"] and not acc["p99_short"]["held"]
+    assert acc["syn_drops"]["held"] and acc["syn_drops"]["ratio"] == 1.0
+    assert st["grid"]["counts"]["slow_10x"]["ratio"] > 2 and st["grid"]["counts"]["slow_10x"]["lo"] > 1.2
+    text = "\n".join(stalls.section(st))
+    assert "## Stalls" in text and "**Stall targets: not held.**" in text
+    assert text.count("| c1 |") == 4 and "| long |" not in text  # one stall row, three bucket rows
+    assert "lost SYNs per run +0% of ns-3's (tolerance 25%): held" in text
+    with pytest.raises(ValueError, match="seeds"):
+        run.stall_stats_of(cells, ours, ns3, list(range(seeds + 1)))
