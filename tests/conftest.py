@@ -63,6 +63,7 @@ def random_configs(n: int, seed: int, aqm: bool = False, **static):
             cdf=str(rng.choice(["websearch", "datamining"])),
             rto_recovery=str(rng.choice(["go-back-n", "go-back-n", "sack"])),
             rtt_samples=str(rng.choice(["cumulative", "every-ack"])),
+            rto_rearm=str(rng.choice(["cumulative", "any-ack"])),
             **extra,
         ))
     out = pad_params(out)  # one static record of model choices (the union), the largest rings

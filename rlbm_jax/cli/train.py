@@ -39,7 +39,7 @@ from rlbm_jax.cli import (MODEL_FLAGS, add_backend_arg, add_model_args, apply_ba
                           name_flags, parser, printed_config)
 from rlbm_jax.devices import single_process_only
 from rlbm_jax.env import formulations
-from rlbm_jax.env.params import LEGACY_TCP_MODEL, TCP_NAMES
+from rlbm_jax.env.params import LEGACY_TCP_MODEL, PREVIOUS_DEFAULTS, TCP_NAMES
 from rlbm_jax.env.randomize import BUFFER_DISTS, thesis_randomized_env
 from rlbm_jax.ppo import PPO, THESIS_PPO, PPOConfig, memory
 from rlbm_jax.ppo.checkpoint import Checkpointer
@@ -136,8 +136,10 @@ def tcp_model(env_cfg: dict) -> dict:
     """The run's TCP-model choices.  A config that names none of `params.LEGACY_TCP_MODEL`'s
     predates them and was made with that model; one without `prr`, `prr_ssrb` or `ecn_cwr`
     predates it and ran the default, exact PRR, RFC 6937's reduction bound or CWR from OPEN
-    (so a run resumes on the simulator it started on)."""
+    (so a run resumes on the simulator it started on); one without a choice of
+    `params.PREVIOUS_DEFAULTS` ran that choice's earlier default."""
     model = {} if any(k in env_cfg for k in LEGACY_TCP_MODEL) else dict(LEGACY_TCP_MODEL)
+    model.update({k: v for k, v in PREVIOUS_DEFAULTS.items() if k not in env_cfg})
     return {**model, **{k: env_cfg[k] for k in MODEL_FLAGS if k in env_cfg}}
 
 

@@ -284,6 +284,11 @@ PARAMS: tuple[Param, ...] = (
     Param("rtt_samples", "tcp-model", "choice", "cumulative", "RTT samples from cumulative ACKs of data sent once "
           "(cumulative, ns-3.37) or every ACK (every-ack)", choices=("cumulative", "every-ack"),
           backends={"native": ("cumulative", "every-ack")}, ns3=""),
+    Param("rto_rearm", "tcp-model", "choice", "cumulative", "what restarts the retransmission timer: an ACK "
+          "that moves the cumulative ACK (cumulative, ns-3.37's NewAck: after a timeout, ACKs of data above a "
+          "still-missing retransmission do not), or any ACK of new data (any-ack, rlbm_jax before 0.4: those "
+          "ACKs restart it and can hold a flow at two segments per RTT for seconds)",
+          choices=("cumulative", "any-ack"), backends={"native": ("cumulative", "any-ack")}, ns3=""),
     # ---- AQM (ns-3.37's queue-disc names and defaults) ---------------------------------------
     Param("red_min_th_pkts", "aqm", "float", None, "RED/ARED: average queue where early drops start", **POS,
           derived="5; ared: max(5, 5 ms of link packets / 2)"),

@@ -35,6 +35,7 @@ from rlbm_jax.env.tcp.variants import VARIANTS
 
 GO_BACK_N, SACK_ONLY = 0, 1  # params.rto_recovery_id (params.RTO_RECOVERY_NAMES)
 RTT_CUMULATIVE, RTT_EVERY_ACK = 0, 1  # params.rtt_samples_id (params.RTT_SAMPLES_NAMES)
+REARM_CUMULATIVE = 0  # params.rto_rearm_id of "cumulative" (params.RTO_REARM_NAMES)
 PRR_NS3 = 1  # params.prr_id of "ns-3.37" (params.PRR_NAMES)
 ECN_CWR_NS3 = 1  # params.ecn_cwr_id of "ns-3.37" (params.ECN_CWR_NAMES)
 PRR_SSRB_NS3 = 1  # params.prr_ssrb_id of "ns-3.37" (params.PRR_SSRB_NAMES)
@@ -262,12 +263,15 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     cwnd = jnp.where(exit_grow, cwnd_grown, cwnd)
     own.update({n: jnp.where(exit_grow, x, own.get(n, getattr(fl_mid, n))) for n, x in grown_own.items()})
 
-    # RTO timer restarts on any ACK that is not a pure duplicate, except that in RECOVERY
-    # only the first partial ACK restarts it (ns-3.37, RFC 6582's "impatient" timer): a
-    # recovery that outlasts one RTO after its first partial ACK times out.
+    # RTO timer restarts on an ACK that moves the cumulative ACK (ns-3.37's NewAck; after a
+    # timeout, ACKs of data above a still-missing hole are SACKs and do not: `moves`), or on
+    # any ACK that is not a pure duplicate (params.rto_rearm "any-ack"); in RECOVERY only the
+    # first partial ACK restarts it (ns-3.37, RFC 6582's "impatient" timer): a recovery that
+    # outlasts one RTO after its first partial ACK times out.
     progress = has & (n_dup < acked)
     was_rec = fl.state == RECOVERY  # (entering needs OPEN)
-    rearm = progress & ~(was_rec & fl.rec_partial & ~leave_rec)
+    rearm = (jnp.where(params.rto_rearm_id == REARM_CUMULATIVE, moves, progress)
+             & ~(was_rec & fl.rec_partial & ~leave_rec))
     rto_deadline = jnp.where(rearm, t + _ticks(rto_s, tick_s), fl.rto_deadline)
     rec_partial = jnp.where(enter, False, fl.rec_partial | (was_rec & progress))
 

@@ -265,7 +265,7 @@ the interval record every formulation reads, so `jax.grad` of a return reaches a
 
 Not modelled (the same equations for every value; a parameter of `IGNORES` set on purpose is
 refused by simulate.py, a choice other than its default by the manifest):
-retransmission timeouts (min_rto_s, max_rto_s, rto_recovery), HyStart (the default, on, is
+retransmission timeouts (min_rto_s, max_rto_s, rto_recovery, rto_rearm), HyStart (the default, on, is
 accepted: the fluid slow start ends at the first loss, which the long-run averages of
 calibration/FLUID.md do not see), PRR's and ECN-CWR's packet-level variants (prr,
 prr_ssrb, ecn_cwr), RTT sampling (rtt_samples), the tick's fidelity (pkts_per_tick), the

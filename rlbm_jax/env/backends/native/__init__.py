@@ -69,7 +69,7 @@ def state_leaves(state):
 
 
 # the choice leaves the tick itself reads (listed by name in `param_leaves`)
-_READ_CHOICES = ("policy_id", "scheduler_id", "tcp_id", "delayed_ack", "rto_recovery_id", "rtt_samples_id",
+_READ_CHOICES = ("policy_id", "scheduler_id", "tcp_id", "delayed_ack", "rto_recovery_id", "rtt_samples_id", "rto_rearm_id",
                  "cubic_fast_convergence", "hystart")
 
 
@@ -94,6 +94,7 @@ def param_leaves(params):
         ("dupthresh", i32(p.dupthresh)),
         ("rto_recovery_id", i32(p.rto_recovery_id)),
         ("rtt_samples_id", i32(p.rtt_samples_id)),
+        ("rto_rearm_id", i32(p.rto_rearm_id)),
         ("cubic_fast_convergence", i32(p.cubic_fast_convergence)),
         ("hystart", i32(p.hystart)),
         ("hystart_min_samples", i32(p.hystart_min_samples)),

@@ -31,6 +31,7 @@ namespace {
 constexpr int OPEN = 0, RECOVERY = 1, LOSS = 2;
 constexpr int CUBIC = TCP_cubic;  // (layout.h: the TCP registry)
 constexpr int GO_BACK_N = C_rto_recovery_go_back_n, RTT_CUMULATIVE = C_rtt_samples_cumulative;  // (layout.h)
+constexpr int REARM_CUMULATIVE = C_rto_rearm_cumulative;
 // run record fields (queue.py)
 // NCE (CE-marked packets) stays 0: the native tick runs no AQM and no ECN (native.supports)
 constexpr int FLOW = 0, COUNT = 1, NRETX = 2, TX0 = 3, ENQ = 4, NSPUR = 5, NCE = 6, RUN_FIELDS = 7;
@@ -314,8 +315,12 @@ void on_acks(const Env& e, Row& r, int32_t t, const AckIn& a) {
   cubic_origin = exit_c ? cc.origin : cubic_origin;
 
   bool progress = has && n_dup < acked;
+  // ns-3.37 restarts the timer on a cumulative advance only: after a timeout, ACKs above a hole
+  // still missing are SACKs (core.on_acks' `moves`)
+  bool moves = has && ((RI(o, state) == LOSS && holes) ? acked_retx > 0 : n_dup < acked);
   bool was_rec = RI(o, state) == RECOVERY;
-  bool rearm = progress && !(was_rec && RI(o, rec_partial) != 0 && !leave_rec);
+  bool rearm = (e.Pi(PL_rto_rearm_id) == REARM_CUMULATIVE ? moves : progress) &&
+               !(was_rec && RI(o, rec_partial) != 0 && !leave_rec);
   int32_t rto_deadline = rearm ? t + ticks_of(rto_s, tick_s) : RI(o, rto_deadline);
   bool rec_partial = enter ? false : (RI(o, rec_partial) != 0 || (was_rec && progress));
 
