@@ -301,7 +301,7 @@ def markdown(rep: dict) -> str:
     L += ["", "Per TCP in ns-3:", "",
           "| policy | TCP | throughput (Mbit/s) | max queue (pkts) | avg queue (pkts) | reward |", "|---|---|---|---|---|---|"]
     for p in cfg["baselines_run"]:
-        for tcp in S.TCPS:
+        for tcp in (t for t in S.TCPS if t in rep["summary"]["ns3"][p]):
             m = rep["summary"]["ns3"][p][tcp]
             L.append(f"| {p} | {tcp} | {f(m['bandwidth_mbps'], 2)} | {f(m['queue_max_pkts'])} | {f(m['queue_pkts'])} | "
                      f"{f(m['reward'], 3)} |")
@@ -331,8 +331,10 @@ def plot(n3: dict, jx: dict | None, configs, path) -> None:
         else:
             ax.set_xlabel("configuration")
         ax.set_ylabel(f"ns-3 {label}")
-        ax.set_xscale("log" if m == "queue_pkts" else "linear")
-        ax.set_yscale("log" if m == "queue_pkts" else "linear")
+        if m == "queue_pkts":  # queues span 1-1000 packets; symlog keeps an empty queue (0) on the plot
+            ax.set_yscale("symlog", linthresh=1.0)
+            if jx:
+                ax.set_xscale("symlog", linthresh=1.0)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle("LFQ and its baselines per test configuration: ns-3.37 against JAX")

@@ -325,6 +325,8 @@ def summarize(runs: dict, configs) -> dict:
         per = {}
         for tcp in ("all",) + TCPS:
             sel = np.ones(len(configs), bool) if tcp == "all" else tcps == tcp
+            if not sel.any():
+                continue  # no configuration of this TCP was run
             # r[m]: [units, seeds, configs] -> per unit mean over its seeds and configs
             per[tcp] = {m: _mean_se(np.asarray(r[m])[..., sel].reshape(len(r[m]), -1).mean(axis=1)) for m in METRICS}
         out[name] = per
