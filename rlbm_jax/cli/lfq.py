@@ -43,6 +43,15 @@ from rlbm_jax.progress import Progress, fmt_s
 PROG = "lfq.py"
 
 
+def _judging_args(p, run_dir_help: str) -> None:
+    """The options `evaluate` and `ns3` share: the run, the test seeds, the flows' duration."""
+    add_print_config(p)
+    p.add_argument("--run-dir", default="runs/lfq", help=run_dir_help)
+    p.add_argument("--test-seeds", type=int, default=len(S.TEST_SEEDS),
+                   help=f"how many of the test seeds {S.TEST_SEEDS} to run")
+    p.add_argument("--duration-s", type=float, default=S.TEST_DURATION_S, help="each test flow's duration (s)")
+
+
 def build_parser():
     ap = parser(__doc__, PROG, print_config=False)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -57,21 +66,13 @@ def build_parser():
     t.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     e = sub.add_parser("evaluate", help="the trained seeds and the baselines on the test sweep")
-    add_print_config(e)
-    e.add_argument("--run-dir", default="runs/lfq", help="a train run's directory")
-    e.add_argument("--test-seeds", type=int, default=len(S.TEST_SEEDS),
-                   help=f"how many of the test seeds {S.TEST_SEEDS} to run")
-    e.add_argument("--duration-s", type=float, default=S.TEST_DURATION_S, help="each test flow's duration (s)")
+    _judging_args(e, "a train run's directory")
     e.add_argument("--out-dir", default=None, help="where results go (default: the run's directory)")
     x = sub.add_parser("export", help="one ONNX graph per training seed")
     add_print_config(x)
     x.add_argument("--run-dir", default="runs/lfq", help="a train run's directory")
     n = sub.add_parser("ns3", help="the exported graphs and the baselines in ns-3.37, beside JAX")
-    add_print_config(n)
-    n.add_argument("--run-dir", default="runs/lfq", help="a train run's directory, its graphs exported")
-    n.add_argument("--test-seeds", type=int, default=len(S.TEST_SEEDS),
-                   help=f"how many of the test seeds {S.TEST_SEEDS} to run")
-    n.add_argument("--duration-s", type=float, default=S.TEST_DURATION_S, help="each test flow's duration (s)")
+    _judging_args(n, "a train run's directory, its graphs exported")
     n.add_argument("--configs", nargs="+", default=None, metavar="RATE_MBPS:DELAY_MS:TCP",
                    help="configurations to run (default: the test sweep of `evaluate`)")
     n.add_argument("--baselines", nargs="+", default=None, help=f"baselines to run (default: all of {list(S.BASELINES)})")

@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 
 from rlbm_jax import jsonio, scenarios
-from rlbm_jax.env.formulations import lfq as lfqf
 from rlbm_jax.env.params import config_record, make_params
 from rlbm_jax.lfq import study as S
 
@@ -65,12 +64,9 @@ def cell_kw(config, policy: str) -> dict:
     base = dict(rate_bps=rate * 1e6, delay_s=delay * 1e-3, tcp=tcp, warmup_s=0.0)
     if policy == "LFQ":
         return scenarios.lfq(policy="rl-size", **base)
-    pol, cap = S.BASELINES[policy]
-    if pol == "fq-codel":
+    if S.BASELINES[policy][0] == "fq-codel":
         return scenarios.lfq(policy="fq-codel", **base)
-    if cap is None:
-        cap = float(S.bdp_pkts(rate * 1e6, delay * 1e-3))
-    size = int(np.floor(np.clip(cap, *lfqf.CAP_RANGE_PKTS)))  # the fair queue's admission: floor(cap)
+    size = int(np.floor(S.baseline_caps(policy, [config])[0]))  # the fair queue's admission: floor(cap)
     return scenarios.lfq(policy="droptail", buffer_per_class_pkts=size, buffer_pkts=size, **base)
 
 
@@ -148,9 +144,7 @@ def run_ns3(cfg: dict, progress: bool = True) -> tuple[dict, dict]:
                 for k in range(len(seeds)):
                     sc = score_run(r["intervals"][k], r["seeds"][k], cep, n, form)
                     if u is None:
-                        pol, cap = S.BASELINES[p]
-                        cap = float(S.bdp_pkts(c[0] * 1e6, c[1] * 1e-3)) if cap is None else cap
-                        sc["cap_pkts"] = float(np.floor(np.clip(cap, *lfqf.CAP_RANGE_PKTS)))
+                        sc["cap_pkts"] = float(np.floor(S.baseline_caps(p, [c])[0]))
                     for m in S.METRICS:
                         out[p][m][(i, k, j) if u is not None else (k, 0, j)] = sc[m]
             wall[p] += time.perf_counter() - t0
@@ -180,16 +174,8 @@ def jax_runs(cfg: dict) -> tuple[dict | None, str]:
             pick = lambda p, x: x[:, si][:, :, ci] if p == "LFQ" else x[si][:, :, ci]
             return ({p: {m: pick(p, np.asarray(res["runs"][p][m])) for m in S.METRICS}
                      for p in cfg["baselines_run"]}, f"{res_path.name} (`lfq.py evaluate`)")
-    out = {}
-    for p in cfg["baselines_run"]:
-        if p == "LFQ":
-            agent = [S.run_policy(S.load_params(run / f"trained_seed{s}.msgpack"), configs, cfg["test_seeds"],
-                                  cfg["duration_s"], cfg["alpha"]) for s in cfg["training_seeds"]]
-            out[p] = {m: np.stack([a[m] for a in agent]) for m in S.METRICS}
-        else:
-            r = S.run_policy(p, configs, cfg["test_seeds"], cfg["duration_s"], cfg["alpha"])
-            out[p] = {m: r[m][:, None] for m in S.METRICS}
-    return out, "run here (`study.run_policy`)"
+    return (S.run_policies(run, cfg["training_seeds"], cfg["baselines_run"], configs, cfg["test_seeds"],
+                           cfg["duration_s"], cfg["alpha"]), "run here (`study.run_policies`)")
 
 
 def ns3_config(run: Path, test_seeds: int, duration_s: float, configs: list, baselines: list | None, jobs: int,
@@ -225,16 +211,6 @@ def ns3_config(run: Path, test_seeds: int, duration_s: float, configs: list, bas
             "baselines_run": ["LFQ", *names], "jobs": jobs, "fresh_ns3": fresh, "jax": jax,
             # each policy's ns-3 parameters on the first configuration (the others differ in rate, delay, TCP)
             "params_first_config": {p: config_record(cell_kw(tuple(configs[0]), p)) for p in ["LFQ", *names]}}
-
-
-def verdict(agent, base, higher_better: bool) -> str:
-    """'better' / 'worse' where the means differ by more than twice the combined standard
-    error (mean, se pairs), else 'tie'."""
-    (a, sa), (b, sb) = agent, base
-    se = np.sqrt(np.nan_to_num(sa) ** 2 + np.nan_to_num(sb) ** 2)
-    if abs(a - b) <= 2 * se or a == b:
-        return "tie"
-    return "better" if (a > b) == higher_better else "worse"
 
 
 def evaluate(cfg: dict, argv, progress: bool = True) -> dict:
@@ -286,7 +262,7 @@ def markdown(rep: dict) -> str:
               "|---|---|---|---|---|---:|---:|"]
         for p in cfg["baselines_run"][1:]:
             base = rep["summary"][sim][p]["all"]
-            v = lambda m, hb: verdict(agent[m], base[m], hb)
+            v = lambda m, hb: S.verdict(agent[m], base[m], hb)
             ratio = lambda m: agent[m][0] / base[m][0] if base[m][0] else float("nan")
             L.append(f"| {p} | {v('bandwidth_mbps', True)} | {v('queue_max_pkts', False)} | "
                      f"{v('queue_pkts', False)} | {v('reward', True)} | {ratio('queue_pkts'):.2f} | "

@@ -282,6 +282,16 @@ PAPER_TABLE7 = {"LFQ offline alpha 0.01": (13.4, 23.9, 7.7), "LFQ offline alpha 
 METRICS = ("bandwidth_mbps", "queue_max_pkts", "queue_pkts", "cap_pkts", "reward")
 
 
+def baseline_caps(name: str, configs) -> np.ndarray:
+    """[configs] the cap baseline `name` sets on each (rate_mbps, delay_ms, tcp): its fixed
+    cap, or the configuration's BDP, clipped to the action's range."""
+    _, cap = BASELINES[name]
+    rates = np.asarray([c[0] * 1e6 for c in configs])
+    delays = np.asarray([c[1] * 1e-3 for c in configs])
+    caps = bdp_pkts(rates, delays) if cap is None else np.full(len(configs), cap)
+    return np.clip(caps, *lfqf.CAP_RANGE_PKTS)
+
+
 def load_params(path):
     from flax import serialization
     net = CapNet()
@@ -294,14 +304,12 @@ def run_policy(name_or_params, configs, seeds, duration_s: float, alpha: float =
     network params.  Returns {metric: [seeds, configs]}."""
     env = make_env(alpha)
     rates = np.asarray([c[0] * 1e6 for c in configs])
-    delays = np.asarray([c[1] * 1e-3 for c in configs])
     n = jnp.asarray(steps_for(np.full(len(configs), duration_s), rates))
     steps = int(steps_for(duration_s, rates.max()))
     if isinstance(name_or_params, str):
-        policy, cap = BASELINES[name_or_params]
-        caps = bdp_pkts(rates, delays) if cap is None else np.full(len(configs), cap)
+        policy, _ = BASELINES[name_or_params]
         sims = config_params(configs, policy=policy, cap_pkts=100.0)
-        caps = jnp.asarray(np.clip(caps, *lfqf.CAP_RANGE_PKTS), jnp.float32)
+        caps = jnp.asarray(baseline_caps(name_or_params, configs), jnp.float32)
         fn = jax.jit(lambda k: deploy(env, lambda obs: caps, k, sims, n, steps))
     else:
         net, p = CapNet(), name_or_params
@@ -347,6 +355,32 @@ def correlations(agent_runs: dict, configs) -> dict:
     return out
 
 
+def run_policies(run, training_seeds, names, configs, test_seeds, duration_s: float, alpha: float) -> dict:
+    """{name: {metric: array}} for "LFQ" (each training seed's network of `run`: [training
+    seeds, test seeds, configs]) and baselines ([test seeds, 1, configs]: their units are the
+    test seeds)."""
+    run, out = Path(run), {}
+    for name in names:
+        if name == "LFQ":
+            agent = [run_policy(load_params(run / f"trained_seed{s}.msgpack"), configs, test_seeds, duration_s, alpha)
+                     for s in training_seeds]
+            out[name] = {m: np.stack([a[m] for a in agent]) for m in METRICS}
+        else:
+            r = run_policy(name, configs, test_seeds, duration_s, alpha)
+            out[name] = {m: r[m][:, None] for m in METRICS}
+    return out
+
+
+def verdict(agent, base, higher_better: bool) -> str:
+    """'better' / 'worse' where two (mean, standard error) pairs differ by more than twice
+    the combined standard error, else 'tie'."""
+    (a, sa), (b, sb) = agent, base
+    se = np.sqrt(np.nan_to_num(sa) ** 2 + np.nan_to_num(sb) ** 2)
+    if abs(a - b) <= 2 * se or a == b:
+        return "tie"
+    return "better" if (a > b) == higher_better else "worse"
+
+
 def evaluate_run(run, test_seeds, duration_s: float, out_dir) -> dict:
     """Every training seed's network and the baselines on the test sweep (`test_configs`)."""
     from rlbm_jax import jsonio
@@ -359,12 +393,7 @@ def evaluate_run(run, test_seeds, duration_s: float, out_dir) -> dict:
     if not seeds:
         raise ValueError(f"{run}: no trained_seed<s>.msgpack for any of the seeds {cfg['seeds']}")
     cfg = {**cfg, "seeds_evaluated": seeds, "seeds_missing": missing}
-    agent = [run_policy(load_params(run / f"trained_seed{s}.msgpack"), configs, test_seeds, duration_s, alpha)
-             for s in seeds]
-    runs = {"LFQ": {m: np.stack([a[m] for a in agent]) for m in METRICS}}
-    for b in BASELINES:
-        r = run_policy(b, configs, test_seeds, duration_s, alpha)
-        runs[b] = {m: r[m][:, None] for m in METRICS}  # units = test seeds
+    runs = run_policies(run, seeds, ["LFQ", *BASELINES], configs, test_seeds, duration_s, alpha)
     table = summarize(runs, configs)
     corr = correlations(runs["LFQ"], configs)
     md = markdown(table, corr, cfg, test_seeds, duration_s)
@@ -406,20 +435,13 @@ def markdown(table: dict, corr: dict, cfg: dict, test_seeds, duration_s) -> str:
               "| baseline | throughput | max queue | avg queue | reward | LFQ's avg queue / its | LFQ's max queue / its |",
               "|---|---|---|---|---|---:|---:|"]
     agent = table["LFQ"]["all"]
-
-    def verdict(m, higher_better):
-        (a, sa), (b, sb) = agent[m], base[m]
-        se = np.sqrt(np.nan_to_num(sa) ** 2 + np.nan_to_num(sb) ** 2)
-        if abs(a - b) <= 2 * se or a == b:
-            return "tie"
-        return "better" if (a > b) == higher_better else "worse"
-
     for name, per in table.items():
         if name == "LFQ":
             continue
         base = per["all"]
-        lines.append(f"| {name} | {verdict('bandwidth_mbps', True)} | {verdict('queue_max_pkts', False)} | "
-                     f"{verdict('queue_pkts', False)} | {verdict('reward', True)} | "
+        v = lambda m, higher_better: verdict(agent[m], base[m], higher_better)
+        lines.append(f"| {name} | {v('bandwidth_mbps', True)} | {v('queue_max_pkts', False)} | "
+                     f"{v('queue_pkts', False)} | {v('reward', True)} | "
                      f"{agent['queue_pkts'][0] / base['queue_pkts'][0]:.2f} | "
                      f"{agent['queue_max_pkts'][0] / base['queue_max_pkts'][0]:.2f} |")
     lines += ["", "The paper's Table VII (400 flows, both CCAs; throughput Mbit/s, max / avg queue packets):", ""]
