@@ -234,7 +234,8 @@ def grid(name: str) -> list[Cell]:
 # ---------------------------------------------------------------------------
 
 def run_ours(cells: list[Cell], seeds: list[int], show_progress=True) -> dict:
-    """{cell name: {"seeds": [per-seed report], "flows": [[rows]], "hist": [[fractions]], "wall_s"}}."""
+    """{cell name: {"seeds": [per-seed report], "flows": [[rows]], "hist": [[fractions]], "wall_s",
+    "backend": the tick that ran it (`backends.resolve`: auto picks native where it implements the cell)}}."""
     out = {}
     groups: dict = {}
     for c in cells:  # one batch per static shape (the treedef holds the static fields)
@@ -244,6 +245,7 @@ def run_ours(cells: list[Cell], seeds: list[int], show_progress=True) -> dict:
     for (_, seconds), pairs in groups.items():
         group = [c for c, _ in pairs]
         batch = stack_params([p for _, ps in pairs for p in ps])
+        backend = backends.resolve(None, batch, ticks=True)
         keys = jnp.stack([jax.random.PRNGKey(int(s)) for _ in group for s in seeds])
         total = sim.ticks_for(seconds, pairs[0][1][0])
         n_chunks = 20
@@ -275,7 +277,8 @@ def run_ours(cells: list[Cell], seeds: list[int], show_progress=True) -> dict:
                 flows.append(logs[j, :n].tolist())
                 h = hists[j].astype(np.float64)
                 hist.append((h / max(h.sum(), 1)).tolist())
-            out[c.name] = {"seeds": rows, "flows": flows, "hist": hist, "wall_s": wall / len(group)}
+            out[c.name] = {"seeds": rows, "flows": flows, "hist": hist, "wall_s": wall / len(group),
+                           "backend": backend}
     return out
 
 
@@ -591,8 +594,9 @@ def report(cells, rows, ours, ns3, seeds, args, path: Path, extra_lines=(), stal
     lines += stalls.section(stall_stats if stall_stats is not None else stall_stats_of(cells, ours, ns3, seeds))
     speed_ours = np.mean([ours[c.name]["wall_s"] for c in cells])
     speed_ns3 = np.mean([ns3[c.name]["wall_s"] for c in cells])
-    lines += [f"Wall time per cell: ours {speed_ours:.1f} s for {len(seeds)} seeds in one batch; "
-              f"ns-3 {speed_ns3:.2f} s per seed (one process).", ""]
+    ticks = sorted({ours[c.name]["backend"] for c in cells})
+    lines += [f"Wall time per cell: ours {speed_ours:.1f} s for {len(seeds)} seeds in one batch "
+              f"(the {' and '.join(ticks)} tick); ns-3 {speed_ns3:.2f} s per seed (one process).", ""]
     lines += list(extra_lines)
     if miss:
         lines += ["## Misses and their causes", "",
@@ -888,7 +892,7 @@ def main(argv=None):
     write_errors(rows, out / "errors.csv")
     (out / "results.json").write_text(jsonio.dumps(in_repo_terms(
         {"grid": args.grid, "seeds": seeds, "tolerances": TOLERANCES, "wall_s": {"ours": t_ours, "ns3": t_ns3},
-         "cells": {c.name: {"kind": c.kind, "params": c.kw, "seconds": c.seconds,
+         "cells": {c.name: {"kind": c.kind, "params": c.kw, "seconds": c.seconds, "backend": ours[c.name]["backend"],
                             "bottleneck_delay_shift_s": [delay_phase_s(c, s) for s in seeds],
                             "ours": ours[c.name]["seeds"], "ns3": [{k: v for k, v in r.items()
                                                                     if not k.startswith("queue_hist")}

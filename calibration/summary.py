@@ -7,11 +7,16 @@ For each default grid: the cell-metrics within tolerance, and per metric the sha
 within (utilisation 3 %, mean queue 15 %, drop and mark rate 25 %, median slowdown 15 %,
 per-run p99 25 %, pooled p99 of short flows 25 %).  The figure is that share per grid and
 metric, the number of cells on each square.
+
+Below it, the stalls (`calibration/stalls.py`, results.json's "stalls") of the grids whose
+flows the stall targets count: flows slowed more than 10x and 30x and lost SYNs, ours over
+ns-3's with the paired-bootstrap interval, timeouts per run, and the short-flow p99 cells.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 from pathlib import Path
 
 import matplotlib
@@ -27,6 +32,10 @@ GRIDS = {"thesis": "thesis scenario: 10 Mbit/s, two classes, web search (30 seed
          "long": "long-lived flows at 100 Mbit/s, 0.25-4 BDP (3 seeds)",
          "aqm": "RED, ARED, PIE, CoDel, FQ-CoDel, ECN off and on (3 seeds)",
          "dial": "1, 4, 16 packets per tick (10 seeds)"}
+# the grids whose stall statistics the stall targets sum (the web-search AQM cells at 30 seeds)
+STALL_GRIDS = {"thesis": "thesis", "fast": "fast", "aqm-websearch-30-seeds-all": "aqm, web-search cells"}
+STALL_COUNTS = (("slow_10x", "flows > 10x"), ("slow_30x", "flows > 30x"), ("syn_drops", "lost SYNs per run"),
+                ("rto_count", "timeouts per run"))
 METRICS = ("util_wire", "queue_mean_pkts", "drop_rate", "mark_rate", "slowdown_p50", "slowdown_p99",
            "pooled_p99_short")
 LABELS = ("utilisation", "mean queue", "drop rate", "mark rate", "median slowdown", "per-run p99", "pooled p99\nshort")
@@ -52,6 +61,43 @@ def markdown(v: dict) -> str:
         cells = [f"{per[m][0]} / {per[m][1]}" if per[m][1] else "–" for m in METRICS]
         lines.append(f"| {grid} | {per['cells']} | **{within} / {checked}** ({100 * within / checked:.0f} %) | "
                      + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def stalls(results: Path = HERE / "results") -> dict:
+    """{label: (seeds, the grid's stall statistics, the targets' verdict) or None where the
+    grid's results.json has no stall statistics}."""
+    out = {}
+    for grid, label in STALL_GRIDS.items():
+        d = json.loads((results / grid / "results.json").read_text())
+        st = d.get("stalls")
+        out[label] = (len(d["seeds"]), st["grid"], st["acceptance"]) if st else None
+    return out
+
+
+def stall_markdown(s: dict) -> str:
+    """One row per grid: ours / ns-3 (ratio [95 % interval]) per count, the p99 cells, the verdict."""
+    lines = ["| grid | seeds | " + " | ".join(label for _, label in STALL_COUNTS)
+             + " | short-flow p99 within 25 % or interval reaching 0.8-1.25 | targets |",
+             "|---|---:|" + "---|" * len(STALL_COUNTS) + "---:|---|"]
+    for label, got in s.items():
+        if got is None:
+            lines.append(f"| {label} | – | " + " | ".join("not run with the stall statistics"
+                                                          for _ in STALL_COUNTS) + " | – | – |")
+            continue
+        seeds, g, acc = got
+        cells = []
+        for key, _ in STALL_COUNTS:
+            c = g["counts"][key]
+            a, b = (c["ours_per_run"], c["ns3_per_run"]) if key in ("syn_drops", "rto_count") else (c["ours"], c["ns3"])
+            fmt = (lambda x: f"{x:.2f}") if key in ("syn_drops", "rto_count") else (lambda x: f"{x:.0f}")
+            r = lambda x: "inf" if x is None else f"{x:.2f}"
+            cells.append(f"{fmt(a)} / {fmt(b)} ({r(c['ratio'])} [{r(c['lo'])}, {r(c['hi'])}])")
+        p = acc["p99_short"]
+        missed = [n for n, k in (("> 10x", "slow_10x"), ("> 30x", "slow_30x"), ("SYNs", "syn_drops"),
+                                 ("p99", "p99_short")) if not acc[k]["held"]]
+        verdict = "**held**" if acc["held"] else "not held: " + ", ".join(missed)
+        lines.append(f"| {label} | {seeds} | " + " | ".join(cells) + f" | {p['cells_ok']} / {p['cells']} | {verdict} |")
     return "\n".join(lines)
 
 
@@ -84,6 +130,8 @@ def main(argv=None) -> int:
     v = verdicts(Path(a.results))
     figure(v, Path(a.png))
     print(markdown(v))
+    print()
+    print(stall_markdown(stalls(Path(a.results))))
     return 0
 
 

@@ -300,3 +300,67 @@ def test_stall_stats_sum_the_grid_and_state_the_verdict():
     assert "lost SYNs per run +0% of ns-3's (tolerance 25%): held" in text
     with pytest.raises(ValueError, match="seeds"):
         run.stall_stats_of(cells, ours, ns3, list(range(seeds + 1)))
+
+
+def _load_timeouts():
+    spec = importlib.util.spec_from_file_location("calibration_timeouts", ROOT / "calibration" / "timeouts.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["calibration_timeouts"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_timeout_chains_split_a_flow_at_a_gap_and_keep_flows_and_seeds_apart():
+    to = _load_timeouts()
+    ev = lambda seed, t, start=1.0, size=5e6: to.Timeout(seed, t, start, size, 2.0, "OPEN")
+    events = [ev(1, 2.0), ev(1, 2.5), ev(1, 3.4), ev(1, 4.4), ev(1, 4.9),  # 3 then 2 (3.4 -> 4.4 is a gap)
+              ev(2, 2.0), ev(1, 2.1, start=1.5)]  # another seed, another flow: one each
+    assert to.chains(events) == {3: 1, 2: 1, 1: 2}
+    s = to.summary(events, runs=2)
+    assert s["per_run"] == 3.5 and s["flows_per_run"] == 2.0
+    assert s["in_chains"] == {"1": 1.0, "2": 1.0, "3-9": 1.5, "10+": 0.0}
+    assert s["size_window"]["> 1 MB, cwnd <= 4"] == 3.5
+
+
+def test_timeouts_of_both_simulators_are_all_listed_and_split_exactly(ns3_binary, tmp_path):
+    """The timeout smoke cell for 10 s: our buffer holds every timeout the metrics count,
+    ns-3's list every one its run counts (both checked inside), each split adds up to the
+    total, and a buffer too small is refused rather than cut."""
+    to = _load_timeouts()
+    c = dataclasses.replace(run.timeout_smoke_cell(), seconds=10.0)
+    seeds = [1, 2]
+    ours = to.ours(c, seeds)
+    ns3 = to.ns3(ns3_binary, c, seeds, jobs=2, workdir=tmp_path, show_progress=False)
+    assert len(ours) > 0 and len(ns3) > 0
+    for events in (ours, ns3):
+        s = to.summary(events, len(seeds))
+        for part in ("state", "size_window", "in_chains"):
+            assert sum(s[part].values()) == pytest.approx(s["per_run"])
+    assert {e.state for e in ours} <= set(to.STATES) and {e.state for e in ns3} <= set(to.STATES)
+    with pytest.raises(RuntimeError, match="more than the buffer"):
+        to.ours(c, seeds, capacity=1)
+
+
+def test_summary_states_each_stall_grid_s_verdict_or_that_it_has_none(tmp_path):
+    """calibration/summary.py's stall table reads each grid's results.json: a grid with
+    stall statistics gets its counts, intervals and the targets it missed; one without
+    says so instead of leaving a row out."""
+    spec = importlib.util.spec_from_file_location("calibration_summary", ROOT / "calibration" / "summary.py")
+    sm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sm)
+    count = lambda a, b, lo, hi: {"ours": a, "ns3": b, "ours_per_run": a / 4, "ns3_per_run": b / 4, "ratio": a / b,
+                                  "lo": lo, "hi": hi}
+    stalls = {"grid": {"counts": {"slow_10x": count(90, 100, 0.8, 1.1), "slow_30x": count(7, 10, 0.5, 0.9),
+                                  "syn_drops": count(12, 12, 0.7, 1.4), "rto_count": count(40, 50, 0.7, 0.9)}},
+              "acceptance": {"slow_10x": {"held": True}, "slow_30x": {"held": False}, "syn_drops": {"held": True},
+                             "p99_short": {"cells_ok": 9, "cells": 10, "held": True}, "held": False}}
+    grids = list(sm.STALL_GRIDS)
+    for g in grids:
+        (tmp_path / g).mkdir()
+        (tmp_path / g / "results.json").write_text(json.dumps({"seeds": [1, 2, 3, 4],
+                                                                **({"stalls": stalls} if g == grids[0] else {})}))
+    rows = sm.stall_markdown(sm.stalls(tmp_path)).splitlines()[2:]
+    assert len(rows) == len(grids)
+    assert "90 / 100 (0.90 [0.80, 1.10])" in rows[0] and "3.00 / 3.00 (1.00" in rows[0]
+    assert rows[0].endswith("| 9 / 10 | not held: > 30x |")
+    assert all("not run with the stall statistics" in r for r in rows[1:])

@@ -560,13 +560,15 @@ def drive(cmd: list[str], answer: Callable[[dict], str]) -> int:
 # ---------------------------------------------------------------------------
 
 def _run_one(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, fresh: bool, source_digest: bytes,
-             agent: Agent | None, interval_s: float | None) -> dict:
+             agent: Agent | None, interval_s: float | None, rtos: bool = False) -> dict:
     """One ns-3 run; reuses an earlier result when the scenario source, the command line,
     the flow schedule and the agent are all unchanged (unless `fresh`).  With
     `interval_s`, the run's interval records are kept; with `agent`, its rl policy is
-    driven by it in lock-step."""
+    driven by it in lock-step; with `rtos`, every timeout is listed (`--rto_out`)."""
     stem = workdir / (f"{c.name.replace('/', '_')}_s{seed}" + (f"_{agent.digest[:10]}" if agent else ""))
     cmd = [str(binary), *ns3_args(c, seed, stem), *extra, f"--out={stem}.json", f"--flows_out={stem}.flows.csv"]
+    if rtos:
+        cmd.append(f"--rto_out={stem}.rto.csv")
     if agent is not None:
         interval_s = agent.interval_s
         cmd += agent.args()
@@ -605,22 +607,23 @@ def _run_one(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, fres
     intervals = read_intervals(f"{stem}.intervals.csv") if interval_s is not None else None
     root = str(repo_root()) + os.sep
     return {"rep": rep, "flows": flows, "intervals": intervals, "cmd": " ".join(cmd[1:]).replace(root, ""),
-            "cached": cached}
+            "cached": cached, "rto_csv": Path(f"{stem}.rto.csv") if rtos else None}
 
 
 def run_ns3(binary: Path, cells: list[Cell], seeds: list[int], jobs: int, workdir: Path,
             show_progress=True, extra: tuple = (), fresh: bool = False, agent: Agent | None = None,
-            interval_s: float | None = None, label: str = "ns-3 ") -> dict:
+            interval_s: float | None = None, label: str = "ns-3 ", rtos: bool = False) -> dict:
     """Every cell x seed in ns-3, `jobs` processes at a time: {cell name: {"seeds": [report],
     "flows": [[rows]], "intervals": [[records]] (with an interval or an agent), "hist",
-    "wall_s", "example_cmd", "cached_runs"}}."""
+    "wall_s", "example_cmd", "cached_runs", "rto_csv": [each run's list of timeouts, with
+    `rtos`, else None]}}."""
     workdir.mkdir(parents=True, exist_ok=True)
     tasks = [(c, s) for c in cells for s in seeds]
     res = {}
     bar = Progress(len(tasks), unit=" runs", label=label) if show_progress else None
     with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
         digest = hashlib.sha256(SOURCE.read_bytes()).digest()  # the cache key covers the scenario source
-        futs = {ex.submit(_run_one, binary, c, s, workdir, extra, fresh, digest, agent, interval_s): (c.name, s)
+        futs = {ex.submit(_run_one, binary, c, s, workdir, extra, fresh, digest, agent, interval_s, rtos): (c.name, s)
                 for c, s in tasks}
         for i, f in enumerate(cf.as_completed(futs)):
             res[futs[f]] = f.result()
@@ -635,5 +638,6 @@ def run_ns3(binary: Path, cells: list[Cell], seeds: list[int], jobs: int, workdi
                        "intervals": [r["intervals"] for r in runs],
                        "hist": [r["rep"].get("queue_hist", []) for r in runs],
                        "wall_s": float(np.mean([r["rep"].get("wall_s", np.nan) for r in runs])),
-                       "example_cmd": runs[0]["cmd"], "cached_runs": sum(r["cached"] for r in runs)}
+                       "example_cmd": runs[0]["cmd"], "cached_runs": sum(r["cached"] for r in runs),
+                       "rto_csv": [r["rto_csv"] for r in runs]}
     return out
