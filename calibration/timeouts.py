@@ -114,10 +114,12 @@ def read_ns3(path: Path, seed: int, rto_count: int | None = None) -> list[Timeou
     return rows
 
 
-def ns3(binary: Path, c: cal.Cell, seeds: list[int], jobs: int, workdir: Path, show_progress=True) -> list[Timeout]:
+def ns3(binary: Path, c: cal.Cell, seeds: list[int], jobs: int, workdir: Path, show_progress=True,
+        extra: tuple = ()) -> list[Timeout]:
     """Every timeout of ns-3's runs of `c` (`harness.run_ns3` with `--rto_out`: a run is
-    reused while its source, command line and flow schedule are unchanged)."""
-    got = run_ns3(binary, [c], seeds, jobs, workdir, show_progress=show_progress, rtos=True,
+    reused while its source, command line and flow schedule are unchanged); `extra`: more
+    scenario arguments (an ns-3 ablation)."""
+    got = run_ns3(binary, [c], seeds, jobs, workdir, show_progress=show_progress, rtos=True, extra=tuple(extra),
                   label=f"ns-3 {c.name} ")[c.name]
     return [e for s, rep, path in zip(seeds, got["seeds"], got["rto_csv"]) for e in read_ns3(path, s, int(rep["rto_count"]))]
 
@@ -228,8 +230,13 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="a make_params argument for every chosen cell, in both simulators (as calibration/run.py's)")
+    ap.add_argument("--ns3-arg", action="append", default=[], metavar="--NAME=VALUE",
+                    help="extra ns-3 scenario argument for every run (an ablation, as calibration/run.py's), repeatable")
     add_model_args(ap)
     args = ap.parse_args(argv)
+    bad = [a for a in args.ns3_arg if not a.startswith("--") or "=" not in a]
+    if bad:
+        ap.error(f"--ns3-arg takes --name=value, got {bad}")
     if args.seeds < 1:
         ap.error("--seeds must be >= 1")
     if args.jobs < 1 or args.capacity < 1:
@@ -251,8 +258,8 @@ def main(argv=None) -> int:
     for c in cells:
         c_ns3 = dataclasses.replace(c, kw={**c.kw, **sets})
         c_ours = dataclasses.replace(c_ns3, kw={**c_ns3.kw, **model})
-        o, n = ours(c_ours, seeds, args.capacity), ns3(binary, c_ns3, seeds, args.jobs, out / "ns3_runs",
-                                                       not args.no_progress)
+        o = ours(c_ours, seeds, args.capacity)
+        n = ns3(binary, c_ns3, seeds, args.jobs, out / "ns3_runs", not args.no_progress, args.ns3_arg)
         all_ours += [dataclasses.replace(e, seed=(c.name, e.seed)) for e in o]
         all_ns3 += [dataclasses.replace(e, seed=(c.name, e.seed)) for e in n]
         results[c.name] = {"ours": summary(o, len(seeds)), "ns3": summary(n, len(seeds))}
@@ -262,13 +269,15 @@ def main(argv=None) -> int:
     lines = [f"# Timeouts by where they fire: ours and ns-3.37 (grid `{args.grid}`)", "", f"Command: `{cmd}`", "",
              f"{len(cells)} cell(s) x {len(seeds)} seeds (seeds {seeds[0]}..{seeds[-1]}), same flow schedules; "
              f"counts per run. Chains: timeouts of one flow less than {CHAIN_GAP_S:g} s apart. "
-             + (f"Our model: {model}. " if model else "") + (f"Both: {sets}." if sets else ""), "",
+             + (f"Our model: {model}. " if model else "") + (f"Both: {sets}. " if sets else "")
+             + (f"ns-3 with {' '.join(args.ns3_arg)}." if args.ns3_arg else ""), "",
              f"## All {len(cells)} cell(s)", "", *table(total["ours"], total["ns3"]), "",
              "![timeouts per run by the sender's state, per cell](timeouts.png)", ""]
     for name, r in results.items():
         lines += [f"## {name}", "", *table(r["ours"], r["ns3"]), ""]
     (out / "REPORT.md").write_text("\n".join(lines))
-    (out / "timeouts.json").write_text(json.dumps({"seeds": seeds, "model": model, "set": sets, "cells": results,
+    (out / "timeouts.json").write_text(json.dumps({"seeds": seeds, "model": model, "set": sets,
+                                                    "ns3_args": args.ns3_arg, "cells": results,
                                                     "total": total}, indent=1))
     plot(results, total, out / "timeouts.png")
     print("\n".join(lines[:len(table(total["ours"], total["ns3"])) + 8]))

@@ -364,3 +364,12 @@ def test_summary_states_each_stall_grid_s_verdict_or_that_it_has_none(tmp_path):
     assert "90 / 100 (0.90 [0.80, 1.10])" in rows[0] and "3.00 / 3.00 (1.00" in rows[0]
     assert rows[0].endswith("| 9 / 10 | not held: > 30x |")
     assert all("not run with the stall statistics" in r for r in rows[1:])
+
+
+def test_timeouts_cli_refuses_a_bad_ns3_argument_and_an_empty_cell_choice(capsys):
+    to = _load_timeouts()
+    for argv, words in ((["--cells", ".", "--ns3-arg", "ss_ack_cap_segs=1"], "--ns3-arg takes --name=value"),
+                        (["--cells", "no-such-cell"], "matches none"), (["--cells", ".", "--seeds", "0"], "--seeds")):
+        with pytest.raises(SystemExit):
+            to.main(argv)
+        assert words in capsys.readouterr().err
