@@ -355,7 +355,7 @@ def test_summary_states_each_stall_grid_s_verdict_or_that_it_has_none(tmp_path):
               "acceptance": {"slow_10x": {"held": True}, "slow_30x": {"held": False}, "syn_drops": {"held": True},
                              "p99_short": {"cells_ok": 9, "cells": 10, "held": True}, "held": False}}
     grids = list(sm.STALL_GRIDS)
-    for g in grids:
+    for g in grids[:-1]:  # the last grid has no results at all
         (tmp_path / g).mkdir()
         (tmp_path / g / "results.json").write_text(json.dumps({"seeds": [1, 2, 3, 4],
                                                                 **({"stalls": stalls} if g == grids[0] else {})}))
@@ -363,7 +363,7 @@ def test_summary_states_each_stall_grid_s_verdict_or_that_it_has_none(tmp_path):
     assert len(rows) == len(grids)
     assert "90 / 100 (0.90 [0.80, 1.10])" in rows[0] and "3.00 / 3.00 (1.00" in rows[0]
     assert rows[0].endswith("| 9 / 10 | not held: > 30x |")
-    assert all("not run with the stall statistics" in r for r in rows[1:])
+    assert all("not yet run with the stall statistics" in r for r in rows[1:])
 
 
 def test_timeouts_cli_refuses_a_bad_ns3_argument_and_an_empty_cell_choice(capsys):
