@@ -91,13 +91,21 @@ def ours(c: cal.Cell, seeds: list[int], capacity: int = 8192) -> list[Timeout]:
 
     keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
     buf, n, total = map(np.asarray, jax.jit(jax.vmap(one))(keys, batch))
+    return collect(c.name, seeds, buf, n, total)
+
+
+def collect(name: str, seeds: list[int], buf, n, total) -> list[Timeout]:
+    """Each run's buffer rows [seeds, capacity, FIELDS] as Timeouts: a run that fired more
+    timers than its buffer holds (n > capacity), or other than its metrics counted (total),
+    is refused, never cut short."""
+    capacity = buf.shape[1]
     out = []
     for i, s in enumerate(seeds):
         if n[i] > capacity:
-            raise RuntimeError(f"{c.name} seed {s}: {int(n[i])} timeouts, more than the buffer's {capacity} "
+            raise RuntimeError(f"{name} seed {s}: {int(n[i])} timeouts, more than the buffer's {capacity} "
                                f"(raise --capacity)")
         if n[i] != total[i]:  # every timer that fired is one the metrics counted
-            raise RuntimeError(f"{c.name} seed {s}: recorded {int(n[i])} timeouts, the metrics count {int(total[i])}")
+            raise RuntimeError(f"{name} seed {s}: recorded {int(n[i])} timeouts, the metrics count {int(total[i])}")
         out += [Timeout(s, float(r[0]), float(r[1]), float(r[2]), float(r[3]), OURS_STATE[int(r[4])])
                 for r in buf[i, :n[i]]]
     return out

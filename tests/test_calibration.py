@@ -302,45 +302,6 @@ def test_stall_stats_sum_the_grid_and_state_the_verdict():
         run.stall_stats_of(cells, ours, ns3, list(range(seeds + 1)))
 
 
-def _load_timeouts():
-    spec = importlib.util.spec_from_file_location("calibration_timeouts", ROOT / "calibration" / "timeouts.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["calibration_timeouts"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_timeout_chains_split_a_flow_at_a_gap_and_keep_flows_and_seeds_apart():
-    to = _load_timeouts()
-    ev = lambda seed, t, start=1.0, size=5e6: to.Timeout(seed, t, start, size, 2.0, "OPEN")
-    events = [ev(1, 2.0), ev(1, 2.5), ev(1, 3.4), ev(1, 4.4), ev(1, 4.9),  # 3 then 2 (3.4 -> 4.4 is a gap)
-              ev(2, 2.0), ev(1, 2.1, start=1.5)]  # another seed, another flow: one each
-    assert to.chains(events) == {3: 1, 2: 1, 1: 2}
-    s = to.summary(events, runs=2)
-    assert s["per_run"] == 3.5 and s["flows_per_run"] == 2.0
-    assert s["in_chains"] == {"1": 1.0, "2": 1.0, "3-9": 1.5, "10+": 0.0}
-    assert s["size_window"]["> 1 MB, cwnd <= 4"] == 3.5
-
-
-def test_timeouts_of_both_simulators_are_all_listed_and_split_exactly(ns3_binary, tmp_path):
-    """The timeout smoke cell for 10 s: our buffer holds every timeout the metrics count,
-    ns-3's list every one its run counts (both checked inside), each split adds up to the
-    total, and a buffer too small is refused rather than cut."""
-    to = _load_timeouts()
-    c = dataclasses.replace(run.timeout_smoke_cell(), seconds=10.0)
-    seeds = [1, 2]
-    ours = to.ours(c, seeds)
-    ns3 = to.ns3(ns3_binary, c, seeds, jobs=2, workdir=tmp_path, show_progress=False)
-    assert len(ours) > 0 and len(ns3) > 0
-    for events in (ours, ns3):
-        s = to.summary(events, len(seeds))
-        for part in ("state", "size_window", "in_chains"):
-            assert sum(s[part].values()) == pytest.approx(s["per_run"])
-    assert {e.state for e in ours} <= set(to.STATES) and {e.state for e in ns3} <= set(to.STATES)
-    with pytest.raises(RuntimeError, match="more than the buffer"):
-        to.ours(c, seeds, capacity=1)
-
-
 def test_summary_states_each_stall_grid_s_verdict_or_that_it_has_none(tmp_path):
     """calibration/summary.py's stall table reads each grid's results.json: a grid with
     stall statistics gets its counts, intervals and the targets it missed; one without
@@ -364,12 +325,3 @@ def test_summary_states_each_stall_grid_s_verdict_or_that_it_has_none(tmp_path):
     assert "90 / 100 (0.90 [0.80, 1.10])" in rows[0] and "3.00 / 3.00 (1.00" in rows[0]
     assert rows[0].endswith("| 9 / 10 | not held: > 30x |")
     assert all("not yet run with the stall statistics" in r for r in rows[1:])
-
-
-def test_timeouts_cli_refuses_a_bad_ns3_argument_and_an_empty_cell_choice(capsys):
-    to = _load_timeouts()
-    for argv, words in ((["--cells", ".", "--ns3-arg", "ss_ack_cap_segs=1"], "--ns3-arg takes --name=value"),
-                        (["--cells", "no-such-cell"], "matches none"), (["--cells", ".", "--seeds", "0"], "--seeds")):
-        with pytest.raises(SystemExit):
-            to.main(argv)
-        assert words in capsys.readouterr().err
