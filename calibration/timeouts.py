@@ -284,8 +284,9 @@ def main(argv=None) -> int:
     for name, r in results.items():
         lines += [f"## {name}", "", *table(r["ours"], r["ns3"]), ""]
     (out / "REPORT.md").write_text("\n".join(lines))
-    (out / "timeouts.json").write_text(json.dumps({"seeds": seeds, "model": model, "set": sets,
-                                                    "ns3_args": args.ns3_arg, "cells": results,
+    (out / "timeouts.json").write_text(json.dumps({"grid": args.grid, "cells_regex": args.cells, "seeds": seeds,
+                                                    "capacity": args.capacity, "jobs": args.jobs, "model": model,
+                                                    "set": sets, "ns3_args": args.ns3_arg, "cells": results,
                                                     "total": total}, indent=1))
     plot(results, total, out / "timeouts.png")
     print("\n".join(lines[:len(table(total["ours"], total["ns3"])) + 8]))

@@ -1,6 +1,7 @@
 """calibration/timeouts.py: each simulator's retransmission timeouts, all listed and split
 by the sender's state, the flow's size and window, and chains."""
 import dataclasses
+import json
 import importlib.util
 import sys
 from pathlib import Path
@@ -72,3 +73,39 @@ def test_timeouts_cli_refuses_a_bad_ns3_argument_and_an_empty_cell_choice(capsys
         with pytest.raises(SystemExit):
             to.main(argv)
         assert words in capsys.readouterr().err
+
+
+def test_every_flag_reaches_its_simulator_and_the_record(tmp_path, monkeypatch):
+    """With both simulators stubbed: --grid/--cells pick the cells, --seeds/--first-seed the
+    seeds, --set reaches both simulators' cells, a model flag ours only, --capacity ours'
+    buffer, --ns3-arg and --jobs ns-3's runs, --out the folder; timeouts.json records each."""
+    got = {"ours": [], "ns3": []}
+
+    def fake_ours(c, seeds, capacity):
+        got["ours"].append((c.name, dict(c.kw), list(seeds), capacity))
+        return [to.Timeout(seeds[0], 1.0, 0.5, 5e6, 2.0, "OPEN")]
+
+    def fake_ns3(binary, c, seeds, jobs, workdir, show_progress, extra):
+        got["ns3"].append((c.name, dict(c.kw), list(seeds), jobs, list(extra)))
+        return [to.Timeout(seeds[0], 1.0, 0.5, 5e6, 2.0, "LOSS")]
+
+    monkeypatch.setattr(to, "ours", fake_ours)
+    monkeypatch.setattr(to, "ns3", fake_ns3)
+    monkeypatch.setattr(to, "build_ns3", lambda: Path("ns3"))
+    out = tmp_path / "out"
+    assert to.main(["--grid", "thesis", "--cells", "newreno/load0.9/buf(25|100)$", "--seeds", "3", "--first-seed", "7",
+                    "--set", "min_rto_s=0.02", "--rto-rearm", "any-ack", "--capacity", "99", "--jobs", "2",
+                    "--ns3-arg=--ss_ack_cap_segs=1", "--out", str(out), "--no-progress"]) == 0
+    names = ["thesis/newreno/load0.9/buf25", "thesis/newreno/load0.9/buf100"]
+    assert [o[0] for o in got["ours"]] == names and [n[0] for n in got["ns3"]] == names
+    for (_, kw_o, seeds_o, cap), (_, kw_n, seeds_n, jobs, extra) in zip(got["ours"], got["ns3"]):
+        assert seeds_o == seeds_n == [7, 8, 9] and cap == 99 and jobs == 2 and extra == ["--ss_ack_cap_segs=1"]
+        assert kw_o["min_rto_s"] == kw_n["min_rto_s"] == 0.02
+        assert kw_o["rto_rearm"] == "any-ack" and "rto_rearm" not in kw_n
+    rec = json.loads((out / "timeouts.json").read_text())
+    assert (rec["grid"], rec["cells_regex"], rec["seeds"], rec["capacity"], rec["jobs"]) == \
+        ("thesis", "newreno/load0.9/buf(25|100)$", [7, 8, 9], 99, 2)
+    assert rec["set"] == {"min_rto_s": 0.02} and rec["model"] == {"rto_rearm": "any-ack"}
+    assert rec["ns3_args"] == ["--ss_ack_cap_segs=1"] and list(rec["cells"]) == names
+    assert rec["total"]["ours"]["state"]["OPEN"] > 0 and rec["total"]["ns3"]["state"]["LOSS"] > 0
+    assert (out / "REPORT.md").exists() and (out / "timeouts.png").exists()
