@@ -64,6 +64,30 @@ def test_red_decisions_follow_ns3_count_rule(n_per_tick):
     assert rate == pytest.approx(0.05 / 1.5, rel=0.06)
 
 
+@pytest.mark.parametrize("n_per_tick", [1, 5])
+def test_red_drops_a_syn_as_often_as_data_under_the_count_rule(n_per_tick):
+    """A SYN is one more packet of ns-3's count (params.red_syn "count"): its drop chance at
+    a Poisson moment (here the start of each tick), averaged over the run, equals the data's
+    decision rate, 2 p_b / 3 at a steady p_b, where the base probability p_b ("base", before
+    0.5) loses SYNs 1.5 times as often."""
+    for rule, want in (("count", 0.05 / 1.5), ("base", 0.05)):
+        p = _params(red_min_th_pkts=10.0, red_max_th_pkts=30.0, red_max_p=0.1, red_weight=1e-9, red_syn=rule)
+        s = red.RED.init(p).replace(red_avg=jnp.asarray([20.0]), red_idle_s=jnp.asarray([-1.0]))
+        us = jax.random.uniform(jax.random.PRNGKey(3), (20000 // n_per_tick * 4, 1))
+
+        def body(s, u):
+            s, h = red.RED.on_enqueue(s, jnp.asarray([n_per_tick]), jnp.asarray([20]), u, 1.0, p)
+            return s, (h.count[0], h.syn_p[0])
+
+        _, (counts, syn_p) = jax.lax.scan(body, s, us)
+        data_rate = float(jnp.sum(counts)) / (us.shape[0] * n_per_tick)
+        assert data_rate == pytest.approx(0.05 / 1.5, rel=0.06)
+        assert float(jnp.mean(syn_p)) == pytest.approx(want, rel=0.06), rule
+        # no SYN is dropped while the count is below 1 / p_b packets (the Wait rule)
+        if rule == "count":
+            assert float(jnp.min(syn_p)) == 0.0 and float(jnp.max(syn_p)) <= 1.0
+
+
 def test_pie_decisions_are_independent_with_its_probability():
     p = _params("pie")
     rate = _decision_rate(pie.PIE, p, None, 2, 40000, q=50)

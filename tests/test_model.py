@@ -128,7 +128,8 @@ CONTEXTS = (dict(COMMON, load=1.1, long_flows=3, buffer_per_class_pkts=[60, 150]
             dict(COMMON, cdf=SMALL_FLOWS, load=1.2, long_flows=2, buffer_per_class_pkts=[150, 60]))
 # values a backend may claim although no configuration it accepts can tell them apart
 VACUOUS = {("native", "ecn_cwr"): "only ECN senders read it, and native refuses ECN",
-           ("native", "red_gentle"): "only RED reads it, and native refuses RED"}
+           ("native", "red_gentle"): "only RED reads it, and native refuses RED",
+           ("native", "red_syn"): "only RED reads it, and native refuses RED"}
 
 
 def test_every_claimed_choice_equals_the_reference():

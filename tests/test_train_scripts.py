@@ -72,20 +72,23 @@ def test_train_records_the_tcp_model_and_resumes_an_older_run_on_its_own():
     _, env_cfg = train_cli.config_from_args(train_cli.parse(["--rto-recovery", "sack"]))
     assert train_cli.tcp_model(env_cfg)["rto_recovery"] == "sack"
     # a run config written before the choice existed was made with the model of that version
-    older = {k: v for k, v in env_cfg.items() if k not in (*LEGACY_TCP_MODEL, "prr", "prr_ssrb", "ecn_cwr", "rto_rearm")}
-    assert train_cli.tcp_model(older) == {**LEGACY_TCP_MODEL, "rto_rearm": "any-ack"}
+    older = {k: v for k, v in env_cfg.items() if k not in (*LEGACY_TCP_MODEL, "prr", "prr_ssrb", "ecn_cwr", "rto_rearm",
+                                                       "red_syn")}
+    assert train_cli.tcp_model(older) == {**LEGACY_TCP_MODEL, "rto_rearm": "any-ack", "red_syn": "base"}
     env, ep = train_cli.make_env(older)
     assert int(ep.env.sim.rto_recovery_id) == 1 and int(ep.env.sim.rtt_samples_id) == 1
     assert int(ep.env.sim.rto_rearm_id) == 1  # before the timer's choice existed: any ACK restarted it
+    assert int(ep.env.sim.red_syn_id) == 1  # before 0.5: RED dropped a SYN with its base probability
+    assert env_cfg["red_syn"] == "count" and int(train_cli.make_env(env_cfg)[1].env.sim.red_syn_id) == 0
     assert env_cfg["rto_rearm"] == "cumulative" and int(train_cli.make_env(env_cfg)[1].env.sim.rto_rearm_id) == 0
     assert int(ep.env.sim.prr_id) == 0  # before the PRR choice existed: exact
     assert int(ep.env.sim.ecn_cwr_id) == 0  # before the CWR choice existed: from OPEN only
     assert int(ep.env.sim.prr_ssrb_id) == 0  # before the bound's choice existed: RFC 6937's
     # one written after the go-back-N model but before the PRR and CWR choices keeps its
     # model and runs exact PRR and CWR from OPEN
-    before_prr = {k: v for k, v in env_cfg.items() if k not in ("prr", "prr_ssrb", "ecn_cwr", "rto_rearm")}
+    before_prr = {k: v for k, v in env_cfg.items() if k not in ("prr", "prr_ssrb", "ecn_cwr", "rto_rearm", "red_syn")}
     assert train_cli.tcp_model(before_prr) == {"rto_recovery": "sack", "rtt_samples": "cumulative",
-                                               "rto_rearm": "any-ack"}
+                                               "rto_rearm": "any-ack", "red_syn": "base"}
     _, env_cfg = train_cli.config_from_args(train_cli.parse(["--prr", "ns-3.37", "--ecn-cwr", "ns-3.37"]))
     assert env_cfg["prr"] == "ns-3.37" and env_cfg["ecn_cwr"] == "ns-3.37" and env_cfg["prr_ssrb"] == "rfc6937"
     sim_params = train_cli.make_env(env_cfg)[1].env.sim

@@ -289,6 +289,12 @@ PARAMS: tuple[Param, ...] = (
           "still-missing retransmission do not), or any ACK of new data (any-ack, rlbm_jax before 0.4: those "
           "ACKs restart it and can hold a flow at two segments per RTT for seconds)",
           choices=("cumulative", "any-ack"), backends={"native": ("cumulative", "any-ack")}, ns3=""),
+    Param("red_syn", "tcp-model", "choice", "count", "RED/ARED: a SYN's early-drop chance: the count-based "
+          "probability of its place in the drop process (count, ns-3.37: a SYN is one more packet of RedQueueDisc's "
+          "count, so on average it drops as often as data, 2 p_b / 3 under the Wait rule), or the base probability "
+          "p_b (base, rlbm_jax before 0.5: SYNs lost 1.5 times as often); native and fluid run either, as neither "
+          "has a SYN that RED decides on (native refuses RED, the fluid model has no handshakes)",
+          choices=("count", "base"), backends={"native": ("count", "base"), "fluid": ("count", "base")}, ns3=""),
     # ---- AQM (ns-3.37's queue-disc names and defaults) ---------------------------------------
     Param("red_min_th_pkts", "aqm", "float", None, "RED/ARED: average queue where early drops start", **POS,
           derived="5; ared: max(5, 5 ms of link packets / 2)"),

@@ -30,12 +30,14 @@ PRR_SSRB_NAMES = model.BY_NAME["prr_ssrb"].values()
 ECN_CWR_NAMES = model.BY_NAME["ecn_cwr"].values()
 RTT_SAMPLES_NAMES = model.BY_NAME["rtt_samples"].values()
 RTO_REARM_NAMES = model.BY_NAME["rto_rearm"].values()
+RED_SYN_NAMES = model.BY_NAME["red_syn"].values()
 # the TCP model of rlbm_jax 0.2, before go-back-N (the committed results of that version
 # were made with it; a run config that names no model choice predates them)
 LEGACY_TCP_MODEL = dict(rto_recovery="sack", rtt_samples="every-ack")
 # model choices whose default changed: a run config without one predates it and ran this value
 # (rto_rearm: rlbm_jax before 0.4 restarted the timer on any ACK of new data)
-PREVIOUS_DEFAULTS = dict(rto_rearm="any-ack")
+# (red_syn: rlbm_jax before 0.5 dropped a SYN with RED's base probability)
+PREVIOUS_DEFAULTS = dict(rto_rearm="any-ack", red_syn="base")
 SCHEDULER_NAMES = model.BY_NAME["scheduler"].values()
 ARRIVAL_NAMES = model.BY_NAME["arrival"].values()
 
@@ -82,6 +84,7 @@ class SimParams:
     ecn_cwr_id: jnp.ndarray  # [] index into ECN_CWR_NAMES
     rtt_samples_id: jnp.ndarray  # [] index into RTT_SAMPLES_NAMES
     rto_rearm_id: jnp.ndarray  # [] index into RTO_REARM_NAMES
+    red_syn_id: jnp.ndarray  # [] index into RED_SYN_NAMES
     cubic_beta: jnp.ndarray  # []
     cubic_c: jnp.ndarray  # []
     cubic_fast_convergence: jnp.ndarray  # [] bool

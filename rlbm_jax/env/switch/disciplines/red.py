@@ -25,6 +25,7 @@ from rlbm_jax.env.switch.disciplines.base import Discipline, Hits
 # after its last change, max_p shrinks by beta when the average sits in the lower 40 % of
 # [min_th, max_th] and grows by min(alpha, max_p / 4) in the upper 40 %, within
 # [bottom, top]; bottom = min(0.01, one mean packet's time x Rtt 0.1 s)
+RED_SYN_COUNT = 0  # params.red_syn_id of "count" (params.RED_SYN_NAMES)
 ARED_INTERVAL_S, ARED_ALPHA, ARED_BETA, ARED_TOP, ARED_BOTTOM, ARED_RTT_S = 0.5, 0.01, 0.9, 0.5, 0.01, 0.1
 
 
@@ -63,6 +64,19 @@ def red_pb(avg, max_p, p):
     gentle = p.red_max_p + (1.0 - p.red_max_p) * (avg - p.red_max_th_pkts) / p.red_max_th_pkts
     pb = jnp.where(avg < p.red_max_th_pkts, lin, jnp.where(p.red_gentle, gentle, 1.0))
     return jnp.clip(pb, 0.0, 1.0)
+
+
+def syn_chance(x, pb, p):
+    """The chance that a SYN arriving now is dropped early [P].  ns-3.37 counts a SYN as one
+    more packet of its drop process (the Wait rule: no drop below count x p_b = 1, then
+    p_b / (2 - count x p_b)), so the next drop falls where the progress x (the sum of p_b
+    since the last one) reaches a threshold uniform in [1, 2) (`hits_from_progress`).  A
+    SYN at progress x is that packet with the chance (x + p_b - max(x, 1)) / (2 - max(x, 1))
+    (0 while x + p_b <= 1): on average the data's drop rate, 2 p_b / 3 at a steady p_b
+    (params.red_syn "count").  "base" (before 0.5) takes p_b itself."""
+    lo = jnp.maximum(x, 1.0)
+    hazard = jnp.where(x + pb > 1.0, (x + pb - lo) / jnp.maximum(2.0 - lo, 1e-6), 0.0)
+    return jnp.where(p.red_syn_id == RED_SYN_COUNT, jnp.clip(hazard, 0.0, 1.0), pb)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +126,7 @@ class Red(Discipline):
         count = jnp.where(step, jnp.maximum(arr_c - first, 0), count)
         spacing = jnp.where(step, 1.0, spacing)
         hits = Hits(first=first, spacing=spacing, count=jnp.where(forced, 0, count), forced=forced,
-                    may_mark=jnp.ones_like(forced), syn_p=jnp.where(forced, 1.0, pb))
+                    may_mark=jnp.ones_like(forced), syn_p=jnp.where(forced, 1.0, syn_chance(s.hit_x, pb, p)))
         s = s.replace(red_avg=avg, hit_x=x, hit_gap=gap, red_max_p=max_p, ared_next_s=ared_next)
         return s, hits
 
