@@ -25,8 +25,8 @@ from rlbm_jax.env.switch.disciplines.base import Discipline, Hits
 # after its last change, max_p shrinks by beta when the average sits in the lower 40 % of
 # [min_th, max_th] and grows by min(alpha, max_p / 4) in the upper 40 %, within
 # [bottom, top]; bottom = min(0.01, one mean packet's time x Rtt 0.1 s)
-RED_SYN_COUNT = 0  # params.red_syn_id of "count" (params.RED_SYN_NAMES)
 ARED_INTERVAL_S, ARED_ALPHA, ARED_BETA, ARED_TOP, ARED_BOTTOM, ARED_RTT_S = 0.5, 0.01, 0.9, 0.5, 0.01, 0.1
+RED_SYN_COUNT = 0  # params.red_syn_id of "count" (params.RED_SYN_NAMES)
 
 
 @struct.dataclass
