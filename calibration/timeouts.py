@@ -8,7 +8,12 @@ cell and over the grid's chosen cells, by
   state, such a flow is OPEN here);
 - the flow's size (< 100 KB, 100 KB - 1 MB, > 1 MB) and its window (cwnd <= 4 segments or
   more) at that moment;
-- chains: timeouts of one flow less than `CHAIN_GAP_S` apart, by chain length.
+- chains: timeouts of one flow less than `CHAIN_GAP_S` apart, by chain length;
+- the short flows (< 100 KB) with a timeout, by the state of their first;
+
+and it names what held each flow slowed more than 10x and 30x (the stall counts): a
+timeout (by the state of the flow's first), else a lost SYN (its FCT beyond the ideal at
+least 0.95 of `syn_timeout_s`), else neither (queueing alone).
 
 ns-3 writes every timeout with the flow and its state (the scenario's `--rto_out`, from
 the congestion-ops object's CA_EVENT_LOSS); ours are read inside the tick
@@ -53,6 +58,9 @@ SMALL_CWND_PKTS = 4.0  # "cwnd <= 4": a window too small for three duplicate ACK
 CHAIN_GAP_S = 1.0  # timeouts of one flow closer than this belong to one chain
 CHAINS = (("1", 1, 1), ("2", 2, 2), ("3-9", 3, 9), ("10+", 10, 10 ** 9))
 FIELDS = ("time_s", "flow_start_s", "size_bytes", "cwnd_pkts", "state")
+SLOW_FACTORS = (10.0, 30.0)  # the stall counts' "slowed more than Fx" (calibration/stalls.py)
+SYN_HELD = 0.95  # a flow held about one SYN timeout: FCT beyond its ideal >= SYN_HELD x syn_timeout_s
+HELD_BY = tuple(f"a timeout in {s}" for s in STATES) + ("a lost SYN", "neither")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +73,11 @@ class Timeout:
     state: str  # one of STATES
 
 
-def ours(c: cal.Cell, seeds: list[int], capacity: int = 8192) -> list[Timeout]:
-    """Every timeout of our runs of `c` (all seeds in one vmapped batch).  Each run writes
-    its timeouts into a buffer of `capacity` rows; a run with more is refused (with its
-    count) rather than cut short."""
+def ours(c: cal.Cell, seeds: list[int], capacity: int = 8192) -> tuple[list[Timeout], list]:
+    """Every timeout of our runs of `c` (all seeds in one vmapped batch), and each run's
+    finished flows (LOG_FIELDS rows).  Each run writes its timeouts into a buffer of
+    `capacity` rows; a run with more is refused (with its count) rather than cut short, as
+    is one whose completion log overflowed."""
     ps = pad_params([make_params(**seed_kw(c, s)) for s in seeds])
     batch = stack_params(ps)
     n_ticks = sim.ticks_for(c.seconds, ps[0])
@@ -87,11 +96,15 @@ def ours(c: cal.Cell, seeds: list[int], capacity: int = 8192) -> list[Timeout]:
         s0 = sim.init(key, p)
         buf0 = jnp.zeros((capacity, len(FIELDS)), jnp.float32)
         (s, buf, n), _ = jax.lax.scan(body, (s0, buf0, jnp.int32(0)), None, length=n_ticks)
-        return buf, n, s.metrics.rto_total
+        return buf, n, s.metrics.rto_total, s.metrics.log, s.metrics.log_count
 
     keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
-    buf, n, total = map(np.asarray, jax.jit(jax.vmap(one))(keys, batch))
-    return collect(c.name, seeds, buf, n, total)
+    buf, n, total, log, log_n = map(np.asarray, jax.jit(jax.vmap(one))(keys, batch))
+    over = [s for i, s in enumerate(seeds) if log_n[i] > log.shape[1]]
+    if over:
+        raise RuntimeError(f"{c.name} seeds {over}: more finished flows than the completion log holds "
+                           f"({log.shape[1]}; raise completion_log_size)")
+    return collect(c.name, seeds, buf, n, total), [log[i, :log_n[i]].tolist() for i in range(len(seeds))]
 
 
 def collect(name: str, seeds: list[int], buf, n, total) -> list[Timeout]:
@@ -123,13 +136,15 @@ def read_ns3(path: Path, seed: int, rto_count: int | None = None) -> list[Timeou
 
 
 def ns3(binary: Path, c: cal.Cell, seeds: list[int], jobs: int, workdir: Path, show_progress=True,
-        extra: tuple = ()) -> list[Timeout]:
+        extra: tuple = ()) -> tuple[list[Timeout], list]:
     """Every timeout of ns-3's runs of `c` (`harness.run_ns3` with `--rto_out`: a run is
-    reused while its source, command line and flow schedule are unchanged); `extra`: more
-    scenario arguments (an ns-3 ablation)."""
+    reused while its source, command line and flow schedule are unchanged), and each run's
+    finished flows; `extra`: more scenario arguments (an ns-3 ablation)."""
     got = run_ns3(binary, [c], seeds, jobs, workdir, show_progress=show_progress, rtos=True, extra=tuple(extra),
                   label=f"ns-3 {c.name} ")[c.name]
-    return [e for s, rep, path in zip(seeds, got["seeds"], got["rto_csv"]) for e in read_ns3(path, s, int(rep["rto_count"]))]
+    events = [e for s, rep, path in zip(seeds, got["seeds"], got["rto_csv"])
+              for e in read_ns3(path, s, int(rep["rto_count"]))]
+    return events, got["flows"]
 
 
 def size_bucket(size_bytes: float) -> str:
@@ -156,10 +171,43 @@ def chains(events: list[Timeout]) -> collections.Counter:
     return out
 
 
+def _flow(seed, start_s: float, size_bytes: float) -> tuple:
+    """One flow's key in both simulators' records (seed, start to the ms, size)."""
+    return seed, round(float(start_s), 3), int(round(float(size_bytes)))
+
+
+def first_states(events: list[Timeout]) -> dict:
+    """{flow key: the sender's state at the flow's first timeout}."""
+    out = {}
+    for e in sorted(events, key=lambda e: e.time_s):
+        out.setdefault(_flow(e.seed, e.flow_start_s, e.size_bytes), e.state)
+    return out
+
+
+def held_by(flows_per_seed, seeds, events: list[Timeout], syn_timeout_s: float, factors=SLOW_FACTORS) -> dict:
+    """{factor: {cause: flows}}: each finished flow slowed more than a factor (LOG_FIELDS
+    rows per seed, paired with `seeds`) by what held it: a timeout (by the state of the
+    flow's first), else a lost SYN (FCT beyond the ideal >= SYN_HELD x `syn_timeout_s`),
+    else neither.  Counts over the runs; flows from t = 0 (the thesis grid has no warm-up)."""
+    first = first_states(events)
+    out = {f: collections.Counter({k: 0 for k in HELD_BY}) for f in factors}
+    for seed, rows in zip(seeds, flows_per_seed):
+        for size, _cls, fct, slow, start in rows:
+            st = first.get(_flow(seed, start, size))
+            cause = f"a timeout in {st}" if st else \
+                ("a lost SYN" if fct - fct / max(slow, 1e-12) >= SYN_HELD * syn_timeout_s else "neither")
+            for f in factors:
+                if slow > f:
+                    out[f][cause] += 1
+    return {f"{f:g}x": dict(c) for f, c in out.items()}
+
+
 def summary(events: list[Timeout], runs: int) -> dict:
-    """Timeouts per run by state, by size and window, by chain length; flows with one."""
+    """Timeouts per run by state, by size and window, by chain length; flows with one;
+    short flows with one by the state of their first."""
     per = lambda n: n / runs
     by_state = collections.Counter(e.state for e in events)
+    short_first = collections.Counter(st for (_, _, size), st in first_states(events).items() if size < SIZES[0][1])
     by_kind = collections.Counter((size_bucket(e.size_bytes), e.cwnd_pkts <= SMALL_CWND_PKTS) for e in events)
     ch = chains(events)
     return {
@@ -170,6 +218,7 @@ def summary(events: list[Timeout], runs: int) -> dict:
                         for b, _ in SIZES for small in (True, False)},
         "chains": {name: per(sum(n for k, n in ch.items() if lo <= k <= hi)) for name, lo, hi in CHAINS},
         "in_chains": {name: per(sum(k * n for k, n in ch.items() if lo <= k <= hi)) for name, lo, hi in CHAINS},
+        "short_flows_first": {s: per(short_first[s]) for s in STATES},
     }
 
 
@@ -192,6 +241,19 @@ def table(ours_s: dict, ns3_s: dict) -> list[str]:
     for k in ours_s["in_chains"]:
         row(f"in chains of {k} (chains: {ours_s['chains'][k]:.2f} / {ns3_s['chains'][k]:.2f})",
             ours_s["in_chains"][k], ns3_s["in_chains"][k])
+    for st in STATES:
+        row(f"short flows whose first is in {st}", ours_s["short_flows_first"][st], ns3_s["short_flows_first"][st])
+    return lines
+
+
+def held_table(ours_h: dict, ns3_h: dict) -> list[str]:
+    """Markdown rows: the flows slowed more than each factor, by what held them, ours and ns-3's."""
+    fs = list(ours_h)
+    lines = ["| flows slowed more than ... held by | " + " | ".join(f"> {f}: ours | ns-3" for f in fs) + " |",
+             "|---|" + "---:|---:|" * len(fs)]
+    for k in (*HELD_BY, "all"):
+        cell = lambda h, f: sum(h[f].values()) if k == "all" else h[f][k]
+        lines.append(f"| {k} | " + " | ".join(f"{cell(ours_h, f)} | {cell(ns3_h, f)}" for f in fs) + " |")
     return lines
 
 
@@ -263,16 +325,24 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     binary = build_ns3()
     results, all_ours, all_ns3 = {}, [], []
+    held_total = {"ours": {}, "ns3": {}}
     for c in cells:
         c_ns3 = dataclasses.replace(c, kw={**c.kw, **sets})
         c_ours = dataclasses.replace(c_ns3, kw={**c_ns3.kw, **model})
-        o = ours(c_ours, seeds, args.capacity)
-        n = ns3(binary, c_ns3, seeds, args.jobs, out / "ns3_runs", not args.no_progress, args.ns3_arg)
+        syn_s = float(make_params(**seed_kw(c_ns3, seeds[0])).syn_timeout_s)
+        o, o_flows = ours(c_ours, seeds, args.capacity)
+        n, n_flows = ns3(binary, c_ns3, seeds, args.jobs, out / "ns3_runs", not args.no_progress, args.ns3_arg)
         all_ours += [dataclasses.replace(e, seed=(c.name, e.seed)) for e in o]
         all_ns3 += [dataclasses.replace(e, seed=(c.name, e.seed)) for e in n]
-        results[c.name] = {"ours": summary(o, len(seeds)), "ns3": summary(n, len(seeds))}
+        held = {"ours": held_by(o_flows, seeds, o, syn_s), "ns3": held_by(n_flows, seeds, n, syn_s)}
+        for side, h in held.items():
+            for f, counts in h.items():
+                tot = held_total[side].setdefault(f, {k: 0 for k in HELD_BY})
+                for k, v in counts.items():
+                    tot[k] += v
+        results[c.name] = {"ours": summary(o, len(seeds)), "ns3": summary(n, len(seeds)), "held_by": held}
     runs = len(seeds) * len(cells)
-    total = {"ours": summary(all_ours, runs), "ns3": summary(all_ns3, runs)}
+    total = {"ours": summary(all_ours, runs), "ns3": summary(all_ns3, runs), "held_by": held_total}
     cmd = "python calibration/timeouts.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [f"# Timeouts by where they fire: ours and ns-3.37 (grid `{args.grid}`)", "", f"Command: `{cmd}`", "",
              f"{len(cells)} cell(s) x {len(seeds)} seeds (seeds {seeds[0]}..{seeds[-1]}), same flow schedules; "
@@ -280,16 +350,21 @@ def main(argv=None) -> int:
              + (f"Our model: {model}. " if model else "") + (f"Both: {sets}. " if sets else "")
              + (f"ns-3 with {' '.join(args.ns3_arg)}." if args.ns3_arg else ""), "",
              f"## All {len(cells)} cell(s)", "", *table(total["ours"], total["ns3"]), "",
+             "Flows slowed more than 10x and 30x (summed over the runs, as the stall counts), by what held "
+             "them: a timeout, by the state of the flow's first; else a lost SYN (FCT beyond the ideal at least "
+             f"{SYN_HELD:g} of the SYN timeout); else neither (queueing).", "",
+             *held_table(held_total["ours"], held_total["ns3"]), "",
              "![timeouts per run by the sender's state, per cell](timeouts.png)", ""]
     for name, r in results.items():
-        lines += [f"## {name}", "", *table(r["ours"], r["ns3"]), ""]
+        lines += [f"## {name}", "", *table(r["ours"], r["ns3"]), "",
+                  *held_table(r["held_by"]["ours"], r["held_by"]["ns3"]), ""]
     (out / "REPORT.md").write_text("\n".join(lines))
     (out / "timeouts.json").write_text(json.dumps({"grid": args.grid, "cells_regex": args.cells, "seeds": seeds,
                                                     "capacity": args.capacity, "jobs": args.jobs, "model": model,
                                                     "set": sets, "ns3_args": args.ns3_arg, "cells": results,
                                                     "total": total}, indent=1))
     plot(results, total, out / "timeouts.png")
-    print("\n".join(lines[:len(table(total["ours"], total["ns3"])) + 8]))
+    print("\n".join(lines[:next(i for i, ln in enumerate(lines) if ln.startswith("![timeouts"))]))
     return 0
 
 
