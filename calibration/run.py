@@ -735,6 +735,7 @@ CAUSES = {
 }
 
 STALL_SIZE_BYTES = 100_000  # a "short" flow: under 0.1 s alone on the thesis link
+SYN_HELD = 0.95  # a flow held about one SYN timeout: FCT beyond its ideal >= SYN_HELD x syn_timeout_s
 
 
 def syn_stalls(flows_per_seed, syn_timeout_s: float = 3.0) -> tuple[int, int]:
@@ -744,7 +745,7 @@ def syn_stalls(flows_per_seed, syn_timeout_s: float = 3.0) -> tuple[int, int]:
     for rows in flows_per_seed:
         a = np.asarray(rows, np.float64).reshape(-1, 5)
         extra = a[:, 2] - a[:, 2] / np.maximum(a[:, 3], 1e-12)  # FCT beyond the ideal
-        stalled += int(np.sum((a[:, 0] < STALL_SIZE_BYTES) & (extra >= 0.95 * syn_timeout_s)))
+        stalled += int(np.sum((a[:, 0] < STALL_SIZE_BYTES) & (extra >= SYN_HELD * syn_timeout_s)))
         total += len(a)
     return stalled, total
 

@@ -58,8 +58,8 @@ SMALL_CWND_PKTS = 4.0  # "cwnd <= 4": a window too small for three duplicate ACK
 CHAIN_GAP_S = 1.0  # timeouts of one flow closer than this belong to one chain
 CHAINS = (("1", 1, 1), ("2", 2, 2), ("3-9", 3, 9), ("10+", 10, 10 ** 9))
 FIELDS = ("time_s", "flow_start_s", "size_bytes", "cwnd_pkts", "state")
-SLOW_FACTORS = (10.0, 30.0)  # the stall counts' "slowed more than Fx" (calibration/stalls.py)
-SYN_HELD = 0.95  # a flow held about one SYN timeout: FCT beyond its ideal >= SYN_HELD x syn_timeout_s
+SLOW_FACTORS = cal.stalls.SLOW_FACTORS  # the stall counts' "slowed more than Fx"
+SYN_HELD = cal.SYN_HELD  # the calibration report's rule for a flow held by a lost SYN
 HELD_BY = tuple(f"a timeout in {s}" for s in STATES) + ("a lost SYN", "neither")
 
 
