@@ -47,7 +47,7 @@ from rlbm_jax.devices import batched, single_process_only  # noqa: E402
 from rlbm_jax.env import backends, metrics as mx, model, sim, tcp  # noqa: E402
 from rlbm_jax.env.params import ared_defaults, make_params, pad_params, stack_params  # noqa: E402
 from rlbm_jax.ns3.harness import Cell, build_ns3, call as call_ns3, delay_phase_s, ns3_args, run_ns3, seed_kw  # noqa: E402
-from rlbm_jax.cli import add_model_args, model_kw, parser  # noqa: E402
+from rlbm_jax.cli import add_model_args, model_kw, parser, printed_config  # noqa: E402
 from rlbm_jax.progress import Progress  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -440,12 +440,17 @@ def dial_table(cells, rows, ours, ns3, seeds) -> list[dict]:
              "ours_wall_s": ours[c.name]["wall_s"],
              "ours_sim_s_per_wall_s": len(seeds) * c.seconds / ours[c.name]["wall_s"],
              "ns3_wall_s_per_run": ns3[c.name]["wall_s"]}
-        for m in TOLERANCES:
-            e = next(x for x in rows if x["cell"] == c.name and x["metric"] == m)
-            r[m] = e["rel_err"]
-            r[m + "_within"] = e["within"]
+        for m in dial_metrics(rows):
+            e = next((x for x in rows if x["cell"] == c.name and x["metric"] == m), None)
+            r[m] = e["rel_err"] if e else None  # None: not checked in this cell
+            r[m + "_within"] = e["within"] if e else None
         out.append(r)
     return out
+
+
+def dial_metrics(rows) -> list[str]:
+    """The metrics checked in some cell of the dial (mark_rate only where a cell marks)."""
+    return [m for m in TOLERANCES if any(x["metric"] == m for x in rows)]
 
 
 def dial_plot(table, out: Path):
@@ -455,9 +460,11 @@ def dial_plot(table, out: Path):
 
     series = [(sorted((r for r in table if r["tcp"] == name), key=lambda r: r["pkts_per_tick"]), name, col)
               for name, col in (("newreno", "tab:blue"), ("cubic", "tab:red"))]
-    fig, axes = plt.subplots(1, len(TOLERANCES) + 1, figsize=(3.3 * (len(TOLERANCES) + 1), 3.2))
-    for ax, m in zip(axes, TOLERANCES):
+    metrics = [m for m in TOLERANCES if any(r.get(m) is not None for r in table)]
+    fig, axes = plt.subplots(1, len(metrics) + 1, figsize=(3.3 * (len(metrics) + 1), 3.2))
+    for ax, m in zip(axes, metrics):
         for rs, tcp_name, col in series:
+            rs = [r for r in rs if r.get(m) is not None]
             ax.plot([r["pkts_per_tick"] for r in rs], [100 * r[m] for r in rs], "o-", color=col, label=tcp_name)
         t = 100 * TOLERANCES[m][0]
         ax.axhspan(-t, t, color="0.88", zorder=0)
@@ -826,7 +833,7 @@ def parse_sets(items: list[str], ap) -> dict:
     return out
 
 
-def main(argv=None):
+def build_parser():
     ap = parser(__doc__, "run.py")
     ap.add_argument("--grid", default="smoke", choices=list(GRIDS), help="cells to run")
     ap.add_argument("--cells", default=None, metavar="REGEX",
@@ -852,15 +859,18 @@ def main(argv=None):
                     help="directory of the ns-3 runs and their cache (default <out>/ns3_runs): an ablation of our "
                          "model (a TCP-model flag below) with its own --out reads the grid's ns-3 runs back")
     add_model_args(ap)
-    args = ap.parse_args(argv)
-    if args.backend:
-        backends.set_default(args.backend)
-    if refusal := single_process_only("run.py"):
-        ap.error(refusal)
+    return ap
+
+
+def plan(args, ap):
+    """(the cells to run, with every --set and TCP-model flag in them; the results
+    directory): what the options resolve into, refused through `ap.error` as the run would."""
     if args.seeds < 1:
         ap.error("--seeds must be >= 1")
+    bad = [a for a in args.ns3_arg if not a.startswith("--") or "=" not in a]
+    if bad:
+        ap.error(f"--ns3-arg takes --name=value, got {bad}")
     out = Path(args.out or ROOT / "calibration" / "results" / args.grid)
-    out.mkdir(parents=True, exist_ok=True)
     cells = grid(args.grid)
     if args.cells:
         try:
@@ -875,12 +885,38 @@ def main(argv=None):
         cells = [dataclasses.replace(c, kw={**c.kw, **sets}) for c in cells]
     if ours_model := model_kw(args):  # our side only: these choices are not ns-3 arguments (ns3.NOT_NS3)
         cells = [dataclasses.replace(c, kw={**c.kw, **ours_model}) for c in cells]
+    return cells, out
+
+
+def run_config(args, ap=None) -> dict:
+    """What this command runs (`--print-config` prints it, and runs and writes nothing): the
+    grid, each cell (its kind, seconds and parameters, --set and the TCP-model flags in
+    them), the seeds, the ns-3 side (jobs, extra arguments, the runs' directory, a fresh
+    rerun), our backend and the outputs."""
+    cells, out = plan(args, ap or build_parser())
+    return {"grid": args.grid, "cells_filter": args.cells, "set": list(args.set),
+            "cells": {c.name: {"kind": c.kind, "seconds": c.seconds, "params": c.kw} for c in cells},
+            "seeds": list(range(args.first_seed, args.first_seed + args.seeds)),
+            "ns3": {"jobs": args.jobs, "args": list(args.ns3_arg), "fresh": args.fresh_ns3,
+                    "runs": str(Path(args.ns3_runs).resolve() if args.ns3_runs else out / "ns3_runs")},
+            "backend": args.backend or backends.default(), "tcp_model": model_kw(args, complete=True),
+            "out": str(out), "report": str(Path(args.report or out / "REPORT.md")), "progress": not args.no_progress}
+
+
+def main(argv=None):
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    cells, out = plan(args, ap)
+    if printed_config(args, in_repo_terms(run_config(args, ap))):
+        return 0
+    if args.backend:
+        backends.set_default(args.backend)
+    if refusal := single_process_only("run.py"):
+        ap.error(refusal)
+    out.mkdir(parents=True, exist_ok=True)
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     binary = build_ns3()
     t0 = time.perf_counter()
-    bad = [a for a in args.ns3_arg if not a.startswith("--") or "=" not in a]
-    if bad:
-        ap.error(f"--ns3-arg takes --name=value, got {bad}")
     ns3_dir = Path(args.ns3_runs).resolve() if args.ns3_runs else out / "ns3_runs"
     ns3 = run_ns3(binary, cells, seeds, args.jobs, ns3_dir, show_progress=not args.no_progress,
                   extra=tuple(args.ns3_arg), fresh=args.fresh_ns3)
@@ -906,13 +942,15 @@ def main(argv=None):
         table = dial_table(cells, rows, ours, ns3, seeds)
         dial_plot(table, out)
         write_errors(table, out / "dial.csv")
+        dial_ms = dial_metrics(rows)
         extra += ["## Tick-size dial (`dial.png`, `dial.csv`)", "",
-                  "| tcp | packets per tick | " + " | ".join(f"{m} err" for m in TOLERANCES)
+                  "| tcp | packets per tick | " + " | ".join(f"{m} err" for m in dial_ms)
                   + " | ours wall s (batch) | ours sim-s per wall-s | ns-3 wall s per run |",
-                  "|---|---:|" + "---:|" * (len(TOLERANCES) + 3)]
+                  "|---|---:|" + "---:|" * (len(dial_ms) + 3)]
         for r in sorted(table, key=lambda r: (r["tcp"], r["pkts_per_tick"])):
             extra.append(f"| {r['tcp']} | {r['pkts_per_tick']} | "
-                         + " | ".join(f"{r[m]:+.1%}" + ("" if r[m + '_within'] else " ✗") for m in TOLERANCES)
+                         + " | ".join("–" if r[m] is None else f"{r[m]:+.1%}" + ("" if r[m + '_within'] else " ✗")
+                                      for m in dial_ms)
                          + f" | {r['ours_wall_s']:.1f} | {r['ours_sim_s_per_wall_s']:.0f} "
                          f"| {r['ns3_wall_s_per_run']:.2f} |")
         extra.append("")

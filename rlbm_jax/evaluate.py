@@ -99,16 +99,18 @@ def score_policies(env: RLBMEnv, sims: Sequence[SimParams], agents: dict, baseli
 def mean_rows(results: dict, grid: Sequence[tuple], fields: Sequence[str]) -> list[dict]:
     """One row per policy and thesis-grid cell (tcp, buffer_per_class_pkts, load): the
     mean and standard deviation over seeds of each field of `results`
-    ({policy: {field: [cells, seeds]}}), NaN where no seed has a value."""
+    ({policy: {field: [cells, seeds]}}) and `<field>_n`, the seeds that had a value: the
+    mean is NaN where no seed has one, the std where fewer than two have."""
     rows = []
     for name, res in results.items():
         for c, (t, n, ld) in enumerate(grid):
             row = {"policy": name, "tcp": t, "buffer_per_class_pkts": n, "load": ld}
             for f in fields:
                 v = np.asarray(res[f][c], np.float64)
-                ok = np.any(np.isfinite(v))
-                row[f] = float(np.nanmean(v)) if ok else float("nan")
-                row[f + "_std"] = float(np.nanstd(v)) if ok else float("nan")
+                ok = np.isfinite(v)
+                row[f] = float(np.mean(v[ok])) if ok.any() else float("nan")
+                row[f + "_std"] = float(np.std(v[ok])) if ok.sum() >= 2 else float("nan")
+                row[f + "_n"] = int(ok.sum())
             rows.append(row)
     return rows
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 import jax
@@ -22,6 +23,9 @@ from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, RLBMEnv
 from rlbm_jax.progress import Progress
 
 BASELINES = ("sb-naive", "sb-sophisticated", "dt", "abm", "droptail")
+# the most ticks one compiled call of run_scenario advances (a stretch of the run is several
+# such calls when longer: the progress bar moves at least this often)
+CALL_MAX_TICKS = 1 << 16
 # the droptail limit with an AQM in front, and FQ-CoDel's per-flow queues (rlbm_jax.env.switch.disciplines)
 AQMS = ("red", "ared", "pie", "codel", "fq-codel")
 
@@ -101,8 +105,9 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
         total = sim.ticks_for(seconds, params)
         n_chunks, size = _chunking(total, chunks)
         state = batched(lambda k: sim.init(k, params), len(seeds))(keys)
-        advance = batched(lambda s: backends.run(s, params, size)[0], len(seeds))
+        advance = lambda n: batched(lambda s: backends.run(s, params, n)[0], len(seeds))
         unit_s = size * float(params.tick_s)
+        ticks_per_unit = 1
         get_sim = lambda st: st
     else:
         p_rl = with_policy(params, "rl")
@@ -115,27 +120,41 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
         def init_one(k):
             return env.reset_env(k, ep)
 
-        def run_steps(carry):
+        def run_steps(carry, n):
             def body(c, _):
                 obs, st = c
                 obs, st, _, _, _ = env.step_env(jax.random.PRNGKey(0), st, agent(obs), ep)
                 return (obs, st), None
-            return jax.lax.scan(body, carry, None, length=size)[0]
+            return jax.lax.scan(body, carry, None, length=n)[0]
 
         state = batched(init_one, len(seeds))(keys)
-        advance = batched(run_steps, len(seeds))  # the seeds spread over the devices
+        advance = lambda n: batched(lambda c: run_steps(c, n), len(seeds))  # the seeds spread over the devices
         unit_s = size * float(ep.agent_interval_s)
+        ticks_per_unit = sim.ticks_for(float(ep.agent_interval_s), params)
         get_sim = lambda st: st[1].sim
 
-    t0 = time.perf_counter()
-    compiled = advance.lower(state).compile()
-    compile_s = time.perf_counter() - t0
+    # a stretch runs as calls of at most CALL_MAX_TICKS ticks (and one call of the rest), so
+    # that a long stretch still moves the progress bar; the ticks per stretch are unchanged
+    per_call = max(1, min(size, CALL_MAX_TICKS // max(1, ticks_per_unit)))
+    calls, rest = divmod(size, per_call)
     bar = Progress(n_chunks * unit_s, unit=" sim-s", label=f"{len(seeds)} seed(s) ") if show_progress else None
+    if bar:
+        bar.update(0, extra="compiling", measure=False)  # a first line at once, before compiling
+    t0 = time.perf_counter()
+    compiled = advance(per_call).lower(state).compile()
+    compiled_rest = advance(rest).lower(state).compile() if rest else None
+    compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     series = {"t_s": [], "queue_pkts": [], "util_wire": []}
     deq_before, offered_before = np.zeros(len(seeds)), np.zeros(len(seeds))
     for i in range(n_chunks):
-        state = compiled(state)
+        for j in range(calls):
+            state = compiled(state)
+            if bar and j < calls - 1:
+                jax.block_until_ready(state)
+                bar.update((i + (j + 1) * per_call / size) * unit_s)
+        if rest:
+            state = compiled_rest(state)
         jax.block_until_ready(state)
         now = get_sim(state)
         deq = np.asarray(now.metrics.deq_total, np.float64)
@@ -165,21 +184,35 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
         row["seed"] = int(seed)
         row["sim_seconds"] = float(ticks[i] * float(params.tick_s))
         per_seed.append(row)
-    keys_ = [k for k in per_seed[0] if k != "seed"]
-    mean = {k: _nanmean([r[k] for r in per_seed]) for k in keys_}
-    std = {k: _nanstd([r[k] for r in per_seed]) for k in keys_}
+    mean, std, n_seeds = over_seeds(per_seed)
     logs, counts = np.asarray(final.metrics.log), np.asarray(final.metrics.log_count)
     tail = mx.pooled_tail([logs[i, :min(int(counts[i]), logs.shape[1])] for i in range(len(seeds))],
                           warmup_s=float(params.warmup_s))
-    if plot_path is not None:
-        plot_run(series, [logs[i, :min(int(counts[i]), logs.shape[1])] for i in range(len(seeds))], plot_path,
-                 title=f"{len(seeds)} seed(s), {seconds:g} s")
     out = dict(mean)
     out.update(tail=tail, series=series, devices=n_devices, backend=backends.resolve(None, params),
                wall_s=time.perf_counter() - t_start, run_s=run_s, compile_s=compile_s,
                sim_seconds_per_wall_s=sum(r["sim_seconds"] for r in per_seed) / max(run_s, 1e-9),
-               seeds=[int(s) for s in seeds], std=std, per_seed=per_seed)
+               seeds=[int(s) for s in seeds], std=std, n_seeds=n_seeds, per_seed=per_seed)
+    if plot_path is not None:  # a figure that cannot be drawn loses nothing computed: its error is reported
+        try:
+            plot_run(series, [logs[i, :min(int(counts[i]), logs.shape[1])] for i in range(len(seeds))], plot_path,
+                     title=f"{len(seeds)} seed(s), {seconds:g} s")
+        except (OSError, ValueError) as e:
+            out["plot_error"] = f"{type(e).__name__}: {e}"
     return out
+
+
+def over_seeds(per_seed: Sequence[dict]) -> tuple[dict, dict, dict]:
+    """(mean, std, n) of every report field over the seeds' rows `per_seed` (the key "seed"
+    left out): a seed whose field has no sample (NaN or None: a p99 of a seed that finished
+    no flow) is left out of that field's mean and std and not counted in its n; a field with
+    fewer than two samples has no std (NaN, written null), none has no mean."""
+    keys = [k for k in per_seed[0] if k != "seed"]
+    vals = {k: np.asarray([np.nan if r[k] is None else r[k] for r in per_seed], np.float64) for k in keys}
+    n = {k: int(np.sum(np.isfinite(v))) for k, v in vals.items()}
+    mean = {k: _nanmean(v) for k, v in vals.items()}
+    std = {k: _nanstd(v) for k, v in vals.items()}
+    return mean, std, n
 
 
 def _run_fluid(params: SimParams, seconds: float, seeds: Sequence[int]) -> dict:
@@ -215,16 +248,19 @@ def _run_fluid(params: SimParams, seconds: float, seeds: Sequence[int]) -> dict:
     packet_fields = jax.eval_shape(lambda m: mx.summarize(m, params), mx.init_metrics(
         params.num_classes, params.queue_capacity_pkts, params.completion_log_size))
     not_modelled = [k for k in packet_fields if k not in rows[0]]
-    rep = {k: _nanmean([r[k] for r in rows]) for k in rows[0]}
-    std = {k: (0.0 if deterministic else _nanstd([r[k] for r in rows])) for k in rows[0]}
+    rep, std, n_seeds = over_seeds(rows)
+    if deterministic:  # every seed gives the one run: the seeds' spread is exactly 0
+        std = {k: 0.0 for k in std}
+        n_seeds = {k: len(seeds) if v else 0 for k, v in n_seeds.items()}
     rep.update({k: None for k in not_modelled})
     std.update({k: None for k in not_modelled})
+    n_seeds.update({k: 0 for k in not_modelled})
     per_seed = [{**(rows[0] if deterministic else rows[i]), **{k: None for k in not_modelled}, "seed": int(s),
                  "sim_seconds": float(seconds)} for i, s in enumerate(seeds)]
     return {**rep, "tail": None, "series": None, "devices": 1, "backend": "fluid", "not_modelled": not_modelled,
             "wall_s": run_s, "run_s": run_s, "compile_s": None,
             "sim_seconds_per_wall_s": len(run_seeds) * seconds / max(run_s, 1e-9), "seeds": [int(s) for s in seeds],
-            "std": std, "per_seed": per_seed, "deterministic": deterministic}
+            "std": std, "n_seeds": n_seeds, "per_seed": per_seed, "deterministic": deterministic}
 
 
 def check_memory(params: SimParams, num_seeds: int, what: str = "seeds") -> None:
@@ -278,6 +314,7 @@ def plot_run(series: dict, rows_per_seed, path, title: str = "") -> None:
     ax.set(xlabel="flow size (bytes)", ylabel="FCT slowdown", title=f"FCT slowdown by size ({len(rows)} flows)")
     fig.suptitle(title)
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -293,5 +330,6 @@ def _nanmean(vals):
 
 
 def _nanstd(vals):
+    """The std of the finite values; NaN (no std) from fewer than two."""
     a = np.asarray(vals, dtype=np.float64)
-    return float(np.nanstd(a)) if np.any(np.isfinite(a)) else float("nan")
+    return float(np.nanstd(a[np.isfinite(a)])) if np.sum(np.isfinite(a)) >= 2 else float("nan")

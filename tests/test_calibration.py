@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rlbm_jax import jsonio
 from rlbm_jax.ns3 import harness
 from rlbm_jax.env.params import LEGACY_TCP_MODEL, make_params
 
@@ -176,6 +177,77 @@ def test_cell_filter_and_overrides_reach_both_simulators():
     assert float(p.pie_max_burst_s) == 1000 and bool(p.ecn)
     with pytest.raises(SystemExit):
         run.main(["--grid", "aqm", "--cells", "no-such-cell", "--no-progress"])
+
+
+def test_print_config_runs_nothing_writes_nothing_and_every_option_reaches_it(tmp_path, capsys, monkeypatch):
+    """`run.py --print-config` prints the configuration the command would run (each cell's
+    parameters with --set and the TCP-model flags in them, seeds, the ns-3 side, outputs)
+    and exits: no ns-3 build or run, no run of ours, no results directory.  Every option
+    changes that configuration, and what the run refuses the dry run refuses."""
+    import json
+
+    for name in ("build_ns3", "run_ns3", "run_ours"):
+        monkeypatch.setattr(run, name, lambda *a, **k: pytest.fail("--print-config ran something"))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "results"
+    default_out = ROOT / "calibration" / "results" / "smoke"
+    existed = default_out.exists()
+    assert run.main(["--grid", "smoke", "--print-config"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert default_out.exists() == existed and not any(tmp_path.iterdir())
+    assert printed["grid"] == "smoke" and printed["seeds"] == list(range(1, 11))
+    assert set(printed["cells"]) == {c.name for c in run.grid("smoke")}
+    base = ["--grid", "smoke", "--out", str(out)]
+
+    def config(*argv):
+        return run.run_config(run.build_parser().parse_args([*base, *argv]))
+
+    assert run.main([*base, "--print-config"]) == 0 and not out.exists()
+    assert json.loads(capsys.readouterr().out) == json.loads(jsonio.dumps(run.in_repo_terms(config())))
+    samples = {"grid": ["--grid", "thesis"], "cells": ["--cells", "newreno"], "set": ["--set", "min_rto_s=0.2"],
+               "seeds": ["--seeds", "3"], "first_seed": ["--first-seed", "7"], "jobs": ["--jobs", "5"],
+               "out": ["--out", str(tmp_path / "o2")], "report": ["--report", str(tmp_path / "r.md")],
+               "no_progress": ["--no-progress"], "ns3_arg": ["--ns3-arg=--x=1"], "fresh_ns3": ["--fresh-ns3"],
+               "backend": ["--backend", "jax"], "ns3_runs": ["--ns3-runs", str(tmp_path / "n3")],
+               "rto_recovery": ["--rto-recovery", "sack"]}
+    dests = {a.dest for a in run.build_parser()._actions if a.option_strings} - {"help", "version", "print_config"}
+    model_dests = {d for d in dests if d in run.model.BY_NAME}
+    assert dests - model_dests <= set(samples), sorted(dests - model_dests - set(samples))
+    before = config()
+    for dest, argv in samples.items():
+        assert config(*argv) != before, argv
+    for dest in model_dests:  # each TCP-model flag, in every cell of ours
+        q = run.model.BY_NAME[dest]
+        other = next(v for v in q.values() if v != q.default)
+        got = config(q.option, str(other))
+        assert all(c["params"][dest] == other for c in got["cells"].values()) and got["tcp_model"][dest] == other
+    for bad in (["--seeds", "0"], ["--ns3-arg", "x"], ["--cells", "no-such-cell"], ["--set", "bogus_knob=1"]):
+        with pytest.raises(SystemExit):
+            run.main([*base, *bad, "--print-config"])
+    assert not out.exists()
+
+
+
+def test_dial_table_reports_the_metrics_its_cells_check_and_no_other(tmp_path):
+    """The tick-size dial's cells are droptail without ECN, so they check no mark rate: the
+    dial's table and figure carry every metric compare() checked there, each cell's own
+    error, and leave out a metric no cell checks (it once raised StopIteration on it)."""
+    cells = run.grid("dial")
+    checked = [m for m in run.TOLERANCES if m != "mark_rate"]
+    rows = [{"cell": c.name, "metric": m, "rel_err": 0.01 * i + 0.001 * j, "within": (i + j) % 2 == 0}
+            for i, c in enumerate(cells) for j, m in enumerate(checked)]
+    ours = {c.name: {"wall_s": 2.0} for c in cells}
+    ns3 = {c.name: {"wall_s": 1.5} for c in cells}
+    table = run.dial_table(cells, rows, ours, ns3, seeds=[1, 2])
+    assert run.dial_metrics(rows) == checked
+    assert len(table) == len(cells)
+    for i, (c, r) in enumerate(zip(cells, table)):
+        assert "mark_rate" not in r
+        for j, m in enumerate(checked):
+            assert r[m] == pytest.approx(0.01 * i + 0.001 * j) and r[m + "_within"] == ((i + j) % 2 == 0)
+        assert r["ours_sim_s_per_wall_s"] == pytest.approx(2 * c.seconds / 2.0)
+    run.dial_plot(table, tmp_path)
+    assert (tmp_path / "dial.png").stat().st_size > 0
 
 
 # ---------------------------------------------------------------------------

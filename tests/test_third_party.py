@@ -14,17 +14,18 @@ import rlbm_jax
 from rlbm_jax.env import FiveValueStep, SymmetricActions
 
 ENV_IDS = ("RLBM-v0", "QueuePilot-v0")
-# short episodes keep rejax's evaluation (128 episodes after every EVAL_EVERY steps) cheap
-EPISODE_S = 2.0
+# short episodes keep rejax's evaluation (128 episodes after every EVAL_EVERY steps) cheap:
+# 20 steps of RLBM-v0 (0.1 s each), 40 of QueuePilot-v0 (its 5 ms steps)
+EPISODE_S = {"RLBM-v0": 2.0, "QueuePilot-v0": 0.2}
 TOTAL_STEPS = 4096
 EVAL_EVERY = 2048
 NUM_ENVS, NUM_STEPS = 16, 32
 
 
-def five_value_env(env_id, episode_s=EPISODE_S):
+def five_value_env(env_id):
     """The env as a five-value trainer gets it (a Box action behind SymmetricActions, as
     trainers that clip to [-1, 1] want it), and its params."""
-    env, params = rlbm_jax.make(env_id, episode_s=episode_s)
+    env, params = rlbm_jax.make(env_id, episode_s=EPISODE_S[env_id])
     if isinstance(env.action_space(params), spaces.Box):
         env = SymmetricActions(env)
     return FiveValueStep(env), params
@@ -51,7 +52,7 @@ def test_wrappers_survive_deepcopy_and_pickle():
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_five_value_step_ends_episodes_as_the_six_value_step_does(env_id):
-    env, params = five_value_env(env_id)  # 20 steps: flows have come, the last observation is not a reset's
+    env, params = five_value_env(env_id)  # flows have come: the last observation is not a reset's
     inner = env._env
     n = int(params.max_steps_in_episode)
     action = env.action_space(params).sample(jax.random.PRNGKey(0))

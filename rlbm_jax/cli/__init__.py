@@ -7,6 +7,7 @@ option a user typed (`--buffer-pkts`, `--num-envs`).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 
@@ -21,12 +22,20 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         return super()._get_help_string(action)
 
 
+def prog_name(script: str | None) -> str | None:
+    """The name a user typed for this command: a console command (`rlbm-simulate`, from
+    pyproject.toml's [project.scripts]) under its own name, else the script's (`simulate.py`)."""
+    typed = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return typed if typed.startswith("rlbm-") else script
+
+
 def parser(doc: str, prog: str | None = None, print_config: bool = True) -> argparse.ArgumentParser:
     """The parser of a script: its docstring as the description, --version and (unless
-    `print_config` is False: a parent of subcommands, which take it each) --print-config."""
+    `print_config` is False: a parent of subcommands, which take it each) --print-config.
+    Its name in usage, errors and --version is the command typed (`prog_name`)."""
     from rlbm_jax import __version__
 
-    ap = argparse.ArgumentParser(description=doc, formatter_class=HelpFormatter, prog=prog)
+    ap = argparse.ArgumentParser(description=doc, formatter_class=HelpFormatter, prog=prog_name(prog))
     ap.add_argument("--version", action="version", version=f"%(prog)s (rlbm_jax {__version__})",
                     help="print the script's name and rlbm_jax's version, and exit")
     if print_config:
@@ -167,7 +176,8 @@ def add_backend_arg(ap, whole_scenarios: bool = False) -> None:
     from rlbm_jax.env import backends
 
     names = [n for n in backends.NAMES if whole_scenarios or n == "auto" or backends.BACKENDS[n].ticks]
-    extra = ", fluid (the fluid model of long-lived flows: differentiable, no flow completions)" \
+    extra = (", fluid (the fluid model of the one-FIFO scenarios, long-lived and web-search flows: "
+             "differentiable; flow completions and mean slowdowns, no timeouts, retransmissions or tails)") \
         if "fluid" in names else ""
     ap.set_defaults(tick_backends_only=not whole_scenarios)
     ap.add_argument("--backend", choices=names, default=None,
@@ -189,7 +199,7 @@ def apply_backend(a) -> str:
 
 
 def fail(prog: str, message: str, code: int = 2) -> int:
-    print(f"{prog}: error: {message}", file=sys.stderr)
+    print(f"{prog_name(prog)}: error: {message}", file=sys.stderr)
     return code
 
 

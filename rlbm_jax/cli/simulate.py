@@ -33,7 +33,7 @@ from rlbm_jax.devices import is_main_process
 from rlbm_jax.env import capacity, formulations, traffic
 from rlbm_jax.env.switch import buffer
 from rlbm_jax.env.params import config_record, make_params
-from rlbm_jax.simulate import AQMS, BASELINES, run_scenario, with_policy
+from rlbm_jax.simulate import run_scenario, with_policy
 
 PROG = "simulate.py"
 # the scenario builders' own arguments, besides make_params keywords
@@ -45,7 +45,7 @@ def build_parser():
     ap.add_argument("--scenario", choices=list(scenarios.SCENARIOS), default="thesis",
                     help="; ".join(f"{k}: {t}" for k, (_, t) in scenarios.SCENARIOS.items()))
     ap.add_argument("--policy", default="sb-naive",
-                    help=f"buffer policy ({'|'.join(BASELINES)}), AQM ({'|'.join(AQMS)}) or a policy directory")
+                    help=f"a registered buffer policy ({policy_list()}) or a policy directory")
     # one option per declared simulator parameter (rlbm_jax.env.model), the TCP model's last
     add_param_args(ap, exclude=(*SCENARIO_ONLY, *MODEL_FLAGS))
     add_model_args(ap)
@@ -60,6 +60,13 @@ def build_parser():
     g.add_argument("--plot", default=None, help="draw the run to this PNG: queue and utilisation over time, FCT "
                    "slowdown by flow size")
     return ap
+
+
+def policy_list(sep: str = "|") -> str:
+    """The registered buffer policies (`rlbm_jax.env.switch.buffer`'s registry, run-time
+    registrations included), those with a discipline in front (an AQM, fq) after the rest."""
+    plain = [n for n in buffer.POLICY_NAMES if buffer.DEFAULT_AQM[n] == "none"]
+    return sep.join(plain + [n for n in buffer.POLICY_NAMES if n not in plain])
 
 
 def params_from_args(a):
@@ -117,12 +124,13 @@ def plan(a):
     form = formulations.DEFAULT
     if a.policy not in buffer.POLICY_NAMES:
         if not Path(a.policy).exists():
-            raise ValueError(f"unknown policy {a.policy!r}: neither one of {', '.join(BASELINES + AQMS)} nor a "
-                             "directory")
+            raise ValueError(f"unknown policy {a.policy!r}: neither one of {policy_list(', ')} nor a directory")
         from rlbm_jax.policy import read_policy
 
         form = formulations.get(read_policy(a.policy)[1].get("formulation") or "")
         params = with_policy(params, "rl")
+    if a.plot is not None:
+        check_figure_path(a.plot)
     name = a.backend or backends.default()
     if name != "auto":
         backends.resolve(name, params)  # a named backend that cannot run it is refused by name
@@ -137,6 +145,16 @@ def plan(a):
     if cap is not None:  # (a run without a schedule records what it always did)
         run["capacity"] = cap
     return run, params
+
+
+def check_figure_path(path: str) -> None:
+    """Refuse (ValueError) a --plot path whose format matplotlib cannot write, before the run."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    ext = Path(path).suffix.lstrip(".").lower()
+    if ext and ext not in kinds:
+        raise ValueError(f"--plot {path}: no figure format {ext!r} (one of {', '.join(sorted(kinds))})")
 
 
 def run_config(a) -> dict:
@@ -156,6 +174,12 @@ def main(argv=None):
         run, params = plan(a)
         if printed_config(a, run):
             return 0
+        for flag, path in (("--json", a.json), ("--plot", a.plot)):  # outputs' folders made (or refused) first
+            if path is not None and path != "-":
+                try:
+                    Path(path).parent.mkdir(parents=True, exist_ok=True)
+                except OSError as e:
+                    raise ValueError(f"{flag} {path}: cannot make its folder ({e})") from e
         apply_backend(a)
         agent, form = None, formulations.DEFAULT
         if run["formulation"] is not None:
@@ -171,9 +195,18 @@ def main(argv=None):
     res = {**run, **res}
     if not is_main_process():  # a multi-process run: process 0 reports for all
         return 0
-    jsonio.write(a.json, res)  # strict JSON: a statistic with no sample (NaN) is written as null
+    try:
+        jsonio.write(a.json, res)  # strict JSON: a statistic with no sample (NaN) is written as null
+    except OSError as e:  # the results go to stdout rather than nowhere
+        jsonio.write("-", res)
+        return fail(PROG, f"--json {a.json}: not written ({e}); the results are on stdout", code=1)
     if a.json != "-":
         print(f"wrote {a.json}", file=sys.stderr)
+    if "plot_error" in res:  # the results are written; the figure alone failed
+        return fail(PROG, f"--plot {a.plot}: the figure was not written ({res['plot_error']}); the results were",
+                    code=1)
+    if a.plot is not None:
+        print(f"wrote {a.plot}", file=sys.stderr)
     return 0
 
 if __name__ == "__main__":

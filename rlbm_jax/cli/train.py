@@ -11,6 +11,7 @@ from 4 BDPs for class 0 and 0.5 BDP for class 1 (`rlbm_jax.ppo.THESIS_PPO`).
     python scripts/train.py --env RLBM-v0            # the default reward (results/reward_analysis)
     python scripts/train.py --num-seeds 4            # 4 independent seeds in one vmapped call
     python scripts/train.py --run-dir runs/x --resume
+    python scripts/train.py --run-dir runs/x --overwrite   # replace the run runs/x holds
 
 The run directory gets config.json, metrics.csv (one row per seed and update),
 curves.png, orbax checkpoints every --checkpoint-every updates, and one deployable
@@ -56,6 +57,9 @@ def build_parser():
     ap = parser(__doc__, PROG)
     ap.add_argument("--run-dir", default="runs/default", help="output directory")
     ap.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="replace the run that --run-dir holds (without it, or --resume, a run directory that "
+                         "holds a run is refused)")
     ap.add_argument("--seed", type=int, default=0, help="training seed (seeds of --num-seeds follow from it)")
     ap.add_argument("--num-seeds", type=int, default=1, help="independent training seeds, vmapped")
     ap.add_argument("--checkpoint-every", type=int, default=10, help="updates between checkpoints")
@@ -223,6 +227,11 @@ def plan(a) -> tuple[dict, PPOConfig, dict]:
     if a.num_seeds < 1 or a.checkpoint_every < 1:
         raise ValueError("--num-seeds and --checkpoint-every must be >= 1")
     run = Path(a.run_dir)
+    if a.resume and a.overwrite:
+        raise ValueError("--resume continues the run in --run-dir and --overwrite replaces it: give one")
+    if not a.resume and not a.overwrite and (held := run_files(run)):
+        raise ValueError(f"{run} holds a run ({', '.join(held)}): --resume continues it, --overwrite replaces it, "
+                         "or name another --run-dir")
     if a.resume:
         if not (run / "config.json").is_file():
             raise ValueError(f"nothing to resume in {run}: it has no config.json (start the run without --resume)")
@@ -234,9 +243,37 @@ def plan(a) -> tuple[dict, PPOConfig, dict]:
         seed, num_seeds = a.seed, a.num_seeds
     record = {"ppo": cfg.to_dict(), "env": env_cfg, "seed": seed, "num_seeds": num_seeds,
               "backend_asked": a.backend or backends.default(), "run_dir": str(run), "resume": a.resume,
+              "overwrite": a.overwrite,
               "checkpoint_every": a.checkpoint_every, "stop_after": a.stop_after, "warn_after_min": a.warn_after_min,
               "progress": not a.no_progress}
     return record, cfg, env_cfg
+
+
+# what a run leaves in its directory (any one of them: the directory holds a run)
+RUN_FILES = ("config.json", "metrics.csv", "checkpoints", "curves.png", "policy")
+
+
+def run_files(run: Path) -> list[str]:
+    """The files of a run that the directory `run` holds (empty: none, or no directory)."""
+    return [f for f in RUN_FILES if (run / f).exists()]
+
+
+def check(a, cfg: PPOConfig, env_cfg: dict, num_seeds: int):
+    """Everything the run refuses before it compiles, as a ValueError, for the run and for
+    --print-config alike: the env's ranges and values (`make_env`), the PPO config against
+    the env, the memory one update needs (refused when the device lacks it), and a named
+    --backend that cannot run the env.  Returns (env, env params, the memory note or None)."""
+    from rlbm_jax.env import backends
+
+    env, env_params = make_env(env_cfg)
+    ppo = PPO(env, env_params, cfg)  # refuses a config this env cannot take (e.g. init_action's length)
+    note = memory.check(ppo, num_seeds)  # refuses a run too large for the device, before compiling
+    if a.backend not in (None, "auto"):
+        p = env_params
+        while not hasattr(p, "sim"):
+            p = p.env
+        backends.resolve(a.backend, p.sim, ticks=True)
+    return env, env_params, note
 
 
 def run_config(a) -> dict:
@@ -252,6 +289,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     try:
         record, cfg, env_cfg = plan(a)
+        check(a, cfg, env_cfg, record["num_seeds"])  # a dry run refuses what the run refuses
     except ValueError as e:
         return fail(PROG, name_flags(str(e), _flags(ap)))
     if printed_config(a, record):
@@ -263,9 +301,7 @@ def main(argv=None):
     try:
         seed, num_seeds = record["seed"], record["num_seeds"]
         fresh_after_resume = a.resume and Checkpointer.latest_in(run / "checkpoints") is None
-        env, env_params = make_env(env_cfg)
-        ppo = PPO(env, env_params, cfg)  # refuses a config this env cannot take (e.g. init_action's length)
-        note = memory.check(ppo, num_seeds)  # refuses a run too large for the device, before compiling
+        env, env_params, note = check(a, cfg, env_cfg, num_seeds)
         ran = sim_backend(env_params)  # (builds the native tick on its first use)
     except ValueError as e:
         return fail(PROG, name_flags(str(e), _flags(ap)))
@@ -273,9 +309,9 @@ def main(argv=None):
         print(note, file=sys.stderr)
     made_run_dir = not run.exists()
     run.mkdir(parents=True, exist_ok=True)
-    if not a.resume:
-        if (run / "checkpoints").exists():
-            shutil.rmtree(run / "checkpoints")
+    if not a.resume:  # a fresh run, or --overwrite: nothing of the run it replaces is left
+        for f in run_files(run) + [p.name for p in run.glob("policy_seed*")]:
+            shutil.rmtree(run / f) if (run / f).is_dir() else (run / f).unlink()
         # "backend": the tick that runs (jax or native); "backend_asked": --backend (or auto)
         jsonio.write(run / "config.json", {**record, "backend": ran})
 

@@ -105,7 +105,7 @@ def interval_record(prev: fluid.FluidState, st: fluid.FluidState, params, log_si
     rec = mx.Interval(
         arrivals_pkts=one(a.arrived - before.arrived), drops_pkts=one(a.dropped - before.dropped),
         marks_pkts=one(a.marked - before.marked), dequeues_pkts=one(delivered), queue_end_pkts=one(st.q),
-        queue_pkt_s=one(a.queue_s - before.queue_s),
+        queue_pkt_s=one(jnp.maximum(a.queue_s - before.queue_s, 0.0)),  # (a difference of sums: >= 0 exactly)
         queue_min_pkts=one(jnp.minimum(prev.q, st.q)),  # the smaller end: the model keeps no minimum within
         sink_pkts=delivered, sink_bytes=delivered * params.mss_bytes,
         rto_count=z, syn_drops=z, flows_done=one(z), slowdown_max=one(z), log_slowdown_sum=one(z),
