@@ -106,6 +106,27 @@ def test_a_run_directory_that_holds_a_run_is_refused_without_resume_or_overwrite
     assert train.main(["--run-dir", str(tmp_path / "new"), *TINY, "--stop-after", "0"]) == 0
 
 
+@pytest.mark.parametrize("study", ["queuepilot", "abs", "lfq"])
+def test_a_study_run_directory_that_holds_a_run_is_refused_without_overwrite(study, tmp_path, capsys):
+    """The studies' `train` keeps the same rule as train.py (`cli.refuse_held_run`), for the
+    run and its dry run alike; --overwrite is recorded in the configuration."""
+    import importlib
+
+    mod = importlib.import_module(f"rlbm_jax.cli.{study}")
+    run = tmp_path / "r"
+    run.mkdir()
+    assert mod.main(["train", "--run-dir", str(run), "--print-config"]) == 0  # an empty folder holds no run
+    assert json.loads(capsys.readouterr().out)["overwrite"] is False
+    (run / "trained.msgpack").write_bytes(b"weights")
+    for argv in (["--print-config"], []):
+        assert mod.main(["train", "--run-dir", str(run), *argv]) == 2
+        err = capsys.readouterr().err
+        assert f"{run} holds a run (trained.msgpack): --overwrite replaces it" in err
+    assert (run / "trained.msgpack").read_bytes() == b"weights" and sorted(run.iterdir()) == [run / "trained.msgpack"]
+    assert mod.main(["train", "--run-dir", str(run), "--overwrite", "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["overwrite"] is True
+
+
 # 5. the policy list is the registry
 
 def test_the_policy_list_in_errors_and_help_is_the_registry(capsys):

@@ -198,6 +198,34 @@ def apply_backend(a) -> str:
     return name
 
 
+# what a training run leaves in its directory: any one of them, and the directory holds a run
+RUN_FILES = ("config.json", "metrics.csv", "checkpoints", "trained.msgpack", "policy")
+
+
+def held_run(run) -> list[str]:
+    """The files of a training run that the directory `run` holds (empty: none, or no directory)."""
+    from pathlib import Path
+
+    return [f for f in RUN_FILES if (Path(run) / f).exists()]
+
+
+def add_overwrite_arg(ap) -> None:
+    ap.add_argument("--overwrite", action="store_true",
+                    help="replace the run that --run-dir holds (without it a run directory that holds a run is "
+                         "refused: nothing trained is replaced silently)")
+
+
+def refuse_held_run(run, *, overwrite: bool, resume: bool = False, how: str = "") -> None:
+    """A ValueError when the training run directory `run` holds a run (`held_run`) and
+    neither --overwrite nor a resume (`resume`) was given; `how` names another way on (", --resume
+    continues it")."""
+    if resume and overwrite:
+        raise ValueError("--resume continues the run in --run-dir and --overwrite replaces it: give one")
+    if not resume and not overwrite and (held := held_run(run)):
+        raise ValueError(f"{run} holds a run ({', '.join(held)}){how}: --overwrite replaces it, or name another "
+                         "--run-dir")
+
+
 def fail(prog: str, message: str, code: int = 2) -> int:
     print(f"{prog_name(prog)}: error: {message}", file=sys.stderr)
     return code

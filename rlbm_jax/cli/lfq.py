@@ -36,7 +36,7 @@ import jax
 import numpy as np
 
 from rlbm_jax import jsonio
-from rlbm_jax.cli import add_print_config, fail, parser, printed_config
+from rlbm_jax.cli import add_overwrite_arg, add_print_config, fail, parser, printed_config, refuse_held_run
 from rlbm_jax.lfq import study as S
 from rlbm_jax.progress import Progress, fmt_s
 
@@ -58,6 +58,7 @@ def build_parser():
     t = sub.add_parser("train", help="train the cap network by A/B forking")
     add_print_config(t)
     t.add_argument("--run-dir", default="runs/lfq", help="output directory")
+    add_overwrite_arg(t)
     t.add_argument("--alpha", type=float, default=0.01, help="the reward's queue price (the paper: 0.01 or 10)")
     t.add_argument("--seeds", type=int, nargs="+", default=list(S.TRAIN_SEEDS), help="training seeds")
     t.add_argument("--flows", type=int, default=32, help="flows per iteration (2 x as many envs: the two copies)")
@@ -99,7 +100,7 @@ def run_config(a) -> dict:
             raise ValueError(f"--seeds must be distinct, got {a.seeds}")
         if set(a.seeds) & set(S.TEST_SEEDS):
             raise ValueError(f"--seeds must not be test seeds {S.TEST_SEEDS}")
-        return {"cmd": "train", "run_dir": a.run_dir, "alpha": a.alpha, "seeds": list(a.seeds), "flows": a.flows,
+        return {"cmd": "train", "run_dir": a.run_dir, "overwrite": a.overwrite, "alpha": a.alpha, "seeds": list(a.seeds), "flows": a.flows,
                 "iterations": a.iterations, "time_budget_s": a.time_budget_s, "lr": a.lr,
                 "progress": not a.no_progress, "train_grid": {"rates_mbps": S.TRAIN_RATES_MBPS,
                                                               "delays_ms": S.TRAIN_DELAYS_MS, "tcps": S.TCPS,
@@ -163,6 +164,8 @@ def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
     try:
         cfg = run_config(a)
+        if a.cmd == "train":
+            refuse_held_run(a.run_dir, overwrite=a.overwrite)
     except ValueError as e:
         return fail(PROG, str(e))
     if printed_config(a, cfg):

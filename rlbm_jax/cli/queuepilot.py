@@ -42,7 +42,8 @@ import numpy as np
 
 from rlbm_jax import jsonio
 from rlbm_jax.queuepilot import study as qp
-from rlbm_jax.cli import add_model_args, add_print_config, fail, name_flags, parser, printed_config
+from rlbm_jax.cli import (add_model_args, add_overwrite_arg, add_print_config, fail, name_flags, parser, printed_config,
+                          refuse_held_run)
 from rlbm_jax.env.params import config_record, make_params
 from rlbm_jax.ppo import memory
 from rlbm_jax.progress import Progress, fmt_s
@@ -59,6 +60,7 @@ def build_parser():
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train the agent with PPO on the training mix")
     t.add_argument("--run-dir", default="runs/queuepilot")
+    add_overwrite_arg(t)
     t.add_argument("--seed", type=int, default=0, help="first training seed")
     t.add_argument("--num-seeds", type=int, default=3, help="independent training seeds, vmapped")
     t.add_argument("--num-envs", type=int, default=64, help="envs per seed")
@@ -147,7 +149,7 @@ def train_config(a) -> dict:
     except ValueError as e:
         raise ValueError(name_flags(str(e), TRAIN_FLAGS)) from None
     configs = qp.train_configs()
-    return {"run_dir": a.run_dir, "ppo": ppo, "episode_s": a.episode_s,
+    return {"run_dir": a.run_dir, "overwrite": a.overwrite, "ppo": ppo, "episode_s": a.episode_s,
             "seeds": list(range(a.seed, a.seed + a.num_seeds)), "configs": configs,
             "params": [config_record(kw) for kw in configs], "updates": a.updates, "chunk": a.chunk,
             "time_budget_s": a.time_budget_s, "init_from": a.init_from}
@@ -459,6 +461,8 @@ def main(argv=None):
     a = build_parser().parse_args(argv)
     try:
         cfg = run_config(a)
+        if a.cmd == "train":
+            refuse_held_run(a.run_dir, overwrite=a.overwrite)
     except ValueError as e:
         return fail(PROG, str(e))
     if printed_config(a, cfg):

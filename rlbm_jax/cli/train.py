@@ -36,8 +36,8 @@ import jax
 import numpy as np
 
 from rlbm_jax import jsonio, scenarios
-from rlbm_jax.cli import (MODEL_FLAGS, add_backend_arg, add_model_args, apply_backend, fail, flag_of, model_kw,
-                          name_flags, parser, printed_config)
+from rlbm_jax.cli import (MODEL_FLAGS, add_backend_arg, add_model_args, add_overwrite_arg, apply_backend, fail,
+                          flag_of, held_run, model_kw, name_flags, parser, printed_config, refuse_held_run)
 from rlbm_jax.devices import single_process_only
 from rlbm_jax.env import formulations
 from rlbm_jax.env.params import LEGACY_TCP_MODEL, PREVIOUS_DEFAULTS, TCP_NAMES
@@ -57,9 +57,7 @@ def build_parser():
     ap = parser(__doc__, PROG)
     ap.add_argument("--run-dir", default="runs/default", help="output directory")
     ap.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its last checkpoint")
-    ap.add_argument("--overwrite", action="store_true",
-                    help="replace the run that --run-dir holds (without it, or --resume, a run directory that "
-                         "holds a run is refused)")
+    add_overwrite_arg(ap)
     ap.add_argument("--seed", type=int, default=0, help="training seed (seeds of --num-seeds follow from it)")
     ap.add_argument("--num-seeds", type=int, default=1, help="independent training seeds, vmapped")
     ap.add_argument("--checkpoint-every", type=int, default=10, help="updates between checkpoints")
@@ -227,11 +225,6 @@ def plan(a) -> tuple[dict, PPOConfig, dict]:
     if a.num_seeds < 1 or a.checkpoint_every < 1:
         raise ValueError("--num-seeds and --checkpoint-every must be >= 1")
     run = Path(a.run_dir)
-    if a.resume and a.overwrite:
-        raise ValueError("--resume continues the run in --run-dir and --overwrite replaces it: give one")
-    if not a.resume and not a.overwrite and (held := run_files(run)):
-        raise ValueError(f"{run} holds a run ({', '.join(held)}): --resume continues it, --overwrite replaces it, "
-                         "or name another --run-dir")
     if a.resume:
         if not (run / "config.json").is_file():
             raise ValueError(f"nothing to resume in {run}: it has no config.json (start the run without --resume)")
@@ -247,15 +240,6 @@ def plan(a) -> tuple[dict, PPOConfig, dict]:
               "checkpoint_every": a.checkpoint_every, "stop_after": a.stop_after, "warn_after_min": a.warn_after_min,
               "progress": not a.no_progress}
     return record, cfg, env_cfg
-
-
-# what a run leaves in its directory (any one of them: the directory holds a run)
-RUN_FILES = ("config.json", "metrics.csv", "checkpoints", "curves.png", "policy")
-
-
-def run_files(run: Path) -> list[str]:
-    """The files of a run that the directory `run` holds (empty: none, or no directory)."""
-    return [f for f in RUN_FILES if (run / f).exists()]
 
 
 def check(a, cfg: PPOConfig, env_cfg: dict, num_seeds: int):
@@ -288,6 +272,7 @@ def main(argv=None):
     ap = build_parser()
     a = ap.parse_args(argv)
     try:
+        refuse_held_run(a.run_dir, overwrite=a.overwrite, resume=a.resume, how=", --resume continues it")
         record, cfg, env_cfg = plan(a)
         check(a, cfg, env_cfg, record["num_seeds"])  # a dry run refuses what the run refuses
     except ValueError as e:
@@ -310,8 +295,9 @@ def main(argv=None):
     made_run_dir = not run.exists()
     run.mkdir(parents=True, exist_ok=True)
     if not a.resume:  # a fresh run, or --overwrite: nothing of the run it replaces is left
-        for f in run_files(run) + [p.name for p in run.glob("policy_seed*")]:
-            shutil.rmtree(run / f) if (run / f).is_dir() else (run / f).unlink()
+        old = [run / f for f in held_run(run)] + list(run.glob("policy_seed*")) + list(run.glob("curves.png"))
+        for f in old:
+            shutil.rmtree(f) if f.is_dir() else f.unlink()
         # "backend": the tick that runs (jax or native); "backend_asked": --backend (or auto)
         jsonio.write(run / "config.json", {**record, "backend": ran})
 
