@@ -6,7 +6,7 @@ The default reproduces the committed run (results/train_default): the thesis
 formulation, with the policy picking each class's threshold in BDPs (`--action-map bdp`)
 from 4 BDPs for class 0 and 0.5 BDP for class 1 (`rlbm_jax.ppo.THESIS_PPO`).
 
-    python scripts/train.py                          # defaults: 256 envs, about 1 min on 2 cores
+    python scripts/train.py                          # defaults: 256 envs, about 70 s on 2 cores
     python scripts/train.py --num-envs 4096          # on an accelerator
     python scripts/train.py --env RLBM-v0            # the default reward (results/reward_analysis)
     python scripts/train.py --num-seeds 4            # 4 independent seeds in one vmapped call
