@@ -100,8 +100,8 @@ def run_config(a) -> dict:
             raise ValueError(f"--seeds must be distinct, got {a.seeds}")
         if set(a.seeds) & set(S.TEST_SEEDS):
             raise ValueError(f"--seeds must not be test seeds {S.TEST_SEEDS}")
-        return {"cmd": "train", "run_dir": a.run_dir, "overwrite": a.overwrite, "alpha": a.alpha, "seeds": list(a.seeds), "flows": a.flows,
-                "iterations": a.iterations, "time_budget_s": a.time_budget_s, "lr": a.lr,
+        return {"cmd": "train", "run_dir": a.run_dir, "overwrite": a.overwrite, "alpha": a.alpha,
+                "seeds": list(a.seeds), "flows": a.flows, "iterations": a.iterations, "time_budget_s": a.time_budget_s, "lr": a.lr,
                 "progress": not a.no_progress, "train_grid": {"rates_mbps": S.TRAIN_RATES_MBPS,
                                                               "delays_ms": S.TRAIN_DELAYS_MS, "tcps": S.TCPS,
                                                               "duration_s": S.DURATION_S},

@@ -199,15 +199,21 @@ def plot_curves(rows, path: Path):
     plt.close(fig)
 
 
-def sim_backend(env_params) -> str:
-    """The simulator tick ("jax" or "native") that runs the env of `env_params` under the
-    process's --backend: a ValueError when the backend asked for cannot run it."""
+def sim_params(env_params):
+    """The simulator's params inside an env's (the randomised env's params wrap the env's)."""
+    p = env_params
+    while not hasattr(p, "sim"):
+        p = p.env
+    return p.sim
+
+
+def sim_backend(env_params, backend: str | None = None) -> str:
+    """The simulator tick ("jax" or "native") that runs the env of `env_params` under
+    `backend` (None: the process's --backend): a ValueError when the backend asked for
+    cannot run it."""
     from rlbm_jax.env import backends
 
-    p = env_params
-    while not hasattr(p, "sim"):  # the randomised env's params wrap the env's
-        p = p.env
-    return backends.resolve(None, p.sim, ticks=True)
+    return backends.resolve(backend, sim_params(env_params), ticks=True)
 
 
 def _flags(ap) -> dict:
@@ -247,16 +253,11 @@ def check(a, cfg: PPOConfig, env_cfg: dict, num_seeds: int):
     --print-config alike: the env's ranges and values (`make_env`), the PPO config against
     the env, the memory one update needs (refused when the device lacks it), and a named
     --backend that cannot run the env.  Returns (env, env params, the memory note or None)."""
-    from rlbm_jax.env import backends
-
     env, env_params = make_env(env_cfg)
     ppo = PPO(env, env_params, cfg)  # refuses a config this env cannot take (e.g. init_action's length)
     note = memory.check(ppo, num_seeds)  # refuses a run too large for the device, before compiling
-    if a.backend not in (None, "auto"):
-        p = env_params
-        while not hasattr(p, "sim"):
-            p = p.env
-        backends.resolve(a.backend, p.sim, ticks=True)
+    if a.backend not in (None, "auto"):  # (auto runs whatever it can: nothing to refuse)
+        sim_backend(env_params, a.backend)
     return env, env_params, note
 
 
@@ -274,7 +275,7 @@ def main(argv=None):
     try:
         refuse_held_run(a.run_dir, overwrite=a.overwrite, resume=a.resume, how=", --resume continues it")
         record, cfg, env_cfg = plan(a)
-        check(a, cfg, env_cfg, record["num_seeds"])  # a dry run refuses what the run refuses
+        env, env_params, note = check(a, cfg, env_cfg, record["num_seeds"])  # a dry run refuses what the run does
     except ValueError as e:
         return fail(PROG, name_flags(str(e), _flags(ap)))
     if printed_config(a, record):
@@ -286,7 +287,6 @@ def main(argv=None):
     try:
         seed, num_seeds = record["seed"], record["num_seeds"]
         fresh_after_resume = a.resume and Checkpointer.latest_in(run / "checkpoints") is None
-        env, env_params, note = check(a, cfg, env_cfg, num_seeds)
         ran = sim_backend(env_params)  # (builds the native tick on its first use)
     except ValueError as e:
         return fail(PROG, name_flags(str(e), _flags(ap)))
