@@ -893,7 +893,11 @@ def run_config(args, ap=None) -> dict:
     grid, each cell (its kind, seconds and parameters, --set and the TCP-model flags in
     them), the seeds, the ns-3 side (jobs, extra arguments, the runs' directory, a fresh
     rerun), our backend and the outputs."""
-    cells, out = plan(args, ap or build_parser())
+    return config_of(args, *plan(args, ap or build_parser()))
+
+
+def config_of(args, cells, out: Path) -> dict:
+    """`run_config` of the cells and results directory `plan` resolved."""
     return {"grid": args.grid, "cells_filter": args.cells, "set": list(args.set),
             "cells": {c.name: {"kind": c.kind, "seconds": c.seconds, "params": c.kw} for c in cells},
             "seeds": list(range(args.first_seed, args.first_seed + args.seeds)),
@@ -907,17 +911,17 @@ def main(argv=None):
     ap = build_parser()
     args = ap.parse_args(argv)
     cells, out = plan(args, ap)
-    if printed_config(args, in_repo_terms(run_config(args, ap))):
+    cfg = config_of(args, cells, out)
+    if printed_config(args, in_repo_terms(cfg)):
         return 0
     if args.backend:
         backends.set_default(args.backend)
     if refusal := single_process_only("run.py"):
         ap.error(refusal)
     out.mkdir(parents=True, exist_ok=True)
-    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    seeds, ns3_dir = cfg["seeds"], Path(cfg["ns3"]["runs"])
     binary = build_ns3()
     t0 = time.perf_counter()
-    ns3_dir = Path(args.ns3_runs).resolve() if args.ns3_runs else out / "ns3_runs"
     ns3 = run_ns3(binary, cells, seeds, args.jobs, ns3_dir, show_progress=not args.no_progress,
                   extra=tuple(args.ns3_arg), fresh=args.fresh_ns3)
     t_ns3 = time.perf_counter() - t0
@@ -959,7 +963,7 @@ def main(argv=None):
     if any(c.name in TRACE_CELLS for c in cells):
         cwnd_trace_plot(binary, cells, out)
         extra += ["cwnd of one long-lived flow, ours over ns-3's: `cwnd_trace.png` (data in `cwnd_trace.csv`).", ""]
-    report(cells, rows, ours, ns3, seeds, args, Path(args.report or out / "REPORT.md"), extra, stall)
+    report(cells, rows, ours, ns3, seeds, args, Path(cfg["report"]), extra, stall)
     miss = [r for r in rows if r["within"] is False]
     cached = sum(ns3[c.name]["cached_runs"] for c in cells)
     print(f"{len(miss)} misses of {sum(r['within'] is not None for r in rows)} checked; "

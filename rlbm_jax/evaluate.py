@@ -106,11 +106,7 @@ def mean_rows(results: dict, grid: Sequence[tuple], fields: Sequence[str]) -> li
         for c, (t, n, ld) in enumerate(grid):
             row = {"policy": name, "tcp": t, "buffer_per_class_pkts": n, "load": ld}
             for f in fields:
-                v = np.asarray(res[f][c], np.float64)
-                ok = np.isfinite(v)
-                row[f] = float(np.mean(v[ok])) if ok.any() else float("nan")
-                row[f + "_std"] = float(np.std(v[ok])) if ok.sum() >= 2 else float("nan")
-                row[f + "_n"] = int(ok.sum())
+                row[f], row[f + "_std"], row[f + "_n"] = mx.seed_stats(res[f][c])
             rows.append(row)
     return rows
 

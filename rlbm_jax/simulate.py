@@ -26,8 +26,6 @@ BASELINES = ("sb-naive", "sb-sophisticated", "dt", "abm", "droptail")
 # the most ticks one compiled call of run_scenario advances (a stretch of the run is several
 # such calls when longer: the progress bar moves at least this often)
 CALL_MAX_TICKS = 1 << 16
-# the droptail limit with an AQM in front, and FQ-CoDel's per-flow queues (rlbm_jax.env.switch.disciplines)
-AQMS = ("red", "ared", "pie", "codel", "fq-codel")
 
 
 def with_policy(params: SimParams, policy: str) -> SimParams:
@@ -186,8 +184,8 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
         per_seed.append(row)
     mean, std, n_seeds = over_seeds(per_seed)
     logs, counts = np.asarray(final.metrics.log), np.asarray(final.metrics.log_count)
-    tail = mx.pooled_tail([logs[i, :min(int(counts[i]), logs.shape[1])] for i in range(len(seeds))],
-                          warmup_s=float(params.warmup_s))
+    flows = [logs[i, :min(int(counts[i]), logs.shape[1])] for i in range(len(seeds))]  # each seed's finished flows
+    tail = mx.pooled_tail(flows, warmup_s=float(params.warmup_s))
     out = dict(mean)
     out.update(tail=tail, series=series, devices=n_devices, backend=backends.resolve(None, params),
                wall_s=time.perf_counter() - t_start, run_s=run_s, compile_s=compile_s,
@@ -195,8 +193,7 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
                seeds=[int(s) for s in seeds], std=std, n_seeds=n_seeds, per_seed=per_seed)
     if plot_path is not None:  # a figure that cannot be drawn loses nothing computed: its error is reported
         try:
-            plot_run(series, [logs[i, :min(int(counts[i]), logs.shape[1])] for i in range(len(seeds))], plot_path,
-                     title=f"{len(seeds)} seed(s), {seconds:g} s")
+            plot_run(series, flows, plot_path, title=f"{len(seeds)} seed(s), {seconds:g} s")
         except (OSError, ValueError) as e:
             out["plot_error"] = f"{type(e).__name__}: {e}"
     return out
@@ -207,12 +204,9 @@ def over_seeds(per_seed: Sequence[dict]) -> tuple[dict, dict, dict]:
     left out): a seed whose field has no sample (NaN or None: a p99 of a seed that finished
     no flow) is left out of that field's mean and std and not counted in its n; a field with
     fewer than two samples has no std (NaN, written null), none has no mean."""
-    keys = [k for k in per_seed[0] if k != "seed"]
-    vals = {k: np.asarray([np.nan if r[k] is None else r[k] for r in per_seed], np.float64) for k in keys}
-    n = {k: int(np.sum(np.isfinite(v))) for k, v in vals.items()}
-    mean = {k: _nanmean(v) for k, v in vals.items()}
-    std = {k: _nanstd(v) for k, v in vals.items()}
-    return mean, std, n
+    stats = {k: mx.seed_stats([r[k] for r in per_seed]) for k in per_seed[0] if k != "seed"}
+    return ({k: m for k, (m, _, _) in stats.items()}, {k: s for k, (_, s, _) in stats.items()},
+            {k: n for k, (_, _, n) in stats.items()})
 
 
 def _run_fluid(params: SimParams, seconds: float, seeds: Sequence[int]) -> dict:
@@ -323,13 +317,3 @@ def _py(x):
     x = np.asarray(x)
     return float(x) if x.dtype.kind == "f" else int(x)
 
-
-def _nanmean(vals):
-    a = np.asarray(vals, dtype=np.float64)
-    return float(np.nanmean(a)) if np.any(np.isfinite(a)) else float("nan")
-
-
-def _nanstd(vals):
-    """The std of the finite values; NaN (no std) from fewer than two."""
-    a = np.asarray(vals, dtype=np.float64)
-    return float(np.nanstd(a[np.isfinite(a)])) if np.sum(np.isfinite(a)) >= 2 else float("nan")

@@ -249,6 +249,18 @@ def summarize(m: Metrics, params) -> dict:
 # the tail over many runs (host side)
 # ---------------------------------------------------------------------------
 
+def seed_stats(values) -> tuple[float, float, int]:
+    """(mean, std, n) of one field over seeds: a seed without a sample (NaN or None: the p99
+    of a seed that finished no flow) is left out and not counted in n; NaN mean from no
+    sample, NaN std (written null) from fewer than two."""
+    import numpy as np
+
+    v = np.asarray([np.nan if x is None else x for x in np.ravel(np.asarray(values, object))], np.float64)
+    v = v[np.isfinite(v)]
+    return (float(v.mean()) if v.size else float("nan"), float(v.std()) if v.size >= 2 else float("nan"),
+            int(v.size))
+
+
 # flow-size buckets of the pooled tail: name, sizes in [lo, hi) bytes
 SIZE_BUCKETS = (("short", 0.0, 100e3), ("medium", 100e3, 1e6), ("long", 1e6, float("inf")))
 
