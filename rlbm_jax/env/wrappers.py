@@ -18,6 +18,22 @@ def _forward(wrapper, name: str):
     return getattr(env, name)
 
 
+class RewardScale(GymnaxWrapper):
+    """The env with its reward times `scale` (what a trainer sees; a study's evaluation
+    scores the env's own reward)."""
+
+    def __init__(self, env, scale: float):
+        super().__init__(env)
+        self.scale = float(scale)
+
+    def __getattr__(self, name):
+        return _forward(self, name)
+
+    def step(self, key, state, action, params=None):
+        out = self._env.step(key, state, action, params)
+        return (out[0], out[1], out[2] * self.scale, *out[3:])
+
+
 class SymmetricActions(GymnaxWrapper):
     """Actions in [-1, 1] mapped linearly onto the env's Box (for RLBMEnv's alphas,
     a = -1 -> 0, a = 0 -> 0.5, a = 1 -> 1).

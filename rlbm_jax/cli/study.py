@@ -1,0 +1,140 @@
+"""Run a stage of a declared study (`rlbm_jax.studies`): every study's cycle, written once.
+
+    python scripts/study.py queuepilot train --num-seeds 3 --time-budget-s 600
+    python scripts/study.py queuepilot select            # baselines' variants and recipes, selection seeds
+    python scripts/study.py queuepilot test              # the chosen ones on the test seeds; writes the report
+    python scripts/study.py queuepilot export            # the chosen recipe's policies, ONNX checked
+    python scripts/study.py queuepilot report            # RESULTS.md and verdict.png from the committed files
+
+The results folder (--results, default results/<study>) holds ledger.json (every stage run,
+its seeds, every configuration tried and its score, provenance), selection.csv and runs.csv
+(every run's numbers) and the report.  Seeds are the study's declared ones: training,
+selection and test seeds are disjoint, and a seed used for testing is refused for selection.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rlbm_jax.cli import (add_overwrite_arg, add_print_config, fail, name_flags, parser, printed_config,
+                          refuse_held_run)
+
+PROG = "study.py"
+TRAIN_FLAGS = {"num_envs": "--num-envs", "num_steps": "--num-steps", "total_updates": "--updates", "lr": "--lr"}
+
+
+def build_parser():
+    from rlbm_jax.study import names
+
+    ap = parser(__doc__, PROG, print_config=False)
+    ap.add_argument("study", choices=names(), help="the declared study")
+    sub = ap.add_subparsers(dest="stage", required=True)
+    t = sub.add_parser("train", help="train a recipe's agent from several training seeds")
+    t.add_argument("--recipe", default=None, help="the study's recipe (unset: its first)")
+    t.add_argument("--run-dir", default=None, help="unset: runs/<study>/<recipe>")
+    add_overwrite_arg(t)
+    t.add_argument("--seed", type=int, default=0, help="first training seed")
+    t.add_argument("--num-seeds", type=int, default=3, help="independent training seeds, vmapped")
+    t.add_argument("--num-envs", type=int, default=None, help="envs per seed (unset: the recipe's)")
+    t.add_argument("--num-steps", type=int, default=None, help="rollout length (unset: the recipe's)")
+    t.add_argument("--lr", type=float, default=None, help="learning rate (unset: the recipe's)")
+    t.add_argument("--updates", type=int, default=200, help="PPO updates at most")
+    t.add_argument("--chunk", type=int, default=5, help="updates per compiled call (checkpoint and budget check)")
+    t.add_argument("--time-budget-s", type=float, default=None, help="stop after this much training wall time")
+    s = sub.add_parser("select", help="choose each baseline family's variant and the recipe on the selection seeds")
+    s.add_argument("--runs", nargs="+", default=None, help="training runs to choose among (unset: runs/<study>/"
+                                                           "<recipe> of every recipe that has one)")
+    s.add_argument("--selection-seeds", type=int, default=None, help="the first K selection seeds (unset: all)")
+    s.add_argument("--baselines", nargs="+", default=None, help="baseline variants (unset: every declared one)")
+    e = sub.add_parser("test", help="judge the chosen recipe against the chosen baselines on the test seeds")
+    e.add_argument("--test-seeds", type=int, default=None, help="the first K test seeds (unset: all)")
+    for p in (s, e):
+        p.add_argument("--seconds", type=float, default=None, help="simulated seconds per run (unset: the study's)")
+        p.add_argument("--warmup-s", type=float, default=None, help="left out of every score (unset: the study's)")
+        p.add_argument("--chunk", type=int, default=50, help="runs per compiled batch")
+    x = sub.add_parser("export", help="every training seed's policy of a run, ONNX included, checked")
+    x.add_argument("--run-dir", default=None, help="unset: the recipe run that selection chose")
+    sub.add_parser("report", help="RESULTS.md and verdict.png from the results folder's files")
+    sub.add_parser("ns3", help="judge the exported agent inside ns-3 (the studies that declare it)")
+    for p in sub.choices.values():
+        p.add_argument("--results", default=None, help="the study's results folder (unset: results/<study>)")
+        add_print_config(p)
+    return ap
+
+
+def run_config(a) -> dict:
+    """What the stage runs (`--print-config` prints it; the ledger and the run's config.json
+    record it)."""
+    from rlbm_jax.study import get, pipeline
+
+    study = get(a.study)
+    results = a.results or str(Path("results") / study.name)
+    if a.stage == "train":
+        recipe = a.recipe or next(iter(study.recipes))
+        if a.num_seeds < 1:
+            raise ValueError(f"--num-seeds must be >= 1, got {a.num_seeds}")
+        try:
+            return pipeline.train_config(study, recipe=recipe, seeds=list(range(a.seed, a.seed + a.num_seeds)),
+                                         run_dir=a.run_dir or str(Path("runs") / study.name / recipe),
+                                         num_envs=a.num_envs, num_steps=a.num_steps, updates=a.updates,
+                                         chunk=a.chunk, lr=a.lr, time_budget_s=a.time_budget_s,
+                                         overwrite=a.overwrite, results=results)
+        except ValueError as e:
+            raise ValueError(name_flags(str(e), TRAIN_FLAGS)) from None
+    if a.stage == "select":
+        runs = a.runs or [str(Path("runs") / study.name / r) for r in study.recipes
+                          if (Path("runs") / study.name / r / "config.json").is_file()]
+        k = a.selection_seeds or len(study.seeds.selection)
+        return pipeline.select_config(study, runs=runs, selection_seeds=k, seconds=a.seconds, warmup_s=a.warmup_s,
+                                      chunk=a.chunk, results=results, baselines=a.baselines)
+    if a.stage == "test":
+        k = a.test_seeds or len(study.seeds.test)
+        return pipeline.test_config(study, test_seeds=k, seconds=a.seconds, warmup_s=a.warmup_s, chunk=a.chunk,
+                                    results=results)
+    if a.stage == "export":
+        return pipeline.export_config(study, run_dir=a.run_dir, results=results)
+    if a.stage == "ns3":
+        if study.ns3 is None:
+            raise ValueError(f"study {study.name} declares no ns-3 judging")
+        return {"study": study.name, "stage": "ns3", "results": results}
+    return {"study": study.name, "stage": "report", "results": results}
+
+
+def main(argv=None) -> int:
+    from rlbm_jax.study import get, pipeline
+
+    a = build_parser().parse_args(argv)
+    try:
+        cfg = run_config(a)
+        if a.stage == "train":
+            refuse_held_run(cfg["run_dir"], overwrite=a.overwrite)
+    except ValueError as e:
+        return fail(PROG, str(e))
+    if printed_config(a, cfg):
+        return 0
+    study = get(a.study)
+    try:
+        if a.stage == "train":
+            pipeline.train(study, cfg)
+            print(f"wrote {cfg['run_dir']}/ (config.json, metrics.csv, curves.png, trained.msgpack)")
+        elif a.stage == "select":
+            res = pipeline.select(study, cfg)
+            print(f"chosen: {res['chosen']}; recipe {res['chosen_recipe']['recipe']} "
+                  f"({res['chosen_recipe']['run_dir']}); wrote {cfg['results']}/selection.csv, ledger.json")
+        elif a.stage in ("test", "report"):
+            rep = pipeline.test(study, cfg) if a.stage == "test" else pipeline.report(study, cfg["results"])
+            print(pipeline.report_json(rep))
+            print(f"wrote {rep['markdown']}", file=sys.stderr)
+        elif a.stage == "export":
+            recs = pipeline.export(study, cfg)
+            if not all(r["ok"] for r in recs):
+                return fail(PROG, "an exported policy disagrees with the trained network", 1)
+        else:
+            return study.ns3(cfg)
+    except ValueError as e:
+        return fail(PROG, str(e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

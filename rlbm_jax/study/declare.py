@@ -1,0 +1,138 @@
+"""A study, declared: what is learned (env formulation, scenario configurations, recipes),
+what it is judged against (baselines, each a family of variants), on which seeds, by which
+metrics.  `rlbm_jax.study.pipeline` runs every stage of every declared study alike.
+
+A declaration is a module of `rlbm_jax.studies` whose `STUDY` is a `Study`; the module's
+name is the study's name on the command line (`scripts/study.py NAME STAGE`).
+
+Shapes: every configuration of a study (training, selection, test) must batch with the
+others (the same static sizes: flow slots, buffer ring, capacity rows, delay line); a
+configuration is a dict of `make_params` arguments.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from typing import Any, Callable
+
+from rlbm_jax.study.protocol import Seeds
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """One variant of a baseline family.  `overrides`: make_params arguments it changes on
+    a configuration (a dict, or a function of the configuration's arguments: an AQM threshold
+    from the buffer); `actor`: None (the switch's own policy acts; the action is ignored) or
+    an actor of `rlbm_jax.study.rollout` (a rule that sets the knob each step), with its
+    first carry `carry0`."""
+
+    name: str
+    family: str
+    overrides: dict | Callable[[dict], dict] = dataclasses.field(default_factory=dict)
+    actor: Callable | None = None
+    carry0: Any = ()
+
+    def kw(self, config: dict) -> dict:
+        ov = self.overrides(config) if callable(self.overrides) else self.overrides
+        return {**config, **ov}
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """A study's declaration.
+
+    name, title          its name (the module's) and a one-line title for reports
+    formulation          the env formulation the agent acts on (`rlbm_jax.env.formulations`)
+    step_s, episode_s    the agent's interval and a training episode's length
+    recipes              {recipe name: PPO settings (`PPOConfig` fields)}; the first is the default
+    train_configs        () -> [configuration]: the training mix (one drawn per episode)
+    selection_configs    () -> {label: configuration}: where baselines and recipes are chosen
+    test_configs         () -> {label: configuration}: the verdict's configurations
+    baselines            () -> [Baseline]: every variant tried; one per family is chosen
+    seeds                the declared `Seeds` (train, selection, test), disjoint
+    eval_s, warmup_s     an evaluation run's length and the part left out of every score
+    metrics              {summary field: True if higher is better}: the operator metrics
+                         reported beside the reward (`metrics.summarize`'s fields, or a
+                         `step_record` name)
+    reward_scale         what PPO's reward is multiplied by (the evaluation scores the env's own)
+    run_kw               (label, configuration, seed) -> configuration: a run's own changes
+                         (where in a trace it starts); default none
+    step_record, traces  extra per-step scalars of the rollout (`rollout.rollout_fn`)
+    ns3                  None, or a callable that judges the exported agent inside ns-3
+    """
+
+    name: str
+    title: str
+    formulation: Any
+    step_s: float
+    episode_s: float
+    recipes: dict
+    train_configs: Callable[[], list]
+    selection_configs: Callable[[], dict]
+    test_configs: Callable[[], dict]
+    baselines: Callable[[], list]
+    seeds: Seeds
+    eval_s: float
+    warmup_s: float
+    metrics: dict = dataclasses.field(default_factory=lambda: {"util_wire": True, "drop_rate": False})
+    reward_scale: float = 1.0
+    run_kw: Callable | None = None
+    step_record: Callable | None = None
+    traces: tuple = ()
+    ns3: Callable | None = None
+
+    def __post_init__(self):
+        if not self.recipes:
+            raise ValueError(f"study {self.name}: no recipe declared")
+        if not self.eval_s > self.warmup_s >= 0:
+            raise ValueError(f"study {self.name}: eval_s ({self.eval_s}) must exceed warmup_s ({self.warmup_s}) >= 0")
+        for k in (self.step_s, self.episode_s):
+            if not k > 0:
+                raise ValueError(f"study {self.name}: step_s and episode_s must be positive")
+
+    def make_env(self, sim_params, episode_s: float | None = None):
+        """The env of one configuration at the study's interval."""
+        from rlbm_jax.env.rlbm_env import RLBMEnv
+
+        return RLBMEnv(sim_params, formulation=self.formulation, agent_interval_s=self.step_s,
+                       episode_s=self.episode_s if episode_s is None else episode_s)
+
+    def eval_env(self, sim_params, steps: int):
+        """The env of an evaluation run of `steps` steps (its episode one step longer: no
+        truncation inside the run)."""
+        return self.make_env(sim_params, (steps + 1) * self.step_s)
+
+    def baseline_map(self) -> dict:
+        out = {}
+        for b in self.baselines():
+            if b.name in out:
+                raise ValueError(f"study {self.name}: baseline {b.name!r} declared twice")
+            out[b.name] = b
+        return out
+
+    def run_config(self, label: str, config: dict, seed: int) -> dict:
+        return self.run_kw(label, config, seed) if self.run_kw is not None else dict(config)
+
+
+STUDIES_PACKAGE = "rlbm_jax.studies"
+
+
+def names() -> list[str]:
+    """The declared studies: the modules of `rlbm_jax.studies`."""
+    pkg = importlib.import_module(STUDIES_PACKAGE)
+    return sorted(m.name.replace("_", "-") for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+
+
+def get(name: str) -> Study:
+    """The study declared by `rlbm_jax.studies.<name>` (a ValueError names the declared ones)."""
+    known = names()
+    if name not in known:
+        raise ValueError(f"study {name!r}: no such declaration; declared: {', '.join(known) or 'none'}")
+    mod = importlib.import_module(f"{STUDIES_PACKAGE}.{name.replace('-', '_')}")
+    study = getattr(mod, "STUDY", None)
+    if not isinstance(study, Study):
+        raise ValueError(f"{mod.__name__} declares no STUDY (a rlbm_jax.study.Study)")
+    if study.name != name:
+        raise ValueError(f"{mod.__name__}: STUDY.name is {study.name!r}; it must be the module's name {name!r}")
+    return study

@@ -1,0 +1,93 @@
+"""One export for every study: each training seed's trained network as a deployable policy
+(`policy_seed<s>/`, the format of `rlbm_jax.policy`) and an ONNX graph
+(`policy_seed<s>.onnx`), each checked against the trained JAX network before it counts.
+
+The check steps the JAX network (PPO's own apply, observation normalisation included) and
+the ONNX graph through the same sequences of observations, the recurrent state carried and
+reset halfway: the largest difference of logits and state, and the fraction of equal
+actions.  A policy that disagrees (beyond `tol`, or in any action) fails the export.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+CHECK_STEPS, CHECK_BATCH = 40, 8  # carried-state sequences, reset halfway
+
+
+def policy_paths(run: Path, seed: int) -> tuple[Path, Path]:
+    """(policy dir, ONNX file) of training seed `seed` of the run."""
+    run = Path(run)
+    return run / f"policy_seed{seed}", run / f"policy_seed{seed}.onnx"
+
+
+def check_against_network(ppo, params, obs_stats, onnx_fn, rng) -> dict:
+    """max |onnx - jax| of logits, h and c over CHECK_BATCH sequences of CHECK_STEPS
+    observations (around the training statistics, some far outside them), and the fraction
+    of equal actions (ties within rounding count as equal)."""
+    from rlbm_jax.ppo import networks
+
+    mean = np.asarray(obs_stats.mean, np.float32)
+    std = np.sqrt(np.asarray(obs_stats.var, np.float32) + 1e-8)
+    D = mean.shape[-1]
+
+    @jax.jit
+    def step(carry, obs, first):
+        carry, logits, _ = ppo.net.apply(params, carry, ppo.normalize(obs_stats, obs)[None], first[None])
+        return carry, logits.reshape(obs.shape[0], -1)
+
+    carry = networks.initial_carry(CHECK_BATCH, ppo.cfg.lstm_size)
+    h, c = onnx_fn.initial_state(CHECK_BATCH)
+    err, agree, actions = 0.0, [], set()
+    for t in range(CHECK_STEPS):
+        first = np.full((CHECK_BATCH,), t in (0, CHECK_STEPS // 2))
+        if first[0]:
+            h, c = onnx_fn.initial_state(CHECK_BATCH)
+        obs = (mean + std * rng.normal(size=(CHECK_BATCH, D)) * (1 + 2 * (t % 5 == 4))).astype(np.float32)
+        obs = np.maximum(obs, 0.0)
+        carry, logits = step(carry, jnp.asarray(obs), jnp.asarray(first))
+        action, h, c, logits_o = onnx_fn(obs, h, c)
+        logits = np.asarray(logits)
+        c_jax, h_jax = (np.asarray(x) for x in carry)  # flax's carry is (c, h)
+        err = max(err, *(float(np.max(np.abs(a - b))) for a, b in ((logits, logits_o), (h_jax, h), (c_jax, c))))
+        agree.append(np.take_along_axis(logits, action[:, None], -1)[:, 0] >= logits.max(-1) - 1e-5)
+        actions.update(int(x) for x in action)
+    return {"max_abs_err": err, "action_agreement": float(np.mean(agree)), "steps": CHECK_STEPS,
+            "batch": CHECK_BATCH, "actions_seen": sorted(actions)}
+
+
+def export_seeds(ppo, params, obs_stats, seeds, run: Path, *, formulation, interval_s: float, env_info: dict,
+                 tol: float = 1e-5, log=print) -> list[dict]:
+    """Write and check the policy of every training seed (params and obs_stats [seeds]) of a
+    recurrent PPO run on a Discrete action space.  Returns one record per seed: the files,
+    the check's numbers and `ok`; `log` gets a line per seed.  A ValueError where a policy
+    cannot be written or read back (naming the seed)."""
+    from rlbm_jax.onnx_policy import load_checked, to_onnx
+    from rlbm_jax.ppo.export import export_policy
+
+    info = {"name": formulation.id, "reward": formulation.reward.name,
+            "obs": f"{formulation.id} observation [{len(formulation.obs_layout(1))}]",
+            "action": formulation.action.text, "ppo": ppo.cfg.to_dict(), **env_info}
+    rng = np.random.default_rng(0)
+    out = []
+    for j, s in enumerate(seeds):
+        p_s = jax.tree.map(lambda x: x[j], params)
+        st_s = jax.tree.map(lambda x: x[j], obs_stats)
+        pdir, onnx_path = policy_paths(run, s)
+        try:
+            export_policy(ppo, p_s, st_s, pdir, {**info, "training_seed": int(s)})
+            to_onnx(pdir, onnx_path, agent_interval_s=interval_s)
+            fn, meta = load_checked(onnx_path, num_classes=1, agent_interval_s=interval_s, formulation=formulation.id)
+        except ValueError as e:
+            raise ValueError(f"seed {s}: {e}") from None
+        chk = check_against_network(ppo, p_s, st_s, fn, rng)
+        ok = chk["max_abs_err"] <= tol and chk["action_agreement"] == 1.0
+        log(f"seed {s}: wrote {pdir}/ and {onnx_path} ({meta['num_actions']} actions {meta['action_values']}, agent "
+            f"interval {interval_s:.6g} s); against the trained network over {chk['steps']} steps x {chk['batch']} "
+            f"carried-state sequences: max |onnx - jax| {chk['max_abs_err']:.2e}, actions equal "
+            f"{chk['action_agreement']:.3f}, actions seen {chk['actions_seen']}" + ("" if ok else "  MISMATCH"))
+        out.append({"seed": int(s), "policy_dir": str(pdir), "onnx": str(onnx_path), **chk, "tol": tol, "ok": ok})
+    return out

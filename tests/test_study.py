@@ -1,0 +1,206 @@
+"""The study kit: the protocol kept by code (seeds disjoint by role, the ledger refusing a
+test seed for selection), the verdict's statistics, and a new study as one declaration that
+runs train -> select -> test -> export -> report end to end."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlbm_jax
+from rlbm_jax.study import Ledger, Seeds, stats
+from rlbm_jax.study.protocol import stale_fields
+
+TOY = '''"""A toy study: QueuePilot-v0 on two tiny configurations, against droptail and CoDel."""
+from rlbm_jax import scenarios
+from rlbm_jax.env.formulations.queuepilot import QUEUEPILOT
+from rlbm_jax.study import Baseline, Seeds, Study
+
+
+def config(n, rtt_s):
+    return scenarios.queuepilot(n, rtt_s, "newreno", num_flow_slots=16, load=0.0, max_rtt_s=0.02,
+                                max_buffer_pkts=128)
+
+
+STUDY = Study(
+    name="toy", title="A toy study", formulation=QUEUEPILOT, step_s=0.005, episode_s=0.2,
+    recipes={"lstm": dict(network="lstm", lstm_size=8, hidden=(16, 16), activation="tanh", num_envs=4,
+                          num_steps=8, num_minibatches=2, update_epochs=2)},
+    train_configs=lambda: [config(4, 0.02), config(8, 0.02)],
+    selection_configs=lambda: {"N=4": config(4, 0.02)},
+    test_configs=lambda: {"N=4": config(4, 0.02), "N=8": config(8, 0.02)},
+    baselines=lambda: [Baseline("droptail", "droptail", dict(policy="droptail")),
+                       Baseline("codel-5ms", "codel", dict(policy="codel", codel_target_s=0.005)),
+                       Baseline("codel-2ms", "codel", dict(policy="codel", codel_target_s=0.002,
+                                                           codel_interval_s=0.02))],
+    seeds=Seeds(train=range(0, 100), selection=(1000,), test=(2000, 2001)),
+    eval_s=0.3, warmup_s=0.1, metrics={"util_wire": True, "drop_rate": False, "queue_mean_pkts": False})
+'''
+
+
+def test_seed_roles_must_be_disjoint_and_each_seed_is_used_in_its_role():
+    with pytest.raises(ValueError, match=r"\[5\] declared as both selection and test"):
+        Seeds(train=range(0, 5), selection=(5, 6), test=(5, 7))
+    with pytest.raises(ValueError, match=r"\[3\] declared as both train and test"):
+        Seeds(train=range(0, 5), selection=(10,), test=(3,))
+    with pytest.raises(ValueError, match="no seeds"):
+        Seeds(train=range(0, 5), selection=(), test=(9,))
+    s = Seeds(train=range(0, 100), selection=(1000, 1001), test=(2000, 2001))
+    assert s.check("train", [0, 99]) == [0, 99]
+    with pytest.raises(ValueError, match=r"train seeds \[1000\] are not declared train seeds \(1000: selection\)"):
+        s.check("train", [0, 1000])
+    with pytest.raises(ValueError, match="2000: test"):
+        s.check("selection", [2000])
+    assert s.first("test", 1) == [2000]
+    with pytest.raises(ValueError, match="3 test seeds asked for; the study declares 2"):
+        s.first("test", 3)
+
+
+def test_the_ledger_refuses_for_selection_a_seed_that_scored_a_test(tmp_path):
+    seeds = Seeds(train=range(0, 10), selection=(100, 101), test=(200, 201))
+    led = Ledger(tmp_path, "s", seeds)
+    led.append("select", seeds={"selection": led.use("select", "selection", [100])})
+    led.append("test", seeds={"test": led.use("test", "test", [200, 201])})
+    # the declaration edited afterwards so that 200 reads as a selection seed: still refused
+    moved = Seeds(train=range(0, 10), selection=(100, 200), test=(201,))
+    again = Ledger(tmp_path, "s", moved)
+    assert again.times_tested() == 1 and again.used("test") == {200, 201}
+    with pytest.raises(ValueError, match=r"seeds \[200\] were used for testing"):
+        again.use("select", "selection", [100, 200])
+    assert again.use("select", "selection", [100]) == [100]
+    with pytest.raises(ValueError, match="ledger of study 's', not 'other'"):
+        Ledger(tmp_path, "other", seeds)
+    data = json.loads((tmp_path / "ledger.json").read_text())
+    assert [e["stage"] for e in data["entries"]] == ["select", "test"]
+    assert data["entries"][0]["provenance"]["rlbm_jax"] == rlbm_jax.__version__
+
+
+def test_paired_differences_error_across_training_seeds_and_holm():
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=40)
+    agent = base[None] + np.array([[0.5], [0.7], [0.6]]) + 0.01 * rng.normal(size=(3, 40))
+    c = stats.paired(agent, base)
+    assert c["n_seeds"] == 3 and c["n_runs"] == 40
+    assert c["diff"] == pytest.approx(0.6, abs=0.01)
+    # the error is across the three seeds' mean differences (0.5, 0.7, 0.6: s.e. 0.0577)
+    assert c["se"] == pytest.approx(np.std([0.5, 0.7, 0.6], ddof=1) / np.sqrt(3), rel=0.05)
+    assert 0 < c["p"] < 0.05
+    one = stats.paired(agent[:1], base)
+    assert one["p"] is None and "no verdict" in one["se_over"]
+    adj = stats.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": None})
+    assert adj == {"a": pytest.approx(0.03), "b": pytest.approx(0.06), "c": pytest.approx(0.06), "d": None}
+    v = stats.verdicts({"x": c, "y": stats.paired(agent, base + 0.6), "z": one})
+    assert v["x"]["verdict"] == "better" and v["y"]["verdict"] == "tie" and v["z"]["verdict"] == "no verdict"
+    lower = stats.verdicts({"x": stats.paired(agent, base, higher_is_better=False)})
+    assert lower["x"]["verdict"] == "worse"
+
+
+def test_stale_fields_name_what_changed():
+    assert stale_fields({"a": 1, "b": "x"}, {"a": 1, "b": "y"}) == {"b": ("x", "y")}
+
+
+def _run(cwd, *args, ok=True):
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    p = subprocess.run([sys.executable, "-m", "rlbm_jax.cli.study", *args], cwd=cwd, env=env, capture_output=True,
+                       text=True, timeout=600)
+    if ok:
+        assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """A copy of the package with one new declaration, rlbm_jax/studies/toy.py, run through
+    every stage in fresh processes."""
+    root = tmp_path_factory.mktemp("toy")
+    shutil.copytree(Path(rlbm_jax.__file__).parent, root / "rlbm_jax",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "rlbm_jax" / "studies" / "toy.py").write_text(TOY)
+    t0 = time.perf_counter()
+    out = {"train": _run(root, "toy", "train", "--num-seeds", "2", "--updates", "4", "--chunk", "2"),
+           "select": _run(root, "toy", "select"), "test": _run(root, "toy", "test"),
+           "export": _run(root, "toy", "export")}
+    out["wall_s"] = time.perf_counter() - t0
+    return root, out
+
+
+def test_a_new_study_is_one_declaration_run_end_to_end(toy):
+    root, out = toy
+    res = root / "results" / "toy"
+    assert out["wall_s"] < 180, out["wall_s"]
+    ledger = json.loads((res / "ledger.json").read_text())
+    assert [e["stage"] for e in ledger["entries"]] == ["train", "select", "test", "export"]
+    assert ledger["seeds"] == {"train": "0..99", "selection": [1000], "test": [2000, 2001]}
+    train, sel, test, export = ledger["entries"]
+    assert train["seeds"] == {"train": [0, 1]} and sel["seeds"] == {"selection": [1000]}
+    assert test["seeds"] == {"test": [2000, 2001]}
+    # every configuration tried is in the ledger with its score; one variant per family chosen
+    tried = {x.get("name") or x["recipe"]: x for x in sel["tried"]}
+    assert set(tried) == {"droptail", "codel-5ms", "codel-2ms", "lstm"}
+    assert set(sel["chosen"]) == {"droptail", "codel"}
+    codel = [x for x in sel["tried"] if x.get("family") == "codel"]
+    assert tried[sel["chosen"]["codel"]]["score"] == max(x["score"] for x in codel)
+    # every run of the test on file, paired: each policy on every (configuration, test seed)
+    import csv
+    rows = list(csv.DictReader((res / "runs.csv").open()))
+    pols = {r["policy"] for r in rows}
+    assert pols == {"lstm-seed0", "lstm-seed1", *sel["chosen"].values()}
+    for p in pols:
+        assert sorted((r["config"], r["seed"]) for r in rows if r["policy"] == p) == \
+            [("N=4", "2000"), ("N=4", "2001"), ("N=8", "2000"), ("N=8", "2001")]
+    # every simulator parameter of every test configuration (the TCP model included) and the provenance
+    params = test["config"]["params"]["N=8"]
+    assert params["long_flows"] == 8 and {"rto_recovery", "rto_rearm", "red_syn"} <= set(params)
+    assert test["provenance"]["sim_backend_ran"] in ("jax", "native")
+    verdict = json.loads(out["test"].stdout.strip().splitlines()[-1])["verdicts"]
+    assert set(verdict) == set(sel["chosen"].values())
+    for v in verdict.values():
+        assert v["verdict"] in ("better", "worse", "tie")
+    # the exported policies agree with the trained networks
+    assert [p["ok"] for p in export["policies"]] == [True, True]
+    assert (root / "runs" / "toy" / "lstm" / "policy_seed1.onnx").is_file()
+
+
+def test_report_regenerates_the_results_byte_for_byte_and_marks_a_stale_model(toy):
+    root, _ = toy
+    res = root / "results" / "toy"
+    before = {f: (res / f).read_bytes() for f in ("RESULTS.md", "verdict.png")}
+    (res / "RESULTS.md").unlink()
+    (res / "verdict.png").unlink()
+    _run(root, "toy", "report")
+    assert {f: (res / f).read_bytes() for f in before} == before
+    md = before["RESULTS.md"].decode()
+    assert "Stale" not in md and "| lstm (runs/toy/lstm) |" in md and "codel-2ms" in md
+    # the declaration changes the model (a TCP-model choice): the same files now read as stale
+    decl = root / "rlbm_jax" / "studies" / "toy.py"
+    decl.write_text(TOY.replace('max_buffer_pkts=128)', 'max_buffer_pkts=128, rto_rearm="any-ack")'))
+    try:
+        _run(root, "toy", "report")
+        md = (res / "RESULTS.md").read_text()
+        assert "**Stale**" in md and "rto_rearm" in md
+    finally:
+        decl.write_text(TOY)
+
+
+def test_the_stages_refuse_what_the_protocol_forbids(toy, tmp_path):
+    root, _ = toy
+    p = _run(root, "toy", "train", "--seed", "1000", "--num-seeds", "1", "--run-dir", "runs/x", ok=False)
+    assert p.returncode == 2 and "1000: selection" in p.stderr
+    p = _run(root, "toy", "train", "--num-seeds", "1", ok=False)
+    assert p.returncode == 2 and "holds a run" in p.stderr
+    p = _run(root, "toy", "test", "--results", str(tmp_path / "empty"), ok=False)
+    assert p.returncode == 2 and "no selection yet" in p.stderr
+    p = _run(root, "toy", "test", "--test-seeds", "3", ok=False)
+    assert p.returncode == 2 and "3 test seeds asked for" in p.stderr
+    p = _run(root, "toy", "ns3", ok=False)
+    assert p.returncode == 2 and "declares no ns-3 judging" in p.stderr
+    p = _run(root, "nosuch", "report", ok=False)
+    assert p.returncode == 2 and "invalid choice" in p.stderr
+    cfg = json.loads(_run(root, "toy", "select", "--selection-seeds", "1", "--print-config").stdout)
+    assert cfg["seeds"] == [1000] and cfg["baselines"] == ["droptail", "codel-5ms", "codel-2ms"]
+    assert cfg["runs"] == [["lstm", "runs/toy/lstm"]]
