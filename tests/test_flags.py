@@ -9,8 +9,11 @@ The options are read from the parsers, so a new option is covered without editin
 file; one whose value cannot be guessed from its type (a path that must exist) takes a
 sample from `SAMPLES`."""
 import argparse
+import atexit
 import importlib
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,8 +32,39 @@ QP_RUN = str(ROOT / "results/queuepilot")
 ABS_RUN = str(ROOT / "results/abs")
 LFQ_RUN = str(ROOT / "results/lfq")
 
+
+
+def _study_fixture() -> Path:
+    """A training run of the kit's queuepilot study (its config; the weights are not read
+    by a configuration) and two results folders whose ledgers hold a selection of it."""
+    root = Path(tempfile.mkdtemp(prefix="rlbm_flags_study_"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    run = root / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"study": "queuepilot", "recipe": "lstm", "ppo": {}, "seeds": [0],
+                                                 "episode_s": 10.0}))
+    (run / "trained.msgpack").write_bytes(b"")
+    for r in ("results", "results2"):
+        (root / r).mkdir()
+        (root / r / "ledger.json").write_text(json.dumps({"study": "queuepilot", "entries": [
+            {"stage": "select", "seeds": {"selection": [1000]}, "tried": [],
+             "chosen": {"droptail": "droptail", "codel": "codel-5ms"},
+             "chosen_recipe": {"recipe": "lstm", "run_dir": str(run)}}]}))
+    return root
+
+
+STUDY = _study_fixture()
+# what comes before a script's subcommand (study.py's study name)
+PREFIX = {"study": ["queuepilot"]}
+
 # the arguments every invocation of a script (or subcommand) starts from
 BASE_ARGV = {
+    ("study", ("train",)): ["--results", str(STUDY / "results")],
+    ("study", ("select",)): ["--runs", str(STUDY / "run"), "--results", str(STUDY / "results")],
+    ("study", ("test",)): ["--results", str(STUDY / "results")],
+    ("study", ("export",)): ["--results", str(STUDY / "results")],
+    ("study", ("ns3",)): ["--results", str(STUDY / "results")],
+    ("study", ("report",)): ["--results", str(STUDY / "results")],
     ("export_onnx", ()): ["--checkpoint", POLICY, "--out", "policy.onnx"],
     ("eval_ns3", ()): ["--onnx", str(ROOT / "results/ns3_eval/policy.onnx")],  # required
     ("queuepilot", ("export",)): ["--run-dir", QP_RUN],
@@ -44,6 +78,19 @@ BASE_ARGV = {
 
 # values that the parser's type and default cannot give: (script, subcommand, dest) -> argv tokens
 SAMPLES = {
+    **{("study", (stage,), "results"): [str(STUDY / "results2")]
+       for stage in ("train", "select", "test", "export", "ns3", "report")},
+    ("study", ("select",), "runs"): [str(STUDY / "run" / ".." / "run")],
+    ("study", ("select",), "selection_seeds"): ["2"],  # at most len(queuepilot's SELECTION_SEEDS)
+    ("study", ("select",), "baselines"): ["pie-5ms"],
+    ("study", ("test",), "test_seeds"): ["2"],
+    ("study", ("export",), "run_dir"): [str(STUDY / "run" / ".." / "run")],
+    ("study", ("ns3",), "run_dir"): [str(STUDY / "run" / ".." / "run")],
+    ("study", ("train",), "recipe"): ["lstm-paper-lr"],  # a declared recipe other than the first
+    ("study", ("train",), "num_envs"): ["32"],
+    ("study", ("select",), "seconds"): ["30"],  # above the study's warm-up
+    ("study", ("test",), "seconds"): ["30"],
+    ("study", ("train",), "run_dir"): ["runs/other"],
     ("simulate", (), "policy"): ["sb-sophisticated"],
     ("simulate", (), "json"): ["out.json"],
     ("simulate", (), "plot"): ["run.png"],
@@ -180,7 +227,7 @@ def sample_argv(script, sub, action) -> list[str]:
 
 def config_of(script, sub, argv):
     mod = importlib.import_module(f"rlbm_jax.cli.{script}")
-    a = mod.build_parser().parse_args([*sub, *BASE_ARGV.get((script, sub), []), *argv])
+    a = mod.build_parser().parse_args([*PREFIX.get(script, []), *sub, *BASE_ARGV.get((script, sub), []), *argv])
     return json.loads(jsonio.dumps(mod.run_config(a)))
 
 
@@ -221,7 +268,7 @@ def test_every_option_changes_the_run_config(script, sub, dest):
     assert got != base, f"{script} {' '.join(sub)} {' '.join(argv)} left the run's configuration unchanged"
     q = model.BY_NAME.get(dest)
     if q is not None and q.option in argv:
-        v = getattr(ap.parse_args([*sub, *BASE_ARGV.get((script, sub), []), *argv][len(sub):]), dest)
+        v = getattr(ap.parse_args([*sub, *BASE_ARGV.get((script, sub), []), *argv][len(sub):]), dest)  # the sub's own
         want = model.json_value(v[0] if isinstance(v, list) and len(v) == 1 else v)
         seen = list(_find(got, q.name))
         assert seen, f"{script}: the configuration has no entry {q.name!r}"
@@ -235,7 +282,7 @@ def test_every_option_changes_the_run_config(script, sub, dest):
 def test_print_config_prints_the_run_config_and_runs_nothing(script, sub, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # nothing may be written: the folder stays empty
     mod = importlib.import_module(f"rlbm_jax.cli.{script}")
-    argv = [*sub, *BASE_ARGV.get((script, sub), [])]
+    argv = [*PREFIX.get(script, []), *sub, *BASE_ARGV.get((script, sub), [])]
     assert mod.main([*argv, "--print-config"]) in (0, None)
     printed = json.loads(capsys.readouterr().out)
     assert printed == config_of(script, sub, [])

@@ -182,6 +182,21 @@ def test_env_imports_nothing_above_it():
 
 
 @pytest.mark.quick
+def test_the_library_imports_nothing_from_the_scripts():
+    """`rlbm_jax.cli` holds the scripts' bodies; nothing else in the package imports it (a
+    study, an evaluation or a backend is usable without the command line)."""
+    _, explicit = import_graph()
+    modules = module_files()
+    cli = PACKAGE + ".cli"
+    inside = lambda m: m == cli or m.startswith(cli + ".")
+    upward = sorted({(str(modules[m].relative_to(ROOT)), line, t)
+                     for m in explicit if not inside(m) for t, line in explicit[m] if inside(t)})
+    if upward:
+        pytest.fail(f"the library must not import {cli}:\n"
+                    + "\n".join(f"  {f}:{line} imports {t}" for f, line, t in upward), pytrace=False)
+
+
+@pytest.mark.quick
 def test_the_reader_and_the_cycle_search(tmp_path):
     """The reader resolves relative imports, deferred imports and `from package import
     module`, and finds a circle of two files and one through a package `__init__`."""

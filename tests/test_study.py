@@ -204,3 +204,15 @@ def test_the_stages_refuse_what_the_protocol_forbids(toy, tmp_path):
     cfg = json.loads(_run(root, "toy", "select", "--selection-seeds", "1", "--print-config").stdout)
     assert cfg["seeds"] == [1000] and cfg["baselines"] == ["droptail", "codel-5ms", "codel-2ms"]
     assert cfg["runs"] == [["lstm", "runs/toy/lstm"]]
+
+
+def test_the_models_index_of_the_committed_results_is_regenerated_byte_for_byte():
+    from rlbm_jax.study import index
+
+    results = Path(__file__).resolve().parents[1] / "results"
+    assert (results / index.INDEX).read_text() == index.index(results)
+    # the rule for what a record leaves out: none of the 0.2 choices named -> rlbm_jax 0.2's model
+    models = dict((d.name, index.folder_models(d)) for d in [results / "train_default", results / "lfq"])
+    assert [m["rto_recovery"] for m, _ in models["train_default"]] == ["sack"]
+    assert {m["rto_rearm"] for m, _ in models["lfq"]} == {"cumulative"}
+    assert index.stale_choices({**models["lfq"][0][0], "red_syn": "count"}) == {}

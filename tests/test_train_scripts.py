@@ -74,7 +74,8 @@ def test_train_records_the_tcp_model_and_resumes_an_older_run_on_its_own():
     # a run config written before the choice existed was made with the model of that version
     older = {k: v for k, v in env_cfg.items() if k not in (*LEGACY_TCP_MODEL, "prr", "prr_ssrb", "ecn_cwr", "rto_rearm",
                                                        "red_syn")}
-    assert train_cli.tcp_model(older) == {**LEGACY_TCP_MODEL, "rto_rearm": "any-ack", "red_syn": "base"}
+    untouched = {"prr": "exact", "prr_ssrb": "rfc6937", "ecn_cwr": "open"}  # the defaults they were added with
+    assert train_cli.tcp_model(older) == {**LEGACY_TCP_MODEL, **untouched, "rto_rearm": "any-ack", "red_syn": "base"}
     env, ep = train_cli.make_env(older)
     assert int(ep.env.sim.rto_recovery_id) == 1 and int(ep.env.sim.rtt_samples_id) == 1
     assert int(ep.env.sim.rto_rearm_id) == 1  # before the timer's choice existed: any ACK restarted it
@@ -87,7 +88,7 @@ def test_train_records_the_tcp_model_and_resumes_an_older_run_on_its_own():
     # one written after the go-back-N model but before the PRR and CWR choices keeps its
     # model and runs exact PRR and CWR from OPEN
     before_prr = {k: v for k, v in env_cfg.items() if k not in ("prr", "prr_ssrb", "ecn_cwr", "rto_rearm", "red_syn")}
-    assert train_cli.tcp_model(before_prr) == {"rto_recovery": "sack", "rtt_samples": "cumulative",
+    assert train_cli.tcp_model(before_prr) == {"rto_recovery": "sack", "rtt_samples": "cumulative", **untouched,
                                                "rto_rearm": "any-ack", "red_syn": "base"}
     _, env_cfg = train_cli.config_from_args(train_cli.parse(["--prr", "ns-3.37", "--ecn-cwr", "ns-3.37"]))
     assert env_cfg["prr"] == "ns-3.37" and env_cfg["ecn_cwr"] == "ns-3.37" and env_cfg["prr_ssrb"] == "rfc6937"

@@ -21,11 +21,11 @@ import numpy as np
 
 from rlbm_jax import jsonio
 from rlbm_jax.abs import study as S
-from rlbm_jax.cli import fail
 from rlbm_jax.env.formulations.abs import ABS_TRACE, interval_state
 from rlbm_jax.env.params import config_record, make_params
-from rlbm_jax.progress import fmt_s
-from rlbm_jax.queuepilot.ns3 import check_against_network
+from rlbm_jax.study.ns3 import check_judging, write_judging
+from rlbm_jax.study.export import export_plan, export_seeds, policy_paths
+from rlbm_jax.study.stats import fmt_mean_se
 
 PROG = "abs.py"
 NS3_CAPABLE = ("fix", "bdp", "bdp-sqrt", "red", "codel")  # families that need no per-interval decision
@@ -48,53 +48,31 @@ def default_baselines(run: Path) -> tuple[list, str]:
     return list(dict.fromkeys(names)), f"Fix(10), Fix(100), bdp-sqrt and the chosen fix, red and codel of {res.name}"
 
 
-def policy_paths(run: Path, seed: int) -> tuple[Path, Path]:
-    return run / f"policy_seed{seed}", run / f"policy_seed{seed}.onnx"
-
-
 def export_config(a) -> dict:
-    run = Path(a.run_dir)
-    trained = S.trained_run(run)
-    return {"run_dir": str(run), "ppo": trained["ppo"], "episode_s": trained["episode_s"],
-            "training_seeds": list(trained["seeds"]), "formulation": ABS_TRACE.id,
-            "outputs": {str(s): [str(p) for p in policy_paths(run, s)] for s in trained["seeds"]}}
+    """What `export` writes (`study.export.export_plan`)."""
+    return export_plan(Path(a.run_dir), S.trained_run(Path(a.run_dir)), ABS_TRACE)
 
 
-def export(a, cfg: dict) -> int:
-    from rlbm_jax.onnx_policy import load_checked, to_onnx
-    from rlbm_jax.ppo.export import export_policy
-
+def export(a, cfg: dict, argv=None) -> int:
     run = Path(cfg["run_dir"])
     print(f"config: {jsonio.dumps(cfg)}")
     ppo, params, stats, seeds, updates = S.load_trained(run)
-    interval_s = S.STEP_S
-    env_info = {"name": ABS_TRACE.id, "reward": ABS_TRACE.reward.name,
-                "obs": f"{ABS_TRACE.id} observation [{len(ABS_TRACE.obs_layout(1))}]", "action": ABS_TRACE.action.text,
-                "scenario": {"name": "abs-env2-trace", "agent_interval_s": interval_s, "buffer_policy": "rl-size",
+    env_info = {"scenario": {"name": "abs-env2-trace", "agent_interval_s": S.STEP_S, "buffer_policy": "rl-size",
                              "train_traces": S.trained_run(run)["train_traces"]},
-                "ppo": ppo.cfg.to_dict(), "updates": updates}
-    rng = np.random.default_rng(0)
-    bad = False
-    for j, s in enumerate(seeds):
-        p_s = jax.tree.map(lambda x: x[j], params)
-        st_s = jax.tree.map(lambda x: x[j], stats)
-        pdir, onnx_path = policy_paths(run, s)
-        try:
-            export_policy(ppo, p_s, st_s, pdir, {**env_info, "training_seed": s})
-            to_onnx(pdir, onnx_path, agent_interval_s=interval_s)
-            fn, meta = load_checked(onnx_path, num_classes=1, agent_interval_s=interval_s, formulation=ABS_TRACE.id)
-        except ValueError as e:
-            return fail(PROG, f"seed {s}: {e}")
-        chk = check_against_network(ppo, p_s, st_s, fn, rng)
-        ok = chk["max_abs_err"] <= 1e-4 and chk["action_agreement"] == 1.0
-        bad |= not ok
-        print(f"seed {s}: wrote {pdir}/ and {onnx_path}; against the trained network over {chk['steps']} steps x "
-              f"{chk['batch']} carried-state sequences: max |onnx - jax| {chk['max_abs_err']:.2e}, actions equal "
-              f"{chk['action_agreement']:.3f}" + ("" if ok else "  MISMATCH"))
-    if bad:
-        print(f"{PROG}: error: an exported policy disagrees with the trained network", file=sys.stderr)
-        return 1
+                "updates": updates}
+    try:
+        recs = export_seeds(ppo, params, stats, seeds, run, formulation=ABS_TRACE, interval_s=S.STEP_S,
+                            env_info=env_info, tol=1e-4)
+    except ValueError as e:
+        return _fail(str(e))
+    if not all(r["ok"] for r in recs):
+        return _fail("an exported policy disagrees with the trained network", 1)
     return 0
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return code
 
 
 def ns3_kw(name: str | None, trace: str, tcp: str, warmup_s: float, seed: int = 0) -> dict:
@@ -119,12 +97,7 @@ def ns3_kw(name: str | None, trace: str, tcp: str, warmup_s: float, seed: int = 
 def ns3_config(a) -> dict:
     run = Path(a.run_dir)
     trained = S.trained_run(run, weights=not a.no_jax)
-    if not 1 <= a.seeds <= len(S.TEST_SEEDS):
-        raise ValueError(f"--seeds must be in 1..{len(S.TEST_SEEDS)}, got {a.seeds}")
-    if a.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {a.jobs}")
-    if not (a.seconds > a.warmup_s >= 0):
-        raise ValueError(f"--seconds ({a.seconds}) must exceed --warmup-s ({a.warmup_s}) >= 0")
+    check_judging(a.seeds, len(S.TEST_SEEDS), a.jobs, a.seconds, a.warmup_s)
     for tr in a.traces:
         if float(np.min(S.trace(tr).rates_bps)) <= 0:
             raise ValueError(f"--traces: {tr} has an outage (rate 0), which ns-3's point-to-point device refuses")
@@ -223,7 +196,7 @@ def ns3(a, cfg: dict, argv) -> int:
         try:
             fn, _ = load_checked(p["onnx"], num_classes=1, agent_interval_s=S.STEP_S, formulation=ABS_TRACE.id)
         except ValueError as e:
-            return fail(PROG, str(e))
+            return _fail(str(e))
         agent = harness.Agent(fn=fn, digest=p["sha256"], formulation=ABS_TRACE,
                               env_params=ep_of(S.config_kw(*configs[0])), recurrent=True)
         ns3_runs[f"absrl-seed{s}"] = run_cells(f"absrl-seed{s}", None, agent)
@@ -245,18 +218,13 @@ def ns3(a, cfg: dict, argv) -> int:
         actor = S.lstm_actor(ppo)
         for j, s in enumerate(tseeds):
             args = S.actor_args(ppo, jax.tree.map(lambda x: x[j], params), jax.tree.map(lambda x: x[j], stats))
-            jax_runs[f"absrl-seed{s}"] = split(S.run_batch(runs, steps, warm, actor, args, len(runs), key="agent"))
+            jax_runs[f"absrl-seed{s}"] = split(S.run_batch(runs, steps, warm, actor, args, len(runs)))
         wall["jax"] = round(time.perf_counter() - tj, 1)
 
     report = build_report(ns3_runs, jax_runs, configs, cfg)
     report["command"] = command
     report["config"] = cfg
-    report["wall_s"] = {"ns3": round(t_ns3, 1), **wall, "total": round(time.perf_counter() - t0, 1)}
-    jsonio.write(out / "results.json", report)
-    (out / "RESULTS.md").write_text(markdown(report))
-    print(markdown(report))
-    print(f"wrote {out / 'results.json'}, {out / 'RESULTS.md'} ({fmt_s(report['wall_s']['total'])})", file=sys.stderr)
-    return 0
+    return write_judging(out, report, markdown, wall, t_ns3, t0)
 
 
 def build_report(ns3_runs, jax_runs, configs, cfg) -> dict:
@@ -285,13 +253,7 @@ def build_report(ns3_runs, jax_runs, configs, cfg) -> dict:
                                     for x in ns3_runs[k][c]] for k in agents if k in ns3_runs}}
 
 
-def _fmt(ms, scale=1.0, digits=2):
-    if ms is None:
-        return "n/a"
-    m, s = ms
-    if m != m:
-        return "n/a"
-    return f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}" if s == s else f"{m * scale:.{digits}f}"
+_fmt = lambda ms, scale=1.0, digits=2: fmt_mean_se(ms, scale, digits)  # noqa: E731
 
 
 def markdown(rep) -> str:

@@ -59,21 +59,21 @@ shrunk so that the value loss does not swamp the clipped gradient).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from gymnax.wrappers.purerl import GymnaxWrapper
 
 from rlbm_jax import scenarios
-from rlbm_jax.env import capacity, metrics as mx
+from rlbm_jax.env import capacity
 from rlbm_jax.env.formulations.abs import ABS_TRACE, SIZE_LEVELS, interval_state
 from rlbm_jax.env.params import make_params, stack_params
 from rlbm_jax.env.randomize import MixtureEnv
 from rlbm_jax.env.rlbm_env import RLBMEnv
-from rlbm_jax.queuepilot.study import mean_se  # noqa: F401  (re-exported: the tables' mean ± s.e.)
+from rlbm_jax.env.wrappers import RewardScale
+from rlbm_jax.study import rollout, trainer
+from rlbm_jax.study.stats import mean_se  # noqa: F401  (re-exported: the tables' mean ± s.e.)
 
 STEP_S = 0.1
 EPISODE_S = 10.0
@@ -157,18 +157,6 @@ def train_configs(traces=TRAIN_TRACES, tcps=TRAIN_TCPS, offsets_s=TRAIN_OFFSETS_
     return [config_kw(t, c, o) for c in tcps for t in traces for o in offsets_s]
 
 
-class RewardScale(GymnaxWrapper):
-    """The env with its reward times `scale` (what PPO is trained on)."""
-
-    def __init__(self, env, scale: float):
-        super().__init__(env)
-        self.scale = float(scale)
-
-    def step(self, key, state, action, params=None):
-        out = self._env.step(key, state, action, params)
-        return (out[0], out[1], out[2] * self.scale, *out[3:])
-
-
 def make_env(sim_params, episode_s: float = EPISODE_S) -> RLBMEnv:
     return RLBMEnv(sim_params, formulation=ABS_TRACE, agent_interval_s=STEP_S, episode_s=episode_s)
 
@@ -192,31 +180,18 @@ def make_ppo(ppo_cfg: dict, episode_s: float = EPISODE_S, configs=None):
 def trained_run(run: Path, weights: bool = True) -> dict:
     """The config.json of the training run in `run` (a ValueError when it holds none, or,
     with `weights`, no trained.msgpack)."""
-    if weights and not (run / "trained.msgpack").is_file():
-        raise ValueError(f"{run} holds no trained.msgpack (run `abs.py train --run-dir {run}` first)")
-    if not (run / "config.json").is_file():
-        raise ValueError(f"{run} holds no config.json (a training run of `abs.py train`)")
-    cfg = json.loads((run / "config.json").read_text())
-    missing = [k for k in ("ppo", "episode_s", "seeds", "train_traces") if k not in cfg]
-    if missing:
-        raise ValueError(f"{run / 'config.json'} lacks {', '.join(missing)} (a training run of `abs.py train`)")
-    return cfg
+    return trainer.trained_run(run, required=("ppo", "episode_s", "seeds", "train_traces"), weights=weights,
+                               how=f"`abs.py train --run-dir {run}`")
 
 
 def load_trained(run: Path):
     """(ppo, params [seeds], obs_stats [seeds], seeds, updates) of a training run."""
-    from flax import serialization
+    def make(cfg):
+        configs = train_configs(cfg["train_traces"], cfg.get("train_tcps", TRAIN_TCPS),
+                                cfg.get("train_offsets_s", TRAIN_OFFSETS_S))
+        return make_ppo(cfg["ppo"], cfg["episode_s"], configs)[0]
 
-    cfg = trained_run(run)
-    configs = train_configs(cfg["train_traces"], cfg.get("train_tcps", TRAIN_TCPS),
-                            cfg.get("train_offsets_s", TRAIN_OFFSETS_S))
-    ppo, _ = make_ppo(cfg["ppo"], cfg["episode_s"], configs)
-    seeds = cfg["seeds"]
-    tmpl = jax.eval_shape(ppo.init_seeds, jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
-    zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), {"params": tmpl.params, "obs_stats": tmpl.obs_stats})
-    zeros["updates"] = 0
-    state = serialization.from_bytes(zeros, (run / "trained.msgpack").read_bytes())
-    return ppo, state["params"], state["obs_stats"], seeds, int(state["updates"])
+    return trainer.load_trained(run, make, trained_run(run))
 
 
 # ---- baselines -------------------------------------------------------------------------
@@ -317,7 +292,7 @@ def abssl_step(params, size, obs):
 
 def abssl_actor():
     """ABSSL as a rollout actor: args = {"abssl": params, "carry0": start size}."""
-    def act(args, size, obs, rec, first, ep):
+    def act(args, size, obs, state, first, ep):
         new, _ = abssl_step(args["abssl"], size, obs)
         new = jnp.where(first, size, new)  # the episode's first answer: the start size
         return new, size_to_action(new)
@@ -435,91 +410,49 @@ def family_of(name: str) -> str:
 
 
 # ---- evaluation ------------------------------------------------------------------------
-def rollout_fn(env: RLBMEnv, steps: int, warm_steps: int, actor):
-    """A jitted function (sims [N] stacked SimParams, keys [N], args) -> per-run results:
-    mean QoE, its throughput and delay parts and the mean queueing delay over the steps after
-    `warm_steps`, the buffer size in effect per step, the capacity offered per step, and the
-    run summary (`metrics.summarize`, from the sims' warmup_s).  `actor(args, carry, obs,
-    rec, first, ep) -> (carry, action)`, its carry made by args["carry0"]."""
-
-    def one(sp, key, args):
-        ep = env.default_params.replace(sim=sp)
-        k0, key = jax.random.split(key)
-        obs, st = env.reset_env(k0, ep)
-
-        def body(c, i):
-            st, obs, carry, key, first = c
-            key, k = jax.random.split(key)
-            carry, a = actor(args, carry, obs, st.sim.interval, first, ep)
-            obs, st, r, _, info = env.step_env(k, st, a, ep)
-            s = interval_state(st.sim.interval, ep)
-            warm = i >= warm_steps
-            size = jnp.minimum(st.sim.rl_size_pkts[0], sp.class_cap_pkts[0].astype(jnp.float32))
-            out = dict(qoe=jnp.where(warm, r, 0.0), qoe_thr=jnp.where(warm, info["qoe_throughput"], 0.0),
-                       qoe_delay=jnp.where(warm, info["qoe_delay"], 0.0),
-                       delay_s=jnp.where(warm, s["queue_delay_s"], 0.0), size=size,
-                       capacity_mbps=s["capacity_mbps"],
-                       sent_mbps=jnp.sum(st.sim.interval.dequeues_pkts) * sp.data_pkt_bits / STEP_S / 1e6)
-            return (st, obs, carry, key, jnp.zeros((), bool)), out
-
-        init = (st, obs, args["carry0"], key, jnp.ones((), bool))
-        (st, _, _, _, _), tr = jax.lax.scan(body, init, jnp.arange(steps))
-        n = max(steps - warm_steps, 1)
-        res = {"qoe": tr["qoe"].sum() / n, "qoe_throughput": tr["qoe_thr"].sum() / n,
-               "qoe_delay": tr["qoe_delay"].sum() / n, "delay_s": tr["delay_s"].sum() / n,
-               "size_mean_pkts": tr["size"][warm_steps:].mean(), "size_trace": tr["size"],
-               "capacity_trace_mbps": tr["capacity_mbps"], "sent_trace_mbps": tr["sent_mbps"],
-               "throughput_mbps": tr["sent_mbps"][warm_steps:].mean()}
-        res.update(mx.summarize(st.sim.metrics, sp))
-        return res
-
-    return jax.jit(jax.vmap(one, in_axes=(0, 0, None)))
+def record_step(st, r, info, a, ep):
+    """Per step: the QoE's parts, the queueing delay, the buffer size in effect, the capacity
+    offered and the rate sent."""
+    sp = ep.sim
+    s = interval_state(st.sim.interval, ep)
+    return {"qoe_throughput": info["qoe_throughput"], "qoe_delay": info["qoe_delay"], "delay_s": s["queue_delay_s"],
+            "size_mean_pkts": jnp.minimum(st.sim.rl_size_pkts[0], sp.class_cap_pkts[0].astype(jnp.float32)),
+            "capacity_mbps": s["capacity_mbps"],
+            "throughput_mbps": jnp.sum(st.sim.interval.dequeues_pkts) * sp.data_pkt_bits / STEP_S / 1e6}
 
 
-def baseline_actor(fn):
-    """A baseline fn(carry, rec, ep) as a rollout actor."""
-    return lambda args, carry, obs, rec, first, ep: fn(carry, rec, ep)
+def _eval_env(sp, steps):
+    return make_env(sp, episode_s=max(steps * STEP_S, STEP_S) + STEP_S)
 
 
-def lstm_actor(ppo):
-    """The trained policy's deterministic action (argmax); args = {"params", "obs_stats", "carry0"}."""
-    def act(args, carry, obs, rec, first, ep):
-        carry = jax.tree.map(lambda x: x[None], carry)
-        carry, a = ppo.act_deterministic(args["params"], args["obs_stats"], obs[None], carry, first[None])
-        return jax.tree.map(lambda x: x[0], carry), jnp.asarray(a).reshape(()).astype(jnp.int32)
-    return act
-
-
-def actor_args(ppo, params, obs_stats) -> dict:
-    from rlbm_jax.ppo import networks
-
-    carry0 = jax.tree.map(lambda x: x[0], networks.initial_carry(1, ppo.cfg.lstm_size))
-    return {"params": params, "obs_stats": obs_stats, "carry0": carry0}
-
-
-_COMPILED: dict = {}
+TRACES = {"size_mean_pkts_trace": "size_trace", "capacity_mbps_trace": "capacity_trace_mbps",
+          "throughput_mbps_trace": "sent_trace_mbps"}
 
 
 def run_batch(runs, steps, warm_steps, actor, args, chunk: int = 40, key=None) -> list:
-    """runs: list of (make_params kwargs, seed).  Per-run result dicts (numpy), in batches of
-    `chunk` (the last padded); one compiled function per (steps, warm_steps, key, shapes,
-    chunk), `key` naming the actor (a baseline's name, or "agent")."""
-    sims = [make_params(**kw) for kw, _ in runs]
-    ck = (steps, warm_steps, key if key is not None else actor, jax.tree.structure(sims[0]), chunk)
-    if ck not in _COMPILED:
-        env = make_env(sims[0], episode_s=max(steps * STEP_S, STEP_S) + STEP_S)
-        _COMPILED[ck] = rollout_fn(env, steps, warm_steps, actor)
-    fn = _COMPILED[ck]
-    out = []
-    for i in range(0, len(runs), chunk):
-        part = list(range(i, min(i + chunk, len(runs))))
-        pad = part + [part[-1]] * (chunk - len(part))
-        sp = stack_params([sims[j] for j in pad])
-        keys = jnp.stack([jax.random.PRNGKey(runs[j][1]) for j in pad])
-        res = jax.device_get(fn(sp, keys, args))
-        for k, j in enumerate(part):
-            out.append({name: np.asarray(v[k]) for name, v in res.items()})
+    """runs: list of (make_params kwargs, seed).  Per-run results (numpy;
+    `rlbm_jax.study.rollout.run_batch`, compiled once per shape and `key`, which names the
+    actor: a baseline's name, or "agent"): mean QoE (`qoe`), its throughput and delay parts
+    and the mean queueing delay over the steps after `warm_steps`, the mean buffer size and
+    throughput, the buffer size, capacity offered and rate sent per step (`size_trace`,
+    `capacity_trace_mbps`, `sent_trace_mbps`), and the run summary (`metrics.summarize`, from
+    the sims' warmup_s).  `actor` is an actor of `rlbm_jax.study.rollout`."""
+    out = rollout.run_batch(_eval_env, runs, steps, warm_steps, actor, args, chunk=chunk, step_record=record_step,
+                            traces=("size_mean_pkts", "capacity_mbps", "throughput_mbps"), log=False, name=key)
+    for r in out:
+        r["qoe"] = r.pop("reward")
+        for k, v in TRACES.items():
+            r[v] = r.pop(k)
     return out
+
+
+def baseline_actor(fn):
+    """A baseline fn(carry, rec, ep) as a rollout actor (rec: the last interval's record)."""
+    return lambda args, carry, obs, state, first, ep: fn(carry, state.sim.interval, ep)
+
+
+lstm_actor = rollout.lstm_actor
+actor_args = rollout.actor_args
 
 
 SCORE_FIELDS = ("qoe", "qoe_throughput", "qoe_delay", "util_wire", "delay_s", "throughput_mbps", "drop_rate",
@@ -536,5 +469,5 @@ def mean_over_seeds(per_seed: list) -> dict:
 
 
 __all__ = ["run_kw", "rotated", "offset_of", "train_abssl", "abssl_actor", "STEP_S", "EPISODE_S", "PPO_RECIPE", "TRAIN_TRACES", "TEST_TRACES", "SELECTION_SEEDS", "TEST_SEEDS",
-           "FIX_SIZES", "config_kw", "train_configs", "train_env", "make_env", "baselines", "rollout_fn",
+           "FIX_SIZES", "config_kw", "train_configs", "train_env", "make_env", "baselines",
            "run_batch", "lstm_actor", "actor_args", "baseline_actor", "score", "mean_se", "trace"]

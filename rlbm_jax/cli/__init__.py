@@ -226,6 +226,133 @@ def refuse_held_run(run, *, overwrite: bool, resume: bool = False, how: str = ""
                          "--run-dir")
 
 
+def add_ppo_train_args(t, *, run_dir: str, recipe: dict, episode_s: float, step: str) -> None:
+    """The options of a study's PPO `train` subcommand: the run directory, --overwrite, the
+    training seeds, the PPO sizes (defaults from `recipe`), updates, time budget, chunk, lr
+    and episode length (`step` says what a step is: "5 ms")."""
+    t.add_argument("--run-dir", default=run_dir)
+    add_overwrite_arg(t)
+    t.add_argument("--seed", type=int, default=0, help="first training seed")
+    t.add_argument("--num-seeds", type=int, default=3, help="independent training seeds, vmapped")
+    t.add_argument("--num-envs", type=int, default=64, help="envs per seed")
+    t.add_argument("--num-steps", type=int, default=recipe["num_steps"], help=f"rollout length ({step} steps)")
+    t.add_argument("--updates", type=int, default=200, help="PPO updates at most")
+    t.add_argument("--time-budget-s", type=float, default=None, help="stop after this much training wall time")
+    t.add_argument("--chunk", type=int, default=5, help="updates per compiled call (checkpoint and budget check)")
+    t.add_argument("--lr", type=float, default=recipe["lr"])
+    t.add_argument("--episode-s", type=float, default=episode_s)
+
+
+def ppo_train_config(a, recipe: dict, flags: dict) -> dict:
+    """The PPO config (`PPOConfig.to_dict`) of a study's `train` options (`add_ppo_train_args`)
+    on `recipe`, their ranges checked (a ValueError names the option, `flags`)."""
+    from rlbm_jax.ppo import PPOConfig
+
+    if a.num_seeds < 1 or a.chunk < 1:
+        raise ValueError("--num-seeds and --chunk must be >= 1")
+    if a.time_budget_s is not None and not a.time_budget_s > 0:
+        raise ValueError(f"--time-budget-s must be positive, got {a.time_budget_s}")
+    ppo = {**recipe, "num_envs": a.num_envs, "num_steps": a.num_steps, "total_updates": a.updates, "lr": a.lr}
+    try:
+        return PPOConfig.from_dict(ppo).to_dict()
+    except ValueError as e:
+        raise ValueError(name_flags(str(e), flags)) from None
+
+
+def train_ppo_run(prog: str, make_ppo, a, cfg: dict, flags: dict, label: str, reward_name: str = "reward",
+                  init_from: str | None = None) -> int:
+    """A study's `train`: the trainer `make_ppo()` checked against the device's memory (a
+    ValueError names the option, `flags`), config.json with the device, then
+    `study.trainer.train_seeds` on cfg's seeds into cfg's run_dir; prints the summary."""
+    from pathlib import Path
+
+    import jax
+
+    from rlbm_jax import jsonio
+    from rlbm_jax.ppo import memory
+    from rlbm_jax.study import trainer
+
+    run = Path(cfg["run_dir"])
+    try:
+        ppo = make_ppo()
+        note = memory.check(ppo, len(cfg["seeds"]))  # refuses a run too large for the device, before compiling
+    except ValueError as e:
+        return fail(prog, name_flags(str(e), flags))
+    if note:
+        print(note, file=sys.stderr)
+    run.mkdir(parents=True, exist_ok=True)
+    jsonio.write(run / "config.json", {**cfg, "device": jax.devices()[0].device_kind, "backend": jax.default_backend()})
+    try:
+        summary = trainer.train_seeds(ppo, seeds=cfg["seeds"], run=run, updates=a.updates, chunk=a.chunk,
+                                      time_budget_s=a.time_budget_s, init_from=init_from, label=label,
+                                      reward_name=reward_name)
+    except ValueError as e:
+        return fail(prog, str(e))
+    print(jsonio.dumps(summary))
+    return 0
+
+
+def add_eval_args(e, *, run_dir: str, seconds: float, warmup_s: float, test_seeds: int, selection_seeds: int) -> None:
+    """The options of a study's `evaluate` subcommand that every study has."""
+    e.add_argument("--run-dir", default=run_dir)
+    e.add_argument("--out-dir", default=None, help="where results go (default: the run dir)")
+    e.add_argument("--seconds", type=float, default=seconds, help="simulated seconds per run")
+    e.add_argument("--warmup-s", type=float, default=warmup_s, help="left out of every score")
+    e.add_argument("--test-seeds", type=int, default=test_seeds, help="how many of the test seeds")
+    e.add_argument("--selection-seeds", type=int, default=selection_seeds, help="how many of the selection seeds")
+
+
+def add_export_ns3(sub, *, run_dir: str, ns3_help: str, seeds: int, seconds: float, warmup_s: float):
+    """A study's `export` and `ns3` subcommands with the options they share (the run, where
+    ns3's results go, the test seeds, jobs, run length and warm-up); returns (export, ns3)."""
+    x = sub.add_parser("export", help="write each training seed's policy (policy dir and ONNX), checked")
+    x.add_argument("--run-dir", default=run_dir)
+    n = sub.add_parser("ns3", help=ns3_help)
+    n.add_argument("--run-dir", default=run_dir)
+    n.add_argument("--out-dir", default=None, help="where results go (default: <run-dir>/ns3)")
+    n.add_argument("--seeds", type=int, default=seeds, help="the first K test seeds")
+    n.add_argument("--jobs", type=int, default=2, help="ns-3 processes at a time")
+    n.add_argument("--seconds", type=float, default=seconds, help="simulated seconds per run")
+    n.add_argument("--warmup-s", type=float, default=warmup_s, help="left out of every score")
+    return x, n
+
+
+def check_eval_args(a, *, test_seeds: int, selection_seeds: int) -> None:
+    """A ValueError naming the option of `add_eval_args` that is out of range (the first K
+    of the study's `test_seeds` and `selection_seeds`, the run length against its warm-up)."""
+    if not 1 <= a.test_seeds <= test_seeds:
+        raise ValueError(f"--test-seeds must be in 1..{test_seeds}, got {a.test_seeds}")
+    if not 1 <= a.selection_seeds <= selection_seeds:
+        raise ValueError(f"--selection-seeds must be in 1..{selection_seeds}, got {a.selection_seeds}")
+    if not (a.seconds > a.warmup_s >= 0):
+        raise ValueError(f"--seconds ({a.seconds}) must exceed --warmup-s ({a.warmup_s}) >= 0")
+
+
+def subcommand_main(prog: str, build_parser, run_config, commands: dict, argv=None) -> int:
+    """The `main` of a script with subcommands (a study's train, evaluate, export, ns3):
+    parse, resolve `run_config(args)` (a ValueError is the user's error, exit 2), refuse a
+    `train` into a directory that holds a run without --overwrite, print the config for
+    --print-config, else run `commands[cmd](args, config, argv)` (a "module:function" string
+    is imported first: a subcommand's heavy imports wait until it runs)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = build_parser().parse_args(argv)
+    try:
+        cfg = run_config(a)
+        if a.cmd == "train":
+            refuse_held_run(a.run_dir, overwrite=a.overwrite)
+    except ValueError as e:
+        return fail(prog, str(e))
+    if printed_config(a, cfg):
+        return 0
+    fn = commands[a.cmd]
+    if isinstance(fn, str):
+        import importlib
+
+        mod, name = fn.split(":")
+        fn = getattr(importlib.import_module(mod), name)
+    return fn(a, cfg, argv)
+
+
 def fail(prog: str, message: str, code: int = 2) -> int:
     print(f"{prog_name(prog)}: error: {message}", file=sys.stderr)
     return code

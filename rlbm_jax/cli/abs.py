@@ -34,10 +34,11 @@ import numpy as np
 from rlbm_jax import jsonio
 from rlbm_jax.abs import study as S
 from rlbm_jax.abs.ns3 import DEFAULT_NS3_BASELINES
-from rlbm_jax.cli import (add_overwrite_arg, add_print_config, fail, name_flags, parser, printed_config,
-                          refuse_held_run)
-from rlbm_jax.ppo import memory
+from rlbm_jax.cli import (add_eval_args, add_export_ns3, add_ppo_train_args, add_print_config, check_eval_args, fail,
+                          parser, ppo_train_config, subcommand_main, train_ppo_run)
 from rlbm_jax.progress import Progress, fmt_s
+from rlbm_jax.study.plots import overall_bars
+from rlbm_jax.study.stats import fmt_mean_se, per_config_rows
 
 PROG = "abs.py"
 
@@ -46,26 +47,12 @@ def build_parser():
     ap = parser(__doc__, PROG, print_config=False)
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train the agent with PPO on the training traces")
-    t.add_argument("--run-dir", default="runs/abs")
-    add_overwrite_arg(t)
-    t.add_argument("--seed", type=int, default=0, help="first training seed")
-    t.add_argument("--num-seeds", type=int, default=3, help="independent training seeds, vmapped")
-    t.add_argument("--num-envs", type=int, default=64, help="envs per seed")
-    t.add_argument("--num-steps", type=int, default=S.PPO_RECIPE["num_steps"], help="rollout length (0.1 s steps)")
-    t.add_argument("--updates", type=int, default=200, help="PPO updates at most")
-    t.add_argument("--time-budget-s", type=float, default=None, help="stop after this much training wall time")
-    t.add_argument("--chunk", type=int, default=5, help="updates per compiled call (checkpoint and budget check)")
-    t.add_argument("--lr", type=float, default=S.PPO_RECIPE["lr"])
-    t.add_argument("--episode-s", type=float, default=S.EPISODE_S)
+    add_ppo_train_args(t, run_dir="runs/abs", recipe=S.PPO_RECIPE, episode_s=S.EPISODE_S, step="0.1 s")
     t.add_argument("--traces", nargs="+", default=list(S.TRAIN_TRACES), help="training traces (study.trace names)")
     t.add_argument("--tcp", nargs="+", default=list(S.TRAIN_TCPS))
     e = sub.add_parser("evaluate", help="judge the trained agent against the buffer-sizing baselines")
-    e.add_argument("--run-dir", default="runs/abs")
-    e.add_argument("--out-dir", default=None, help="where results go (default: the run dir)")
-    e.add_argument("--seconds", type=float, default=S.EVAL_S, help="simulated seconds per run")
-    e.add_argument("--warmup-s", type=float, default=S.EVAL_WARMUP_S, help="left out of every score")
-    e.add_argument("--test-seeds", type=int, default=len(S.TEST_SEEDS), help="how many of the test seeds")
-    e.add_argument("--selection-seeds", type=int, default=len(S.SELECTION_SEEDS))
+    add_eval_args(e, run_dir="runs/abs", seconds=S.EVAL_S, warmup_s=S.EVAL_WARMUP_S, test_seeds=len(S.TEST_SEEDS),
+                  selection_seeds=len(S.SELECTION_SEEDS))
     e.add_argument("--selection-traces", type=int, default=None,
                    help="how many of the training traces the selection runs on (the first K; default 2, at most "
                         "the run's)")
@@ -75,17 +62,10 @@ def build_parser():
                                                                  "study.baselines())")
     e.add_argument("--abssl-rounds", type=int, default=4, help="ABSSL's in-place training rounds")
     e.add_argument("--chunk", type=int, default=40, help="runs per compiled batch")
-    x = sub.add_parser("export", help="write each training seed's policy (policy dir and ONNX), checked")
-    x.add_argument("--run-dir", default="runs/abs")
-    n = sub.add_parser("ns3", help="judge the exported agent and the baselines inside ns-3, beside JAX")
-    n.add_argument("--run-dir", default="runs/abs")
-    n.add_argument("--out-dir", default=None, help="where results go (default: <run-dir>/ns3)")
+    x, n = add_export_ns3(sub, run_dir="runs/abs", seeds=2, seconds=20.0, warmup_s=S.EVAL_WARMUP_S,
+                          ns3_help="judge the exported agent and the baselines inside ns-3, beside JAX")
     n.add_argument("--traces", nargs="+", default=["wifi"], help="test traces (no outage: ns-3 refuses rate 0)")
     n.add_argument("--tcp", nargs="+", default=["newreno"])
-    n.add_argument("--seeds", type=int, default=2, help="the first K test seeds")
-    n.add_argument("--jobs", type=int, default=2, help="ns-3 processes at a time")
-    n.add_argument("--seconds", type=float, default=20.0, help="simulated seconds per run")
-    n.add_argument("--warmup-s", type=float, default=S.EVAL_WARMUP_S, help="left out of every score")
     n.add_argument("--baselines", nargs="+", default=None,
                    help="baselines to run (default: Fix(10), Fix(100), bdp-sqrt and the fix, red and codel "
                         "variants chosen in <run-dir>/results.json, else " + ", ".join(DEFAULT_NS3_BASELINES) + ")")
@@ -104,103 +84,33 @@ TRAIN_FLAGS = {"num_envs": "--num-envs", "num_steps": "--num-steps", "total_upda
 
 
 def train_config(a) -> dict:
-    from rlbm_jax.ppo import PPOConfig
-
-    if a.num_seeds < 1 or a.chunk < 1:
-        raise ValueError("--num-seeds and --chunk must be >= 1")
-    if a.time_budget_s is not None and not a.time_budget_s > 0:
-        raise ValueError(f"--time-budget-s must be positive, got {a.time_budget_s}")
+    ppo = ppo_train_config(a, S.PPO_RECIPE, TRAIN_FLAGS)
     for tr in a.traces:
         S.trace(tr)
     overlap = sorted(set(a.traces) & set(S.TEST_TRACES))
     if overlap:
         raise ValueError(f"--traces: {overlap} are test traces (held out); train on others")
-    ppo = {**S.PPO_RECIPE, "num_envs": a.num_envs, "num_steps": a.num_steps, "total_updates": a.updates, "lr": a.lr}
-    try:
-        ppo = PPOConfig.from_dict(ppo).to_dict()
-    except ValueError as e:
-        raise ValueError(name_flags(str(e), TRAIN_FLAGS)) from None
     return {"run_dir": a.run_dir, "overwrite": a.overwrite, "ppo": ppo, "episode_s": a.episode_s,
             "seeds": list(range(a.seed, a.seed + a.num_seeds)), "train_traces": list(a.traces),
             "train_tcps": list(a.tcp), "train_offsets_s": list(S.TRAIN_OFFSETS_S), "reward_scale": S.REWARD_SCALE, "updates": a.updates, "chunk": a.chunk,
             "time_budget_s": a.time_budget_s}
 
 
-def train(a, cfg: dict) -> int:
-    from flax import serialization
-
-    from rlbm_jax.cli.train import plot_curves, write_rows
-
-    run = Path(cfg["run_dir"])
+def train(a, cfg: dict, argv=None) -> int:
     configs = S.train_configs(cfg["train_traces"], cfg["train_tcps"], cfg["train_offsets_s"])
-    try:
-        ppo, ppo_cfg = S.make_ppo(cfg["ppo"], cfg["episode_s"], configs)
-        note = memory.check(ppo, a.num_seeds)
-    except ValueError as e:
-        return fail(PROG, name_flags(str(e), TRAIN_FLAGS))
-    if note:
-        print(note, file=sys.stderr)
-    run.mkdir(parents=True, exist_ok=True)
-    seeds = cfg["seeds"]
-    jsonio.write(run / "config.json", {**cfg, "device": jax.devices()[0].device_kind, "backend": jax.default_backend()})
-    steps_per_update = ppo_cfg.batch_size * a.num_seeds
-    bar = Progress(a.updates, unit=" updates", label="train ", rate_unit="env-steps/s", rate_scale=steps_per_update)
-    print(f"ABS-trace-v0: {a.num_seeds} seed(s) x {ppo_cfg.num_envs} envs x {ppo_cfg.num_steps} steps per update, at "
-          f"most {a.updates} updates on {jax.default_backend()} ({jax.devices()[0].device_kind}); run dir {run}",
-          file=sys.stderr)
-    ts = ppo.init_seeds(jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
-    bar.update(0, extra="compiling", measure=False)
-    rows, u, t_train, t_first = [], 0, 0.0, None
-    t0 = time.perf_counter()
-    while u < a.updates:
-        n = min(a.chunk, a.updates - u)
-        tc = time.perf_counter()
-        ts, m = ppo.run_seeds(ts, n)
-        m = jax.device_get(m)
-        dt = time.perf_counter() - tc
-        if t_first is None:
-            t_first = dt
-        else:
-            t_train += dt
-        for s in range(a.num_seeds):
-            for i in range(n):
-                row = {"seed": seeds[s], "update": u + i + 1, "env_steps": (u + i + 1) * ppo_cfg.batch_size,
-                       "wall_s": f"{time.perf_counter() - t0:.2f}"}
-                row.update({k: f"{float(v[s, i]):.6g}" for k, v in sorted(m.items())})
-                rows.append(row)
-        u += n
-        bar.update(u, extra=f"QoE/100 {float(np.mean(m['reward_mean'][:, -1])) if 'reward_mean' in m else float('nan'):.4f}")
-        write_rows(run / "metrics.csv", rows)
-        (run / "trained.msgpack").write_bytes(serialization.to_bytes({"params": ts.params, "obs_stats": ts.obs_stats,
-                                                                      "updates": u}))
-        if a.time_budget_s is not None and time.perf_counter() - t0 > a.time_budget_s:
-            bar.note(f"time budget {a.time_budget_s:g} s spent after {u} updates")
-            break
-    bar.close()
-    plot_curves(rows, run / "curves.png")
-    per_s = (u - a.chunk) * steps_per_update / t_train if t_train > 0 else float("nan")
-    summary = {"run_dir": str(run), "updates": u, "env_steps_per_seed": u * ppo_cfg.batch_size,
-               "first_chunk_s": round(t_first or 0.0, 1), "wall_s": round(time.perf_counter() - t0, 1),
-               "env_steps_per_s_after_first_chunk": round(per_s, 1), "device": jax.devices()[0].device_kind}
-    jsonio.write(run / "train_summary.json", summary)
-    print(jsonio.dumps(summary))
-    return 0
+    return train_ppo_run(PROG, lambda: S.make_ppo(cfg["ppo"], cfg["episode_s"], configs)[0], a, cfg, TRAIN_FLAGS,
+                         "ABS-trace-v0", reward_name="QoE/100")
 
 
 # ---- evaluation ------------------------------------------------------------------------
 def evaluate_config(a) -> dict:
     run = Path(a.run_dir)
     trained = S.trained_run(run)
-    if not 1 <= a.test_seeds <= len(S.TEST_SEEDS):
-        raise ValueError(f"--test-seeds must be in 1..{len(S.TEST_SEEDS)}, got {a.test_seeds}")
-    if not 1 <= a.selection_seeds <= len(S.SELECTION_SEEDS):
-        raise ValueError(f"--selection-seeds must be in 1..{len(S.SELECTION_SEEDS)}, got {a.selection_seeds}")
+    check_eval_args(a, test_seeds=len(S.TEST_SEEDS), selection_seeds=len(S.SELECTION_SEEDS))
     if a.selection_traces is None:
         a.selection_traces = min(2, len(trained["train_traces"]))
     if not 1 <= a.selection_traces <= len(trained["train_traces"]):
         raise ValueError(f"--selection-traces must be in 1..{len(trained['train_traces'])}, got {a.selection_traces}")
-    if not (a.seconds > a.warmup_s >= 0):
-        raise ValueError(f"--seconds ({a.seconds}) must exceed --warmup-s ({a.warmup_s}) >= 0")
     for tr in a.traces:
         S.trace(tr)
     seen = sorted(set(a.traces) & set(trained["train_traces"]))
@@ -221,7 +131,7 @@ def evaluate_config(a) -> dict:
             "train_tcps": list(trained.get("train_tcps", S.TRAIN_TCPS)), "abssl_rounds": a.abssl_rounds}
 
 
-def evaluate(a, cfg: dict) -> int:
+def evaluate(a, cfg: dict, argv=None) -> int:
     run, out = Path(cfg["run_dir"]), Path(cfg["out_dir"])
     try:
         ppo, params, stats, train_seeds, updates = S.load_trained(run)
@@ -273,7 +183,7 @@ def evaluate(a, cfg: dict) -> int:
     agent_sel = {}
     for j, s in enumerate(train_seeds):
         args = S.actor_args(ppo, jax.tree.map(lambda x: x[j], params), jax.tree.map(lambda x: x[j], stats))
-        res = S.run_batch(runs_of(sel_cfgs, cfg["selection_seeds"], {}), steps, warm, actor, args, chunk, key="agent")
+        res = S.run_batch(runs_of(sel_cfgs, cfg["selection_seeds"], {}), steps, warm, actor, args, chunk)
         agent_sel[str(s)] = float(np.mean([x["qoe"] for x in res]))
 
     test_cfgs = [tuple(c) for c in cfg["test_configs"]]
@@ -288,7 +198,7 @@ def evaluate(a, cfg: dict) -> int:
         bar.update(i + 1, extra=v)
     for j, s in enumerate(train_seeds):
         args = S.actor_args(ppo, jax.tree.map(lambda x: x[j], params), jax.tree.map(lambda x: x[j], stats))
-        res = S.run_batch(runs_of(test_cfgs, cfg["test_seeds"], {}), steps, warm, actor, args, chunk, key="agent")
+        res = S.run_batch(runs_of(test_cfgs, cfg["test_seeds"], {}), steps, warm, actor, args, chunk)
         for k, x in enumerate(res):
             x["_cfg"] = test_cfgs[k // len(cfg["test_seeds"])]
         table[f"absrl-seed{s}"] = res
@@ -329,11 +239,7 @@ def _report(table, test_cfgs, cfg, train_seeds, chosen, sel, agent_sel, names, u
             "baselines": names, "overall": overall, "per_config": per_cfg, "device": jax.devices()[0].device_kind}
 
 
-def _fmt(ms, scale=1.0, digits=2):
-    m, s = ms
-    if m != m:
-        return "n/a"
-    return f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}" if s == s else f"{m * scale:.{digits}f}"
+_fmt = lambda ms, scale=1.0, digits=2: fmt_mean_se(ms, scale, digits)  # noqa: E731
 
 
 def markdown(rep) -> str:
@@ -360,14 +266,8 @@ def markdown(rep) -> str:
     L += ["", "## QoE per test trace (the chosen variant of each family)", "",
           "| trace, TCP | absrl | " + " | ".join(rep["chosen"].values()) + " | agent best? |",
           "| --- | --- |" + " --- |" * len(rep["chosen"]) + " --- |"]
-    wins = 0
-    for key, row in rep["per_config"].items():
-        q = row["absrl"]["qoe"]
-        best = max(row[v]["qoe"][0] for v in rep["chosen"].values())
-        beat = q[0] > best
-        wins += beat
-        L.append(f"| {key} | {_fmt(q)} | " + " | ".join(_fmt(row[v]["qoe"]) for v in rep["chosen"].values())
-                 + f" | {'yes' if beat else 'no'} |")
+    rows, wins = per_config_rows(rep["per_config"], "absrl", "qoe", list(rep["chosen"].values()), _fmt)
+    L += rows
     o = rep["overall"]
     best_b = max(rep["chosen"].values(), key=lambda v: o[v]["qoe"][0])
     ratio = {v: o["absrl"]["qoe"][0] / max(o[v]["qoe"][0], 1e-9) for v in rep["baselines"]}
@@ -384,17 +284,7 @@ def _plots(rep, table, train_seeds, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     pols = ["absrl"] + list(rep["chosen"].values())
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
-    for ax, (k, lab, sc) in zip(axes, (("qoe", "QoE (0-100)", 1), ("util_wire", "utilisation", 1),
-                                       ("delay_s", "queueing delay (ms)", 1e3))):
-        m = [rep["overall"][p][k][0] * sc for p in pols]
-        e = [np.nan_to_num(rep["overall"][p][k][1]) * sc for p in pols]
-        ax.bar(range(len(pols)), m, yerr=e, color=["C3"] + ["C0"] * (len(pols) - 1), capsize=3)
-        ax.set_xticks(range(len(pols)), pols, rotation=30, ha="right", fontsize=8)
-        ax.set_title(lab)
-    fig.tight_layout()
-    fig.savefig(out / "overall.png", dpi=120)
-    plt.close(fig)
+    overall_bars(rep["overall"], pols, (("qoe", "QoE (0-100)", 1), ("util_wire", "utilisation", 1), ("delay_s", "queueing delay (ms)", 1e3)), out / "overall.png")
     # one test run's buffer size over time, against the capacity the trace offered
     first = table[f"absrl-seed{train_seeds[0]}"][0]
     t = np.arange(len(first["size_trace"])) * S.STEP_S
@@ -427,22 +317,23 @@ def run_config(a) -> dict:
     return {"cmd": a.cmd, **cfg}
 
 
-def main(argv=None):
-    a = build_parser().parse_args(argv)
-    try:
-        cfg = run_config(a)
-        if a.cmd == "train":
-            refuse_held_run(a.run_dir, overwrite=a.overwrite)
-    except ValueError as e:
-        return fail(PROG, str(e))
-    if printed_config(a, cfg):
-        return 0
-    if a.cmd in ("export", "ns3"):
-        from rlbm_jax.abs import ns3 as abs_ns3
+def study_ns3(cfg: dict) -> int:
+    """`study.py abs ns3`: this script's `ns3` on the kit's run, with the chosen variants of
+    the families ns-3 runs (fixed limits and ns-3's AQMs; `pipeline.ns3_config`)."""
+    from rlbm_jax.abs.ns3 import NS3_CAPABLE
 
-        return (abs_ns3.export(a, cfg) if a.cmd == "export"
-                else abs_ns3.ns3(a, cfg, sys.argv[1:] if argv is None else list(argv)))
-    return train(a, cfg) if a.cmd == "train" else evaluate(a, cfg)
+    chosen = [v for v in cfg["chosen"] if S.family_of(v) in NS3_CAPABLE]
+    argv = ["ns3", "--run-dir", cfg["run_dir"], "--out-dir", cfg["out_dir"], "--seeds", str(cfg["seeds"]),
+            "--jobs", str(cfg["jobs"])]
+    return main(argv + (["--baselines", *chosen] if chosen else []))
+
+
+# each subcommand's function (a "module:function" is imported when it runs)
+COMMANDS = dict(train=train, evaluate=evaluate, export="rlbm_jax.abs.ns3:export", ns3="rlbm_jax.abs.ns3:ns3")
+
+
+def main(argv=None):
+    return subcommand_main(PROG, build_parser, run_config, COMMANDS, argv)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ side, LFQ's verdict against each baseline in each) and ns3_vs_jax.png.
 """
 from __future__ import annotations
 
-import csv
 import sys
 import time
 from pathlib import Path
@@ -36,9 +35,10 @@ import jax
 import numpy as np
 
 from rlbm_jax import jsonio
-from rlbm_jax.cli import add_overwrite_arg, add_print_config, fail, parser, printed_config, refuse_held_run
+from rlbm_jax.cli import add_overwrite_arg, add_print_config, fail, parser, subcommand_main
 from rlbm_jax.lfq import study as S
 from rlbm_jax.progress import Progress, fmt_s
+from rlbm_jax.study.trainer import write_rows
 
 PROG = "lfq.py"
 
@@ -150,48 +150,50 @@ def _train(cfg: dict) -> int:
             if cfg["time_budget_s"] is not None and wall > cfg["time_budget_s"]:
                 break
         (run / f"trained_seed{seed}.msgpack").write_bytes(serialization.to_bytes(params))
-    with open(run / "metrics.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_rows(run / "metrics.csv", rows)
     S.plot_curves(rows, run / "curves.png")
     print(f"wrote {run}/ (config.json, metrics.csv, curves.png, trained_seed<s>.msgpack)")
     return 0
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    a = build_parser().parse_args(argv)
-    try:
-        cfg = run_config(a)
-        if a.cmd == "train":
-            refuse_held_run(a.run_dir, overwrite=a.overwrite)
-    except ValueError as e:
-        return fail(PROG, str(e))
-    if printed_config(a, cfg):
-        return 0
-    if cfg["cmd"] == "train":
-        return _train(cfg)
+def _need_run(cfg: dict):
     run = Path(cfg["run_dir"])
     if not (run / "config.json").exists():
-        return fail(PROG, f"--run-dir {run}: no config.json (run `{PROG} train --run-dir {run}` first)")
-    if cfg["cmd"] == "evaluate":
-        t = time.time()
-        res = S.evaluate_run(run, cfg["test_seeds"], cfg["duration_s"], Path(cfg["out_dir"]))
-        print(f"wrote {cfg['out_dir']}/ (results.json, RESULTS.md, caps.png) in {fmt_s(time.time() - t)}")
-        print(res["markdown_table"])
-        return 0
-    if cfg["cmd"] == "ns3":
-        from rlbm_jax.lfq import ns3
-        try:
-            rep = ns3.evaluate(cfg, argv, progress=cfg["progress"])
-        except (ValueError, RuntimeError) as e:
-            return fail(PROG, str(e))
-        print(rep["markdown"])
-        print(f"wrote {cfg['out_dir']}/ (results.json, RESULTS.md, ns3_vs_jax.png, command.txt) in "
-              f"{fmt_s(rep['wall_s']['total'])}")
-        return 0
+        raise ValueError(f"--run-dir {run}: no config.json (run `{PROG} train --run-dir {run}` first)")
+    return run
+
+
+def _evaluate(a, cfg, argv) -> int:
+    try:
+        run = _need_run(cfg)
+    except ValueError as e:
+        return fail(PROG, str(e))
+    t = time.time()
+    res = S.evaluate_run(run, cfg["test_seeds"], cfg["duration_s"], Path(cfg["out_dir"]))
+    print(f"wrote {cfg['out_dir']}/ (results.json, RESULTS.md, caps.png) in {fmt_s(time.time() - t)}")
+    print(res["markdown_table"])
+    return 0
+
+
+def _ns3(a, cfg, argv) -> int:
+    from rlbm_jax.lfq import ns3
+    try:
+        _need_run(cfg)
+        rep = ns3.evaluate(cfg, argv, progress=cfg["progress"])
+    except (ValueError, RuntimeError) as e:
+        return fail(PROG, str(e))
+    print(rep["markdown"])
+    print(f"wrote {cfg['out_dir']}/ (results.json, RESULTS.md, ns3_vs_jax.png, command.txt) in "
+          f"{fmt_s(rep['wall_s']['total'])}")
+    return 0
+
+
+def _export(a, cfg, argv) -> int:
     from rlbm_jax.lfq import onnx as lfq_onnx
+    try:
+        run = _need_run(cfg)
+    except ValueError as e:
+        return fail(PROG, str(e))
     missing = 0
     for path, err in lfq_onnx.export_run(run):
         if path is None:
@@ -200,6 +202,12 @@ def main(argv=None) -> int:
             continue
         print(f"wrote {path} (largest difference from the JAX network: {err:.2e} packets)")
     return 1 if missing else 0
+
+
+def main(argv=None) -> int:
+    return subcommand_main(PROG, build_parser, run_config, {"train": lambda a, cfg, _: _train(cfg),
+                                                            "evaluate": _evaluate, "ns3": _ns3, "export": _export},
+                           argv)
 
 
 if __name__ == "__main__":

@@ -37,17 +37,17 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax import jsonio
 from rlbm_jax.queuepilot import study as qp
-from rlbm_jax.cli import (add_model_args, add_overwrite_arg, add_print_config, fail, name_flags, parser, printed_config,
-                          refuse_held_run)
+from rlbm_jax.cli import (add_eval_args, add_export_ns3, add_model_args, add_ppo_train_args, add_print_config,
+                          check_eval_args, fail, parser, ppo_train_config, subcommand_main, train_ppo_run)
 from rlbm_jax.env.params import config_record, make_params
-from rlbm_jax.ppo import memory
 from rlbm_jax.progress import Progress, fmt_s
 from rlbm_jax.queuepilot.study import DEFAULT_VARIANTS, load_trained
+from rlbm_jax.study.plots import overall_bars
+from rlbm_jax.study.stats import fmt_mean_se, per_config_rows
 
 PROG = "queuepilot.py"
 # ns3: the default test configurations (long flows, RTT ms, TCP); its classic AQMs' variants
@@ -59,43 +59,21 @@ def build_parser():
     ap = parser(__doc__, PROG, print_config=False)
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train the agent with PPO on the training mix")
-    t.add_argument("--run-dir", default="runs/queuepilot")
-    add_overwrite_arg(t)
-    t.add_argument("--seed", type=int, default=0, help="first training seed")
-    t.add_argument("--num-seeds", type=int, default=3, help="independent training seeds, vmapped")
-    t.add_argument("--num-envs", type=int, default=64, help="envs per seed")
-    t.add_argument("--num-steps", type=int, default=qp.PPO_RECIPE["num_steps"], help="rollout length (5 ms steps)")
-    t.add_argument("--updates", type=int, default=200, help="PPO updates at most")
-    t.add_argument("--time-budget-s", type=float, default=None, help="stop after this much training wall time")
-    t.add_argument("--chunk", type=int, default=5, help="updates per compiled call (checkpoint and budget check)")
-    t.add_argument("--lr", type=float, default=qp.PPO_RECIPE["lr"])
-    t.add_argument("--episode-s", type=float, default=qp.EPISODE_S)
+    add_ppo_train_args(t, run_dir="runs/queuepilot", recipe=qp.PPO_RECIPE, episode_s=qp.EPISODE_S, step="5 ms")
     t.add_argument("--init-from", default=None,
                    help="trained.msgpack of an earlier run with the same seeds: continue from its networks and "
                         "observation statistics (fresh envs and optimiser moments; updates count on)")
     e = sub.add_parser("evaluate", help="judge the trained agent against the classic AQMs")
-    e.add_argument("--run-dir", default="runs/queuepilot")
-    e.add_argument("--out-dir", default=None, help="where results go (default: the run dir)")
-    e.add_argument("--seconds", type=float, default=qp.EVAL_S, help="simulated seconds per run")
-    e.add_argument("--warmup-s", type=float, default=qp.EVAL_WARMUP_S, help="left out of every score")
-    e.add_argument("--test-seeds", type=int, default=len(qp.TEST_SEEDS), help="how many of the test seeds")
-    e.add_argument("--selection-seeds", type=int, default=len(qp.SELECTION_SEEDS),
-                   help="how many of the selection seeds")
+    add_eval_args(e, run_dir="runs/queuepilot", seconds=qp.EVAL_S, warmup_s=qp.EVAL_WARMUP_S,
+                  test_seeds=len(qp.TEST_SEEDS), selection_seeds=len(qp.SELECTION_SEEDS))
     e.add_argument("--flows", type=int, nargs="+", default=list(qp.TEST_FLOWS))
     e.add_argument("--rtts-ms", type=float, nargs="+", default=[1000 * r for r in qp.TEST_RTTS_S])
     e.add_argument("--tcp", nargs="+", default=["cubic", "newreno"])
     e.add_argument("--chunk", type=int, default=50, help="runs per compiled batch")
-    x = sub.add_parser("export", help="write each training seed's policy (policy dir and ONNX), checked")
-    x.add_argument("--run-dir", default="runs/queuepilot")
-    n = sub.add_parser("ns3", help="judge the exported agent inside ns-3 against the classic AQMs, beside JAX")
-    n.add_argument("--run-dir", default="runs/queuepilot")
-    n.add_argument("--out-dir", default=None, help="where results go (default: <run-dir>/ns3)")
+    x, n = add_export_ns3(sub, run_dir="runs/queuepilot", seeds=3, seconds=qp.EVAL_S, warmup_s=qp.EVAL_WARMUP_S,
+                          ns3_help="judge the exported agent inside ns-3 against the classic AQMs, beside JAX")
     n.add_argument("--configs", nargs="+", default=list(NS3_CONFIGS), metavar="N:RTT_MS:TCP",
                    help="test configurations: long flows, base RTT in ms, TCP (cubic or newreno)")
-    n.add_argument("--seeds", type=int, default=3, help="the first K test seeds")
-    n.add_argument("--jobs", type=int, default=2, help="ns-3 processes at a time")
-    n.add_argument("--seconds", type=float, default=qp.EVAL_S, help="simulated seconds per run (in 5 ms steps)")
-    n.add_argument("--warmup-s", type=float, default=qp.EVAL_WARMUP_S, help="left out of every score")
     n.add_argument("--variants", nargs="+", default=None,
                    help="the classic AQMs' variants (default: the 'chosen' of <run-dir>/results.json, else "
                         + ", ".join(DEFAULT_VARIANTS) + ")")
@@ -134,20 +112,10 @@ def train_config(a) -> dict:
     training seeds, the training mix (`configs`: make_params arguments; `params`: every
     simulator parameter of each, `params.config_record`), the updates, chunk and time
     budget, the run it continues from and the run directory."""
-    from rlbm_jax.ppo import PPOConfig
-
-    if a.num_seeds < 1 or a.chunk < 1:
-        raise ValueError("--num-seeds and --chunk must be >= 1")
-    if a.time_budget_s is not None and not a.time_budget_s > 0:
-        raise ValueError(f"--time-budget-s must be positive, got {a.time_budget_s}")
+    ppo = ppo_train_config(a, qp.PPO_RECIPE, TRAIN_FLAGS)
     if a.init_from and not Path(a.init_from).is_file():
         raise ValueError(f"--init-from {a.init_from}: no such file (it must be a trained.msgpack of {a.num_seeds} "
                          "seeds)")
-    ppo = {**qp.PPO_RECIPE, "num_envs": a.num_envs, "num_steps": a.num_steps, "total_updates": a.updates, "lr": a.lr}
-    try:
-        ppo = PPOConfig.from_dict(ppo).to_dict()
-    except ValueError as e:
-        raise ValueError(name_flags(str(e), TRAIN_FLAGS)) from None
     configs = qp.train_configs()
     return {"run_dir": a.run_dir, "overwrite": a.overwrite, "ppo": ppo, "episode_s": a.episode_s,
             "seeds": list(range(a.seed, a.seed + a.num_seeds)), "configs": configs,
@@ -155,84 +123,9 @@ def train_config(a) -> dict:
             "time_budget_s": a.time_budget_s, "init_from": a.init_from}
 
 
-def train(a, cfg: dict) -> int:
-    from flax import serialization
-
-    from rlbm_jax.cli.train import plot_curves, write_rows
-
-    run = Path(cfg["run_dir"])
-    try:
-        ppo, ppo_cfg = qp.make_ppo(cfg["ppo"], cfg["episode_s"])
-        note = memory.check(ppo, a.num_seeds)  # refuses a run too large for the device, before compiling
-    except ValueError as e:
-        return fail(PROG, name_flags(str(e), TRAIN_FLAGS))
-    if note:
-        print(note, file=sys.stderr)
-    run.mkdir(parents=True, exist_ok=True)
-    seeds = cfg["seeds"]
-    jsonio.write(run / "config.json", {**cfg, "device": jax.devices()[0].device_kind, "backend": jax.default_backend()})
-    steps_per_update = ppo_cfg.batch_size * a.num_seeds
-    bar = Progress(a.updates, unit=" updates", label="train ", rate_unit="env-steps/s", rate_scale=steps_per_update)
-    seen = {"u": 0}
-
-    def on_update(update, reward):
-        u = int(update)
-        if u <= seen["u"]:
-            return
-        seen["u"] = u
-        bar.update(u, extra=f"reward {float(reward):+.4f}")
-
-    ppo.on_update = on_update  # read when the update is first traced
-    print(f"QueuePilot-v0: {a.num_seeds} seed(s) x {ppo_cfg.num_envs} envs x {ppo_cfg.num_steps} steps per update, "
-          f"at most {a.updates} updates on {jax.default_backend()} ({jax.devices()[0].device_kind}); run dir {run}",
-          file=sys.stderr)
-    ts = ppo.init_seeds(jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
-    u0 = 0
-    if a.init_from:
-        try:
-            state = serialization.from_bytes({"params": ts.params, "obs_stats": ts.obs_stats, "updates": 0},
-                                             Path(a.init_from).read_bytes())
-        except (OSError, ValueError, KeyError) as e:
-            return fail(PROG, f"--init-from {a.init_from}: {e} (it must be a trained.msgpack of {a.num_seeds} seeds)")
-        u0 = int(state["updates"])
-        ts = ts.replace(params=state["params"], obs_stats=state["obs_stats"],
-                        opt_state=jax.vmap(ppo.tx.init)(state["params"]))
-        print(f"continuing from {a.init_from} (after {u0} updates)", file=sys.stderr)
-    bar.update(0, extra="compiling", measure=False)
-    rows, u, t_train, t_first = [], u0, 0.0, None
-    t0 = time.perf_counter()
-    while u < u0 + a.updates:
-        n = min(a.chunk, u0 + a.updates - u)
-        tc = time.perf_counter()
-        ts, m = ppo.run_seeds(ts, n)
-        m = jax.device_get(m)
-        dt = time.perf_counter() - tc
-        if t_first is None:
-            t_first = dt  # compilation and the first chunk
-        else:
-            t_train += dt
-        for s in range(a.num_seeds):
-            for i in range(n):
-                row = {"seed": seeds[s], "update": u + i + 1, "env_steps": (u + i + 1) * ppo_cfg.batch_size,
-                       "wall_s": f"{time.perf_counter() - t0:.2f}"}
-                row.update({k: f"{float(v[s, i]):.6g}" for k, v in sorted(m.items())})
-                rows.append(row)
-        u += n
-        write_rows(run / "metrics.csv", rows)
-        (run / "trained.msgpack").write_bytes(serialization.to_bytes({"params": ts.params, "obs_stats": ts.obs_stats,
-                                                                      "updates": u}))
-        if a.time_budget_s is not None and time.perf_counter() - t0 > a.time_budget_s:
-            bar.note(f"time budget {a.time_budget_s:g} s spent after {u} updates")
-            break
-    bar.close()
-    plot_curves(rows, run / "curves.png")
-    per_s = (u - u0 - a.chunk) * steps_per_update / t_train if t_train > 0 else float("nan")
-    summary = {"run_dir": str(run), "updates": u, "init_from_updates": u0, "env_steps_per_seed": u * ppo_cfg.batch_size,
-               "first_chunk_s": round(t_first or 0.0, 1), "wall_s": round(time.perf_counter() - t0, 1),
-               "env_steps_per_s_after_first_chunk": round(per_s, 1), "device": jax.devices()[0].device_kind}
-    jsonio.write(run / "train_summary.json", summary)
-    print(jsonio.dumps(summary))
-    return 0
+def train(a, cfg: dict, argv=None) -> int:
+    return train_ppo_run(PROG, lambda: qp.make_ppo(cfg["ppo"], cfg["episode_s"])[0], a, cfg, TRAIN_FLAGS,
+                         "QueuePilot-v0", init_from=a.init_from)
 
 
 # ---- evaluation ------------------------------------------------------------------------
@@ -253,12 +146,7 @@ def evaluate_config(a) -> dict:
     size and where the results go."""
     run = Path(a.run_dir)
     trained = qp.trained_run(run)
-    if not 1 <= a.test_seeds <= len(qp.TEST_SEEDS):
-        raise ValueError(f"--test-seeds must be in 1..{len(qp.TEST_SEEDS)}, got {a.test_seeds}")
-    if not 1 <= a.selection_seeds <= len(qp.SELECTION_SEEDS):
-        raise ValueError(f"--selection-seeds must be in 1..{len(qp.SELECTION_SEEDS)}, got {a.selection_seeds}")
-    if not (a.seconds > a.warmup_s >= 0):
-        raise ValueError(f"--seconds ({a.seconds}) must exceed --warmup-s ({a.warmup_s}) >= 0")
+    check_eval_args(a, test_seeds=len(qp.TEST_SEEDS), selection_seeds=len(qp.SELECTION_SEEDS))
     if a.chunk < 1:
         raise ValueError(f"--chunk must be >= 1, got {a.chunk}")
     test_cfgs = [(n, r / 1e3, t) for t in a.tcp for n in a.flows for r in a.rtts_ms]
@@ -274,7 +162,7 @@ def evaluate_config(a) -> dict:
             "params": [config_record(qp.config_kw(n, r, t, warmup_s=a.warmup_s)) for (n, r, t) in test_cfgs]}
 
 
-def evaluate(a, cfg: dict) -> int:
+def evaluate(a, cfg: dict, argv=None) -> int:
     run = Path(cfg["run_dir"])
     out = Path(cfg["out_dir"])
     try:
@@ -377,11 +265,7 @@ def _report(table, test_cfgs, test_seeds, train_seeds, chosen, sel, names, updat
             "per_config": per_cfg, "fct_by_size": fct, "device": jax.devices()[0].device_kind}
 
 
-def _fmt(ms, scale=1.0, digits=3):
-    m, s = ms
-    if m != m:
-        return "n/a"
-    return f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}" if s == s else f"{m * scale:.{digits}f}"
+_fmt = lambda ms, scale=1.0, digits=3: fmt_mean_se(ms, scale, digits)  # noqa: E731
 
 
 def _markdown(rep) -> str:
@@ -410,14 +294,8 @@ def _markdown(rep) -> str:
     L += ["", "## Reward per test configuration (the chosen variant of each classic AQM)", "",
           "| configuration | queuepilot | " + " | ".join(rep["chosen"].values()) + " | agent best? |",
           "| --- | --- |" + " --- |" * len(rep["chosen"]) + " --- |"]
-    wins = 0
-    for key, row in rep["per_config"].items():
-        q = row["queuepilot"]["reward"]
-        best = max(row[v]["reward"][0] for v in rep["chosen"].values())
-        beat = q[0] > best
-        wins += beat
-        L.append(f"| {key} | {_fmt(q)} | " + " | ".join(_fmt(row[v]["reward"]) for v in rep["chosen"].values())
-                 + f" | {'yes' if beat else 'no'} |")
+    rows, wins = per_config_rows(rep["per_config"], "queuepilot", "reward", list(rep["chosen"].values()), _fmt)
+    L += rows
     L += ["", f"The agent's mean reward is above every chosen classic AQM's in {wins} of {len(rep['per_config'])} "
               "test configurations.", ""]
     return "\n".join(L) + "\n"
@@ -429,17 +307,8 @@ def _plots(rep, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     pols = ["queuepilot"] + list(rep["chosen"].values())
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    for ax, (k, lab, sc) in zip(axes, (("reward", "reward per step", 1), ("util_wire", "utilisation", 1),
-                                       ("drop_rate", "drop rate (%)", 100), ("delay_ms", "queueing delay (ms)", 1))):
-        m = [rep["overall"][p][k][0] * sc for p in pols]
-        e = [np.nan_to_num(rep["overall"][p][k][1]) * sc for p in pols]
-        ax.bar(range(len(pols)), m, yerr=e, color=["C3"] + ["C0"] * (len(pols) - 1), capsize=3)
-        ax.set_xticks(range(len(pols)), pols, rotation=30, ha="right", fontsize=8)
-        ax.set_title(lab)
-    fig.tight_layout()
-    fig.savefig(out / "overall.png", dpi=120)
-    plt.close(fig)
+    overall_bars(rep["overall"], pols, (("reward", "reward per step", 1), ("util_wire", "utilisation", 1),
+                  ("drop_rate", "drop rate (%)", 100), ("delay_ms", "queueing delay (ms)", 1)), out / "overall.png")
     buckets = list(rep["fct_by_size"]["queuepilot"])
     fig, ax = plt.subplots(figsize=(7, 3.6))
     w = 0.8 / len(pols)
@@ -457,22 +326,20 @@ def _plots(rep, out: Path) -> None:
     plt.close(fig)
 
 
-def main(argv=None):
-    a = build_parser().parse_args(argv)
-    try:
-        cfg = run_config(a)
-        if a.cmd == "train":
-            refuse_held_run(a.run_dir, overwrite=a.overwrite)
-    except ValueError as e:
-        return fail(PROG, str(e))
-    if printed_config(a, cfg):
-        return 0
-    if a.cmd in ("export", "ns3"):
-        from rlbm_jax.cli import queuepilot_ns3
+def study_ns3(cfg: dict) -> int:
+    """`study.py queuepilot ns3`: this script's `ns3` on the kit's run, with the variants
+    its selection chose (`pipeline.ns3_config`)."""
+    argv = ["ns3", "--run-dir", cfg["run_dir"], "--out-dir", cfg["out_dir"], "--seeds", str(cfg["seeds"]),
+            "--jobs", str(cfg["jobs"])]
+    return main(argv + (["--variants", *cfg["chosen"]] if cfg["chosen"] else []))
 
-        return (queuepilot_ns3.export(a, cfg) if a.cmd == "export"
-                else queuepilot_ns3.ns3(a, cfg, sys.argv[1:] if argv is None else list(argv)))
-    return train(a, cfg) if a.cmd == "train" else evaluate(a, cfg)
+
+# each subcommand's function (a "module:function" is imported when it runs)
+COMMANDS = dict(train=train, evaluate=evaluate, export="rlbm_jax.cli.queuepilot_ns3:export", ns3="rlbm_jax.cli.queuepilot_ns3:ns3")
+
+
+def main(argv=None):
+    return subcommand_main(PROG, build_parser, run_config, COMMANDS, argv)
 
 
 if __name__ == "__main__":

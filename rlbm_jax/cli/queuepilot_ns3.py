@@ -10,66 +10,43 @@ import time
 from pathlib import Path
 
 import jax
-import numpy as np
 
 from rlbm_jax import jsonio
 from rlbm_jax.cli import fail, model_kw
 from rlbm_jax.env.formulations.queuepilot import QUEUEPILOT
 from rlbm_jax.env.params import config_record, make_params
-from rlbm_jax.progress import fmt_s
 from rlbm_jax.queuepilot import study as qp
-from rlbm_jax.queuepilot.ns3 import (agent_of, build_report, cfg_key, check_against_network, choose_variants,
-                                     markdown, parse_config, policy_paths, run_seeds, score_ns3_run)
+from rlbm_jax.queuepilot.ns3 import (agent_of, build_report, cfg_key, choose_variants, markdown, parse_config,
+                                     run_seeds, score_ns3_run)
 from rlbm_jax.queuepilot.study import load_trained
+from rlbm_jax.study.ns3 import check_judging, write_judging
+from rlbm_jax.study.export import export_plan, policy_paths
 
 PROG = "queuepilot.py"
 
 
 def export_config(a) -> dict:
-    """What `export` writes: the trained run (its PPO config and training seeds) and, per
-    training seed, the policy directory and ONNX file."""
-    run = Path(a.run_dir)
-    trained = qp.trained_run(run)
-    return {"run_dir": str(run), "ppo": trained["ppo"], "episode_s": trained["episode_s"],
-            "training_seeds": list(trained["seeds"]), "formulation": QUEUEPILOT.id,
-            "outputs": {str(s): [str(p) for p in policy_paths(run, s)] for s in trained["seeds"]}}
+    """What `export` writes (`study.export.export_plan`)."""
+    return export_plan(Path(a.run_dir), qp.trained_run(Path(a.run_dir)), QUEUEPILOT)
 
 
-def export(a, cfg: dict) -> int:
-    from rlbm_jax.onnx_policy import load_checked, to_onnx
-    from rlbm_jax.ppo.export import export_policy
+def export(a, cfg: dict, argv=None) -> int:
+    from rlbm_jax.study.export import export_seeds
 
     run = Path(cfg["run_dir"])
     print(f"config: {jsonio.dumps(cfg)}")
     ppo, params, stats, seeds, updates = load_trained(run)
     interval_s = float(ppo.env_params.env.agent_interval_s)
-    env_info = {"name": QUEUEPILOT.id, "reward": QUEUEPILOT.reward.name,
-                "obs": f"{QUEUEPILOT.id} observation [{len(QUEUEPILOT.obs_layout(1))}]",
-                "action": QUEUEPILOT.action.text,
-                "scenario": {"name": "queuepilot", "agent_interval_s": interval_s, "buffer_policy": "rl-mark",
+    env_info = {"scenario": {"name": "queuepilot", "agent_interval_s": interval_s, "buffer_policy": "rl-mark",
                              "training_mix": {"long_flows": list(qp.TRAIN_FLOWS), "rtts_s": list(qp.TRAIN_RTTS_S),
                                               "tcps": list(qp.TRAIN_TCPS)}},
-                "ppo": ppo.cfg.to_dict(), "updates": updates}
-    rng = np.random.default_rng(0)
-    bad = False
-    for j, s in enumerate(seeds):
-        p_s = jax.tree.map(lambda x: x[j], params)
-        st_s = jax.tree.map(lambda x: x[j], stats)
-        pdir, onnx_path = policy_paths(run, s)
-        try:
-            export_policy(ppo, p_s, st_s, pdir, {**env_info, "training_seed": s})
-            to_onnx(pdir, onnx_path, agent_interval_s=interval_s)
-            fn, meta = load_checked(onnx_path, num_classes=1, agent_interval_s=interval_s, formulation=QUEUEPILOT.id)
-        except ValueError as e:
-            return fail(PROG, f"seed {s}: {e}")
-        chk = check_against_network(ppo, p_s, st_s, fn, rng)
-        ok = chk["max_abs_err"] <= 1e-5 and chk["action_agreement"] == 1.0
-        bad |= not ok
-        print(f"seed {s}: wrote {pdir}/ and {onnx_path} ({meta['num_actions']} actions {meta['action_values']}, "
-              f"agent interval {interval_s:.6g} s); against the trained network over {chk['steps']} steps x "
-              f"{chk['batch']} carried-state sequences: max |onnx - jax| {chk['max_abs_err']:.2e}, actions equal "
-              f"{chk['action_agreement']:.3f}, actions seen {chk['actions_seen']}" + ("" if ok else "  MISMATCH"))
-    if bad:
+                "updates": updates}
+    try:
+        recs = export_seeds(ppo, params, stats, seeds, run, formulation=QUEUEPILOT, interval_s=interval_s,
+                            env_info=env_info, tol=1e-5)
+    except ValueError as e:
+        return fail(PROG, str(e))
+    if not all(r["ok"] for r in recs):
         print(f"{PROG}: error: an exported policy disagrees with the trained network", file=sys.stderr)
         return 1
     return 0
@@ -105,12 +82,7 @@ def ns3_config(a) -> dict:
     results go."""
     run = Path(a.run_dir)
     configs = [parse_config(c) for c in a.configs]
-    if not 1 <= a.seeds <= len(qp.TEST_SEEDS):
-        raise ValueError(f"--seeds must be in 1..{len(qp.TEST_SEEDS)}, got {a.seeds}")
-    if a.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {a.jobs}")
-    if not (a.seconds > a.warmup_s >= 0):
-        raise ValueError(f"--seconds ({a.seconds}) must exceed --warmup-s ({a.warmup_s}) >= 0")
+    check_judging(a.seeds, len(qp.TEST_SEEDS), a.jobs, a.seconds, a.warmup_s)
     chosen, source = choose_variants(run, a.variants)
     trainer, seeds = run_seeds(run)
     if trainer == "ppo":
@@ -233,7 +205,7 @@ def ns3(a, cfg: dict, argv) -> int:
             for s in train_seeds:
                 g, _ = jax_policy(cfg["policies"][str(s)]["onnx"], num_classes=1, agent_interval_s=interval_s,
                                   formulation=form.id)
-                actor = lambda args, carry, obs, first, g=g: (carry, g(obs[None])[0])
+                actor = lambda args, carry, obs, state, first, ep, g=g: (carry, g(obs[None])[0])
                 jax_runs[f"queuepilot-seed{s}"] = split(qp.run_batch(
                     runs_of(None), steps, warm, actor=actor, args={"carry0": ()}, chunk=len(configs) * len(seeds),
                     formulation=form))
@@ -245,9 +217,4 @@ def ns3(a, cfg: dict, argv) -> int:
     report["agent"] = cfg["agent"]
     report["config"] = cfg
     report["ns3_runs"] = {**cached, "cache": str(workdir.relative_to(run)) if workdir.is_relative_to(run) else None}
-    report["wall_s"] = {"ns3": round(t_ns3, 1), **wall, "total": round(time.perf_counter() - t0, 1)}
-    jsonio.write(out / "results.json", report)
-    (out / "RESULTS.md").write_text(markdown(report))
-    print(markdown(report))
-    print(f"wrote {out / 'results.json'}, {out / 'RESULTS.md'} ({fmt_s(report['wall_s']['total'])})", file=sys.stderr)
-    return 0
+    return write_judging(out, report, markdown, wall, t_ns3, t0)

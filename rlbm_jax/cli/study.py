@@ -55,7 +55,11 @@ def build_parser():
     x = sub.add_parser("export", help="every training seed's policy of a run, ONNX included, checked")
     x.add_argument("--run-dir", default=None, help="unset: the recipe run that selection chose")
     sub.add_parser("report", help="RESULTS.md and verdict.png from the results folder's files")
-    sub.add_parser("ns3", help="judge the exported agent inside ns-3 (the studies that declare it)")
+    n = sub.add_parser("ns3", help="judge the exported agent and the chosen baselines inside ns-3 beside JAX (the "
+                                   "studies that declare it)")
+    n.add_argument("--run-dir", default=None, help="unset: the recipe run that selection chose")
+    n.add_argument("--seeds", type=int, default=2, help="the first K test seeds")
+    n.add_argument("--jobs", type=int, default=2, help="ns-3 processes at a time")
     for p in sub.choices.values():
         p.add_argument("--results", default=None, help="the study's results folder (unset: results/<study>)")
         add_print_config(p)
@@ -96,7 +100,7 @@ def run_config(a) -> dict:
     if a.stage == "ns3":
         if study.ns3 is None:
             raise ValueError(f"study {study.name} declares no ns-3 judging")
-        return {"study": study.name, "stage": "ns3", "results": results}
+        return pipeline.ns3_config(study, run_dir=a.run_dir, seeds=a.seeds, jobs=a.jobs, results=results)
     return {"study": study.name, "stage": "report", "results": results}
 
 
@@ -130,7 +134,10 @@ def main(argv=None) -> int:
             if not all(r["ok"] for r in recs):
                 return fail(PROG, "an exported policy disagrees with the trained network", 1)
         else:
-            return study.ns3(cfg)
+            import importlib
+
+            mod, fn = study.ns3.split(":")
+            return getattr(importlib.import_module(mod), fn)(cfg)
     except ValueError as e:
         return fail(PROG, str(e))
     return 0

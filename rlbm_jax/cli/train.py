@@ -36,16 +36,17 @@ import jax
 import numpy as np
 
 from rlbm_jax import jsonio, scenarios
-from rlbm_jax.cli import (MODEL_FLAGS, add_backend_arg, add_model_args, add_overwrite_arg, apply_backend, fail,
+from rlbm_jax.cli import (add_backend_arg, add_model_args, add_overwrite_arg, apply_backend, fail,
                           flag_of, held_run, model_kw, name_flags, parser, printed_config, refuse_held_run)
 from rlbm_jax.devices import single_process_only
 from rlbm_jax.env import formulations
-from rlbm_jax.env.params import LEGACY_TCP_MODEL, PREVIOUS_DEFAULTS, TCP_NAMES
+from rlbm_jax.env.params import TCP_NAMES, recorded_tcp_model
 from rlbm_jax.env.randomize import BUFFER_DISTS, thesis_randomized_env
 from rlbm_jax.ppo import PPO, THESIS_PPO, PPOConfig, memory
 from rlbm_jax.ppo.checkpoint import Checkpointer
 from rlbm_jax.ppo.export import export_policy
 from rlbm_jax.progress import Progress, fmt_s
+from rlbm_jax.study.trainer import plot_curves, write_rows
 
 PROG = "train.py"
 TRAIN_ENV = "RLBM-thesis-v0"  # the committed default run's formulation
@@ -135,14 +136,9 @@ def config_from_args(a) -> tuple[PPOConfig, dict]:
 
 
 def tcp_model(env_cfg: dict) -> dict:
-    """The run's TCP-model choices.  A config that names none of `params.LEGACY_TCP_MODEL`'s
-    predates them and was made with that model; one without `prr`, `prr_ssrb` or `ecn_cwr`
-    predates it and ran the default, exact PRR, RFC 6937's reduction bound or CWR from OPEN
-    (so a run resumes on the simulator it started on); one without a choice of
-    `params.PREVIOUS_DEFAULTS` ran that choice's earlier default."""
-    model = {} if any(k in env_cfg for k in LEGACY_TCP_MODEL) else dict(LEGACY_TCP_MODEL)
-    model.update({k: v for k, v in PREVIOUS_DEFAULTS.items() if k not in env_cfg})
-    return {**model, **{k: env_cfg[k] for k in MODEL_FLAGS if k in env_cfg}}
+    """The run's TCP-model choices (`params.recorded_tcp_model`: a run resumes on the
+    simulator it started on)."""
+    return recorded_tcp_model(env_cfg)
 
 
 def make_env(env_cfg: dict):
@@ -161,42 +157,6 @@ def read_rows(path: Path, upto: int):
         return []
     with path.open() as f:
         return [r for r in csv.DictReader(f) if int(r["update"]) <= upto]
-
-
-def write_rows(path: Path, rows):
-    if not rows:
-        return
-    cols = list(rows[0].keys())
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        w.writerows(rows)
-
-
-def plot_curves(rows, path: Path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    seeds = sorted({int(r["seed"]) for r in rows})
-    panels = [("reward_mean", "mean reward per step"), ("info_worst_slowdown", "worst FCT slowdown (per interval)"),
-              ("info_throughput", "throughput / capacity"), ("value_loss", "value loss"),
-              ("entropy", "policy entropy"), ("approx_kl", "approx. KL")]
-    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
-    for ax, (key, title) in zip(axes.flat, panels):
-        for s in seeds:
-            rr = [r for r in rows if int(r["seed"]) == s and key in r]
-            if rr:
-                ax.plot([int(r["env_steps"]) for r in rr], [float(r[key]) for r in rr], lw=1, label=f"seed {s}")
-        ax.set_title(title)
-        ax.set_xlabel("env steps")
-        ax.grid(alpha=0.3)
-    if len(seeds) > 1:
-        axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def sim_params(env_params):

@@ -130,7 +130,8 @@ def run_config(a) -> dict:
     return plan(a)
 
 
-def _actor(args, carry, obs, first):
+def _actor(args, carry, obs, state, first, ep):
+    """The APG policy as an actor of `rlbm_jax.study.rollout` (stateless)."""
     return carry, apg.act(args["weights"], obs)
 
 

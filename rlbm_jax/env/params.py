@@ -38,6 +38,23 @@ LEGACY_TCP_MODEL = dict(rto_recovery="sack", rtt_samples="every-ack")
 # (rto_rearm: rlbm_jax before 0.4 restarted the timer on any ACK of new data)
 # (red_syn: rlbm_jax before 0.5 dropped a SYN with RED's base probability)
 PREVIOUS_DEFAULTS = dict(rto_rearm="any-ack", red_syn="base")
+
+
+def recorded_tcp_model(record: dict) -> dict:
+    """Every TCP-model choice (`model`'s "tcp-model" group) of a run from what its config
+    `record` names: a record that names none of `LEGACY_TCP_MODEL`'s predates them and was
+    made with that model; one without a choice of `PREVIOUS_DEFAULTS` ran that choice's
+    earlier default; any other choice it does not name ran the simulator's default (`prr`,
+    `prr_ssrb`, `ecn_cwr`: added with their earlier behaviour as the default)."""
+    names = [p.name for p in model.PARAMS if p.group == "tcp-model"]
+    out = {k: model.DEFAULTS[k] for k in names}
+    if not any(k in record for k in LEGACY_TCP_MODEL):
+        out.update(LEGACY_TCP_MODEL)
+    out.update({k: v for k, v in PREVIOUS_DEFAULTS.items() if k not in record})
+    out.update({k: record[k] for k in names if k in record})
+    return out
+
+
 SCHEDULER_NAMES = model.BY_NAME["scheduler"].values()
 ARRIVAL_NAMES = model.BY_NAME["arrival"].values()
 

@@ -1,5 +1,4 @@
-"""QueuePilot judged inside ns-3.37: the export check of a trained agent against its ONNX
-graph, the agents `ns3` drives (what a run directory holds and what its exported policies
+"""QueuePilot judged inside ns-3.37: the agents `ns3` drives (what a run directory holds and what its exported policies
 say they are), the parsing of the configurations, the scoring of an ns-3 run as the JAX
 evaluation scores one of its runs, and the report beside the JAX simulator
 (`scripts/queuepilot.py export` and `ns3` drive these)."""
@@ -8,15 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax.env.formulations.queuepilot import MARK_LEVELS, QUEUEPILOT, QUEUEPILOT_CONTINUOUS
 from rlbm_jax.queuepilot import study as qp
 from rlbm_jax.queuepilot.study import DEFAULT_VARIANTS
+from rlbm_jax.study.stats import fmt_mean_se
 
-CHECK_STEPS, CHECK_BATCH = 40, 8  # the export check: carried-state sequences, reset halfway
 
 
 # the exported policies `ns3` drives as the scenario's rl-mark policy: formulation -> network.
@@ -26,11 +23,6 @@ CHECK_STEPS, CHECK_BATCH = 40, 8  # the export check: carried-state sequences, r
 # probability itself.  Either way the formulation named in the file maps the action to the
 # knob (`Formulation.knobs`: mark_prob).
 AGENTS = {QUEUEPILOT.id: "lstm", QUEUEPILOT_CONTINUOUS.id: "mlp"}
-
-
-def policy_paths(run: Path, seed: int) -> tuple[Path, Path]:
-    """(policy dir, ONNX file) of training seed `seed` of the run."""
-    return run / f"policy_seed{seed}", run / f"policy_seed{seed}.onnx"
 
 
 def run_seeds(run: Path) -> tuple[str, list]:
@@ -75,44 +67,6 @@ def agent_of(paths, interval_s: float) -> dict:
     if out is None:
         raise ValueError("no exported policy to drive")
     return out
-
-
-def check_against_network(ppo, params, obs_stats, onnx_fn, rng) -> dict:
-    """Step the trained JAX network (PPO's own apply, observation normalisation included)
-    and the exported ONNX graph through the same sequences of observations, each with its
-    state carried and reset to zero halfway (the network through its `first` flag):
-    max |onnx - jax| of logits, h and c, and the fraction of equal actions (ties within
-    rounding count as equal)."""
-    mean = np.asarray(obs_stats.mean, np.float32)
-    std = np.sqrt(np.asarray(obs_stats.var, np.float32) + 1e-8)
-    D = mean.shape[-1]
-
-    @jax.jit
-    def step(carry, obs, first):
-        carry, logits, _ = ppo.net.apply(params, carry, ppo.normalize(obs_stats, obs)[None], first[None])
-        return carry, logits.reshape(obs.shape[0], -1)
-
-    from rlbm_jax.ppo import networks
-
-    carry = networks.initial_carry(CHECK_BATCH, ppo.cfg.lstm_size)
-    h, c = onnx_fn.initial_state(CHECK_BATCH)
-    err, agree, actions = 0.0, [], set()
-    for t in range(CHECK_STEPS):
-        first = np.full((CHECK_BATCH,), t in (0, CHECK_STEPS // 2))
-        if first[0]:
-            h, c = onnx_fn.initial_state(CHECK_BATCH)
-        # observations around the training statistics, some far outside them
-        obs = (mean + std * rng.normal(size=(CHECK_BATCH, D)) * (1 + 2 * (t % 5 == 4))).astype(np.float32)
-        obs = np.maximum(obs, 0.0)
-        carry, logits = step(carry, jnp.asarray(obs), jnp.asarray(first))
-        action, h, c, logits_o = onnx_fn(obs, h, c)
-        logits = np.asarray(logits)
-        c_jax, h_jax = (np.asarray(x) for x in carry)  # flax's carry is (c, h)
-        err = max(err, *(float(np.max(np.abs(a - b))) for a, b in ((logits, logits_o), (h_jax, h), (c_jax, c))))
-        agree.append(np.take_along_axis(logits, action[:, None], -1)[:, 0] >= logits.max(-1) - 1e-5)
-        actions.update(int(x) for x in action)
-    return {"max_abs_err": err, "action_agreement": float(np.mean(agree)), "steps": CHECK_STEPS,
-            "batch": CHECK_BATCH, "actions_seen": sorted(actions)}
 
 
 def parse_config(text: str) -> tuple:
@@ -252,13 +206,7 @@ def build_report(ns3_runs, jax_runs, configs, seeds, train_seeds, baseline_names
             "reward_per_run": per_run}
 
 
-def _fmt(ms, scale=1.0, digits=3):
-    if ms is None:
-        return "n/a"
-    m, s = ms
-    if m != m:
-        return "n/a"
-    return f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}" if s == s else f"{m * scale:.{digits}f}"
+_fmt = lambda ms, scale=1.0, digits=3: fmt_mean_se(ms, scale, digits)  # noqa: E731
 
 
 COLUMNS = (("reward", "reward", 1.0, 3), ("drop_steps", "steps with a drop", 1.0, 3),

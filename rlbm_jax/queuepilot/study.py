@@ -20,8 +20,6 @@ network); PPO with the paper's gamma 0.995, lambda 0.97, clip 0.08.
 """
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import jax
@@ -32,9 +30,11 @@ from gymnax.environments import spaces
 from rlbm_jax import scenarios
 from rlbm_jax.env import formulations, metrics as mx
 from rlbm_jax.env.formulations.queuepilot import MARK_LEVELS, QUEUEPILOT
-from rlbm_jax.env.params import make_params, stack_params
+from rlbm_jax.env.params import make_params
 from rlbm_jax.env.randomize import MixtureEnv
 from rlbm_jax.env.rlbm_env import RLBMEnv
+from rlbm_jax.study import rollout, trainer
+from rlbm_jax.study.stats import mean_se  # noqa: F401  (the tables' mean ± s.e.)
 
 STEP_S = 0.005
 EPISODE_S = 10.0
@@ -98,30 +98,13 @@ def make_ppo(ppo_cfg: dict, episode_s: float = EPISODE_S):
 def trained_run(run: Path, weights: bool = True) -> dict:
     """The config.json of the training run in `run` (a ValueError when it holds none, or,
     with `weights`, no trained.msgpack)."""
-    if weights and not (run / "trained.msgpack").is_file():
-        raise ValueError(f"{run} holds no trained.msgpack (run `queuepilot.py train --run-dir {run}` first)")
-    if not (run / "config.json").is_file():
-        raise ValueError(f"{run} holds no config.json (a training run of `queuepilot.py train`)")
-    cfg = json.loads((run / "config.json").read_text())
-    missing = [k for k in ("ppo", "episode_s", "seeds") if k not in cfg]
-    if missing:
-        raise ValueError(f"{run / 'config.json'} lacks {', '.join(missing)} (a training run of `queuepilot.py train`)")
-    return cfg
+    return trainer.trained_run(run, weights=weights, how=f"`queuepilot.py train --run-dir {run}`")
 
 
 def load_trained(run: Path):
     """(ppo, params [seeds], obs_stats [seeds], seeds, updates) of a training run: the
     trainer rebuilt from its config.json, the networks from its trained.msgpack."""
-    from flax import serialization
-
-    cfg = json.loads((run / "config.json").read_text())
-    ppo, _ = make_ppo(cfg["ppo"], cfg["episode_s"])
-    seeds = cfg["seeds"]
-    tmpl = jax.eval_shape(ppo.init_seeds, jnp.stack([jax.random.PRNGKey(s) for s in seeds]))
-    zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), {"params": tmpl.params, "obs_stats": tmpl.obs_stats})
-    zeros["updates"] = 0
-    state = serialization.from_bytes(zeros, (run / "trained.msgpack").read_bytes())
-    return ppo, state["params"], state["obs_stats"], seeds, int(state["updates"])
+    return trainer.load_trained(run, lambda cfg: make_ppo(cfg["ppo"], cfg["episode_s"])[0])
 
 
 # ---- the classic AQMs, each with the parameter variants tried ----------------------------
@@ -158,95 +141,48 @@ def algorithm_of(variant: str) -> str:
 
 
 # ---- evaluation ------------------------------------------------------------------------
-def rollout_fn(env: RLBMEnv, steps: int, warm_steps: int, actor=None):
-    """A jitted function (sims [N] stacked SimParams, keys [N], actor_args) -> per-run
-    results: the formulation's mean reward after `warm_steps`, the fraction of steps with
-    a drop, the action histogram, the run summary (`metrics.summarize`, measured from the
-    sims' warmup_s) and the completion log.  `actor` is None (the switch's own policy acts;
-    the action is ignored) or a function (actor_args, carry, obs [D], first) -> (carry,
-    action); its carry is made by actor_args["carry0"].  With a discrete action (an index into
-    MARK_LEVELS) the histogram counts indices; with a continuous one (the marking probability,
-    QueuePilot-continuous-v0) it counts the probabilities by the level each is nearest to."""
-    n_levels = len(MARK_LEVELS)
-    discrete = isinstance(env.action_space(), spaces.Discrete)
-    levels = np.asarray(MARK_LEVELS, np.float32)
-    edges = jnp.asarray((levels[1:] + levels[:-1]) / 2)
-
-    def one(sp, key, actor_args):
-        ep = env.default_params.replace(sim=sp)
-        k0, key = jax.random.split(key)
-        obs, st = env.reset_env(k0, ep)
-        carry = actor_args["carry0"] if actor is not None else ()
-
-        def body(c, i):
-            st, obs, carry, key, first = c
-            key, k = jax.random.split(key)
-            if actor is None:
-                a = jnp.zeros((), jnp.int32) if discrete else jnp.zeros((1,), jnp.float32)
-            else:
-                carry, a = actor(actor_args, carry, obs, first)
-            obs, st, r, _, info = env.step_env(k, st, a, ep)
-            warm = i >= warm_steps
-            out = dict(reward=jnp.where(warm, r, 0.0), drop_step=jnp.where(warm, info["dropped_step"], 0.0),
-                       hist=jnp.where(warm, jax.nn.one_hot(a if discrete else jnp.searchsorted(edges, a.reshape(())),
-                                                           n_levels), 0.0))
-            return (st, obs, carry, key, jnp.zeros((), bool)), out
-
-        init = (st, obs, carry, key, jnp.ones((), bool))
-        (st, _, _, _, _), tr = jax.lax.scan(body, init, jnp.arange(steps))
-        n = max(steps - warm_steps, 1)
-        res = {"reward": tr["reward"].sum() / n, "drop_steps": tr["drop_step"].sum() / n,
-               "action_hist": tr["hist"].sum(0) / n}
-        res.update(mx.summarize(st.sim.metrics, sp))
-        res["log"] = st.sim.metrics.log
-        res["log_count"] = st.sim.metrics.log_count
-        return res
-
-    return jax.jit(jax.vmap(one, in_axes=(0, 0, None)))
+_EDGES = jnp.asarray((np.asarray(MARK_LEVELS[1:], np.float32) + np.asarray(MARK_LEVELS[:-1], np.float32)) / 2)
 
 
-def lstm_actor(ppo):
-    """The trained policy's deterministic action (argmax) as an `actor` of rollout_fn;
-    actor_args = {"params", "obs_stats", "carry0"}."""
-    def act(args, carry, obs, first):
-        carry = jax.tree.map(lambda x: x[None], carry)
-        carry, a = ppo.act_deterministic(args["params"], args["obs_stats"], obs[None], carry, first[None])
-        return jax.tree.map(lambda x: x[0], carry), jnp.asarray(a).reshape(()).astype(jnp.int32)
-    return act
+def record_discrete(st, r, info, a, ep):
+    """Per step: a drop in the step, and the action (an index into MARK_LEVELS) as one-hot."""
+    return {"drop_steps": info["dropped_step"], "action_hist": jax.nn.one_hot(a, len(MARK_LEVELS))}
 
 
-def actor_args(ppo, params, obs_stats) -> dict:
-    from rlbm_jax.ppo import networks
+def record_continuous(st, r, info, a, ep):
+    """As `record_discrete`, the marking probability counted by the level it is nearest to."""
+    return {"drop_steps": info["dropped_step"],
+            "action_hist": jax.nn.one_hot(jnp.searchsorted(_EDGES, a.reshape(())), len(MARK_LEVELS))}
 
-    carry0 = jax.tree.map(lambda x: x[0], networks.initial_carry(1, ppo.cfg.lstm_size))
-    return {"params": params, "obs_stats": obs_stats, "carry0": carry0}
+
+_ENVS: dict = {}
 
 
-_COMPILED: dict = {}
+def _env_maker(formulation):
+    """make_env(sim_params, steps) of an evaluation run of `steps` steps (one function per
+    formulation: the rollout cache's key)."""
+    if formulation.id not in _ENVS:
+        _ENVS[formulation.id] = lambda sp, steps: make_env(sp, episode_s=max(steps * STEP_S, STEP_S),
+                                                           formulation=formulation)
+    return _ENVS[formulation.id]
 
 
 def run_batch(runs, steps, warm_steps, actor=None, args=None, chunk: int = 50, progress=None, formulation=QUEUEPILOT):
-    """runs: list of (make_params kwargs, seed).  Returns a list of per-run result dicts
-    (numpy), evaluated in batches of `chunk` runs (the last padded): one compiled function
-    per (steps, warm_steps, actor, formulation, static sizes, chunk), reused across calls."""
-    sims = [make_params(**kw) for kw, _ in runs]
-    key = (steps, warm_steps, actor, formulation.id, jax.tree.structure(sims[0]), chunk)
-    if key not in _COMPILED:
-        env = make_env(sims[0], episode_s=max(steps * STEP_S, STEP_S), formulation=formulation)
-        _COMPILED[key] = rollout_fn(env, steps, warm_steps, actor)
-    fn = _COMPILED[key]
-    out = []
-    for i in range(0, len(runs), chunk):
-        part = list(range(i, min(i + chunk, len(runs))))
-        pad = part + [part[-1]] * (chunk - len(part))  # one shape: one compilation
-        sp = stack_params([sims[j] for j in pad])
-        keys = jnp.stack([jax.random.PRNGKey(runs[j][1]) for j in pad])
-        res = jax.device_get(fn(sp, keys, args if args is not None else {}))
-        for k, j in enumerate(part):
-            out.append({name: np.asarray(v[k]) for name, v in res.items()})
-        if progress is not None:
-            progress(len(out))
-    return out
+    """runs: list of (make_params kwargs, seed).  Per-run results (numpy;
+    `rlbm_jax.study.rollout.run_batch`, compiled once per shape): the formulation's mean
+    reward after `warm_steps`, the fraction of steps with a drop (`drop_steps`), the action
+    histogram (`action_hist`: indices into MARK_LEVELS, or a continuous marking probability
+    counted by its nearest level), the run summary (`metrics.summarize`, from the sims'
+    warmup_s) and the completion log.  `actor` is None (the switch's own policy acts) or an
+    actor of `rlbm_jax.study.rollout` (`rollout.lstm_actor` for a trained agent)."""
+    discrete = isinstance(make_env(make_params(**runs[0][0]), formulation=formulation).action_space(),
+                          spaces.Discrete) if runs else True
+    return rollout.run_batch(_env_maker(formulation), runs, steps, warm_steps, actor, args, chunk=chunk,
+                             step_record=record_discrete if discrete else record_continuous, progress=progress)
+
+
+lstm_actor = rollout.lstm_actor
+actor_args = rollout.actor_args
 
 
 def fct_by_size(results, warmup_s: float) -> dict:
@@ -259,15 +195,7 @@ def fct_by_size(results, warmup_s: float) -> dict:
 SCORE_FIELDS = ("reward", "drop_steps", "util_wire", "drop_rate", "mark_rate", "queue_mean_pkts")
 
 
-def mean_se(values) -> tuple:
-    v = np.asarray(values, np.float64)
-    v = v[np.isfinite(v)]
-    if v.size == 0:
-        return float("nan"), float("nan")
-    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else float("nan")
-
-
 __all__ = ["STEP_S", "EPISODE_S", "PPO_RECIPE", "TRAIN_FLOWS", "TRAIN_RTTS_S", "TRAIN_TCPS", "TEST_FLOWS",
            "TEST_RTTS_S", "SELECTION_SEEDS", "TEST_SEEDS", "config_kw", "train_configs", "train_env", "make_env",
-           "baseline_variants", "rollout_fn", "lstm_actor", "actor_args", "run_batch", "fct_by_size", "mean_se",
+           "baseline_variants", "lstm_actor", "actor_args", "run_batch", "fct_by_size", "mean_se",
            "formulations"]

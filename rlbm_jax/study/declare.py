@@ -59,7 +59,10 @@ class Study:
     run_kw               (label, configuration, seed) -> configuration: a run's own changes
                          (where in a trace it starts); default none
     step_record, traces  extra per-step scalars of the rollout (`rollout.rollout_fn`)
-    ns3                  None, or a callable that judges the exported agent inside ns-3
+    ns3                  None, or "module:function" of the study's judging inside ns-3:
+                         function(config) -> exit code, config = the `ns3` stage's (the run,
+                         its exported policies, the chosen baselines, seeds, jobs, out_dir);
+                         imported when the stage runs (a script's module may hold it)
     """
 
     name: str
@@ -80,7 +83,7 @@ class Study:
     run_kw: Callable | None = None
     step_record: Callable | None = None
     traces: tuple = ()
-    ns3: Callable | None = None
+    ns3: str | None = None
 
     def __post_init__(self):
         if not self.recipes:

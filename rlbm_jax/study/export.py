@@ -24,6 +24,16 @@ def policy_paths(run: Path, seed: int) -> tuple[Path, Path]:
     return run / f"policy_seed{seed}", run / f"policy_seed{seed}.onnx"
 
 
+def export_plan(run: Path, trained: dict, formulation) -> dict:
+    """What an export of the training run in `run` (its config.json: `trained`) writes: the
+    run, its PPO config and training seeds, the formulation, and per seed the policy
+    directory and ONNX file."""
+    run = Path(run)
+    return {"run_dir": str(run), "ppo": trained["ppo"], "episode_s": trained["episode_s"],
+            "training_seeds": list(trained["seeds"]), "formulation": formulation.id,
+            "outputs": {str(s): [str(p) for p in policy_paths(run, s)] for s in trained["seeds"]}}
+
+
 def check_against_network(ppo, params, obs_stats, onnx_fn, rng) -> dict:
     """max |onnx - jax| of logits, h and c over CHECK_BATCH sequences of CHECK_STEPS
     observations (around the training statistics, some far outside them), and the fraction

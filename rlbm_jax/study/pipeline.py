@@ -334,6 +334,25 @@ def export(study: Study, cfg: dict) -> list:
     return recs
 
 
+# ---- ns-3 ------------------------------------------------------------------------------
+def ns3_config(study: Study, *, run_dir: str | None, seeds: int, jobs: int, results: str) -> dict:
+    """What the `ns3` stage hands the study's judging: the run (unset: the chosen recipe's),
+    the variants selection chose (none before a selection), the first `seeds` test seeds,
+    the jobs and where the results go (<results>/ns3)."""
+    sel = Ledger(results, study.name, study.seeds).last("select")
+    if run_dir is None:
+        if sel is None:
+            raise ValueError(f"--run-dir not given and {Path(results) / 'ledger.json'} has no selection: name the "
+                             "training run to judge")
+        run_dir = sel["chosen_recipe"]["run_dir"]
+    if jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    return {"study": study.name, "stage": "ns3", "results": results, "run_dir": str(run_dir),
+            "chosen": list(dict.fromkeys(sel["chosen"].values())) if sel else [],
+            "test_seeds": study.seeds.first("test", seeds), "seeds": seeds, "jobs": jobs,
+            "out_dir": str(Path(results) / "ns3")}
+
+
 # ---- report ----------------------------------------------------------------------------
 def _fmt(m, se=None, digits=4) -> str:
     if m is None or m != m:

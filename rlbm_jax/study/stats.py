@@ -28,6 +28,16 @@ def mean_se(values) -> tuple:
     return float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else float("nan")
 
 
+def fmt_mean_se(ms, scale: float = 1.0, digits: int = 3) -> str:
+    """(mean, s.e.) as "m ± s" (scaled), "m" where the error is NaN, "n/a" for no mean."""
+    if ms is None:
+        return "n/a"
+    m, s = ms
+    if m is None or m != m:
+        return "n/a"
+    return f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}" if s is not None and s == s else f"{m * scale:.{digits}f}"
+
+
 def paired(agent: np.ndarray, baseline: np.ndarray, higher_is_better: bool = True) -> dict:
     """agent [S, R] (training seeds x test runs), baseline [R]: the recipe's paired
     difference agent - baseline (mean, s.e. across training seeds, their count, the
@@ -89,3 +99,17 @@ def verdicts(comparisons: dict, alpha: float = ALPHA) -> dict:
             v = "tie"
         out[k] = {**c, "p_holm": p, "verdict": v}
     return out
+
+
+def per_config_rows(per_config: dict, agent: str, metric: str, chosen: list, fmt) -> tuple[list, int]:
+    """Markdown rows of `metric` per configuration: the agent's and each chosen baseline's
+    (mean, s.e.), and whether the agent's mean is above every baseline's; and how many
+    configurations it is above in."""
+    rows, wins = [], 0
+    for key, row in per_config.items():
+        q = row[agent][metric]
+        beat = q[0] > max(row[v][metric][0] for v in chosen)
+        wins += beat
+        rows.append(f"| {key} | {fmt(q)} | " + " | ".join(fmt(row[v][metric]) for v in chosen)
+                    + f" | {'yes' if beat else 'no'} |")
+    return rows, wins
