@@ -113,26 +113,38 @@ def _run(cwd, *args, ok=True):
     return p
 
 
+# every stage of the toy study in one process, one after the other (compiled rollouts reused)
+STAGES = [["toy", "train", "--num-seeds", "2", "--updates", "4", "--chunk", "2"], ["toy", "select"], ["toy", "test"],
+          ["toy", "export"], ["toy", "ns3"]]
+DRIVER = """import json, sys
+from rlbm_jax.cli.study import main
+print(json.dumps([main(a) for a in json.loads(sys.argv[1])]))
+"""
+
+
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     """A copy of the package with one new declaration, rlbm_jax/studies/toy.py, run through
-    every stage in fresh processes."""
+    every stage in a fresh process."""
     root = tmp_path_factory.mktemp("toy")
     shutil.copytree(Path(rlbm_jax.__file__).parent, root / "rlbm_jax",
                     ignore=shutil.ignore_patterns("__pycache__"))
     (root / "rlbm_jax" / "studies" / "toy.py").write_text(TOY)
     t0 = time.perf_counter()
-    out = {"train": _run(root, "toy", "train", "--num-seeds", "2", "--updates", "4", "--chunk", "2"),
-           "select": _run(root, "toy", "select"), "test": _run(root, "toy", "test"),
-           "export": _run(root, "toy", "export")}
-    out["wall_s"] = time.perf_counter() - t0
-    return root, out
+    p = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(STAGES)], cwd=root, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(root)}, timeout=900)
+    wall = time.perf_counter() - t0
+    assert p.returncode == 0, p.stderr[-3000:]
+    codes = json.loads(p.stdout.strip().splitlines()[-1])
+    return root, {"codes": codes, "stdout": p.stdout, "stderr": p.stderr, "wall_s": wall}
 
 
 def test_a_new_study_is_one_declaration_run_end_to_end(toy):
     root, out = toy
     res = root / "results" / "toy"
     assert out["wall_s"] < 180, out["wall_s"]
+    # every stage ran; the toy declares no ns-3 judging, and the stage says so
+    assert out["codes"] == [0, 0, 0, 0, 2] and "study toy declares no ns-3 judging" in out["stderr"]
     ledger = json.loads((res / "ledger.json").read_text())
     assert [e["stage"] for e in ledger["entries"]] == ["train", "select", "test", "export"]
     assert ledger["seeds"] == {"train": "0..99", "selection": [1000], "test": [2000, 2001]}
@@ -157,7 +169,7 @@ def test_a_new_study_is_one_declaration_run_end_to_end(toy):
     params = test["config"]["params"]["N=8"]
     assert params["long_flows"] == 8 and {"rto_recovery", "rto_rearm", "red_syn"} <= set(params)
     assert test["provenance"]["sim_backend_ran"] in ("jax", "native")
-    verdict = json.loads(out["test"].stdout.strip().splitlines()[-1])["verdicts"]
+    verdict = json.loads(next(x for x in out["stdout"].splitlines() if x.startswith('{"stale"')))["verdicts"]
     assert set(verdict) == set(sel["chosen"].values())
     for v in verdict.values():
         assert v["verdict"] in ("better", "worse", "tie")
@@ -187,23 +199,36 @@ def test_report_regenerates_the_results_byte_for_byte_and_marks_a_stale_model(to
         decl.write_text(TOY)
 
 
-def test_the_stages_refuse_what_the_protocol_forbids(toy, tmp_path):
-    root, _ = toy
-    p = _run(root, "toy", "train", "--seed", "1000", "--num-seeds", "1", "--run-dir", "runs/x", ok=False)
-    assert p.returncode == 2 and "1000: selection" in p.stderr
-    p = _run(root, "toy", "train", "--num-seeds", "1", ok=False)
-    assert p.returncode == 2 and "holds a run" in p.stderr
-    p = _run(root, "toy", "test", "--results", str(tmp_path / "empty"), ok=False)
-    assert p.returncode == 2 and "no selection yet" in p.stderr
-    p = _run(root, "toy", "test", "--test-seeds", "3", ok=False)
-    assert p.returncode == 2 and "3 test seeds asked for" in p.stderr
-    p = _run(root, "toy", "ns3", ok=False)
-    assert p.returncode == 2 and "declares no ns-3 judging" in p.stderr
-    p = _run(root, "nosuch", "report", ok=False)
-    assert p.returncode == 2 and "invalid choice" in p.stderr
-    cfg = json.loads(_run(root, "toy", "select", "--selection-seeds", "1", "--print-config").stdout)
-    assert cfg["seeds"] == [1000] and cfg["baselines"] == ["droptail", "codel-5ms", "codel-2ms"]
-    assert cfg["runs"] == [["lstm", "runs/toy/lstm"]]
+def test_the_stages_refuse_what_the_protocol_forbids(tmp_path, monkeypatch, capsys):
+    from rlbm_jax.cli import study as cli
+
+    monkeypatch.chdir(tmp_path)
+
+    def refused(*argv):
+        assert cli.main(list(argv)) == 2
+        return capsys.readouterr().err
+
+    assert "1000: selection" in refused("queuepilot", "train", "--seed", "1000", "--num-seeds", "1")
+    assert "holds a run" in refused("queuepilot", "train", "--run-dir", str(Path(rlbm_jax.__file__).parents[1] /
+                                                                            "results" / "queuepilot"))
+    assert "no selection yet" in refused("queuepilot", "test")
+    assert "no selection" in refused("queuepilot", "ns3")
+    assert "give at least one training run" in refused("queuepilot", "select")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"study": "abs", "recipe": "lstm", "ppo": {}, "seeds": [0]}))
+    (run / "trained.msgpack").write_bytes(b"")
+    assert "a training run of study 'abs', not 'queuepilot'" in refused("queuepilot", "select", "--runs", str(run))
+    (run / "config.json").write_text(json.dumps({"study": "queuepilot", "recipe": "lstm", "ppo": {}, "seeds": [0]}))
+    assert "6 selection seeds asked for; the study declares 4" in refused("queuepilot", "select", "--runs", str(run),
+                                                                          "--selection-seeds", "6")
+    assert cli.main(["queuepilot", "select", "--runs", str(run), "--selection-seeds", "1", "--print-config"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    assert cfg["seeds"] == [1000] and cfg["runs"] == [["lstm", str(run)]] and "fq-codel-2ms" in cfg["baselines"]
+    assert not (tmp_path / "results").exists()  # a dry run writes nothing
+    with pytest.raises(SystemExit):
+        cli.main(["nosuch", "report"])
+    assert "invalid choice" in capsys.readouterr().err
 
 
 def test_the_models_index_of_the_committed_results_is_regenerated_byte_for_byte():
@@ -216,3 +241,21 @@ def test_the_models_index_of_the_committed_results_is_regenerated_byte_for_byte(
     assert [m["rto_recovery"] for m, _ in models["train_default"]] == ["sack"]
     assert {m["rto_rearm"] for m, _ in models["lfq"]} == {"cumulative"}
     assert index.stale_choices({**models["lfq"][0][0], "red_syn": "count"}) == {}
+
+
+def test_the_thesis_agents_verdict_on_untouched_seeds_is_regenerated_byte_for_byte():
+    from rlbm_jax.study import verdict
+    from rlbm_jax.study.pipeline import read_csv
+
+    root = Path(__file__).resolve().parents[1]
+    for run, title in verdict.COMMITTED.items():
+        src = f"results/thesis_untouched/{run}/per_run.csv"
+        t = verdict.table(read_csv(root / src), "trained")
+        assert (root / "results" / "thesis_untouched" / verdict.out_name(run)).read_text() == \
+            verdict.markdown(t, src, title)
+    # the pairing: a policy against itself ties exactly
+    rows = read_csv(root / "results/thesis_untouched/rewards/per_run.csv")
+    same = [dict(r, policy="copy") for r in rows if r["policy"] == "trained"] + \
+        [r for r in rows if r["policy"] == "trained"]
+    c = verdict.table(same, "trained")["fields"]["reward_thesis"]["copy"]
+    assert c["diff"] == 0.0 and c["se"] == 0.0 and c["verdict"] == "tie"

@@ -163,6 +163,18 @@ def _policies(study: Study, names, runs_of, steps, warm, chunk, agents=()):
     return out
 
 
+def _judge(study: Study, cfg: dict, stage: str, role: str, configs: dict, agents: list):
+    """(ledger, seeds, {policy: (meta, results)}, results folder) of a stage that runs cfg's
+    baselines and `agents` on `configs` with cfg's seeds, checked for `role` by the ledger."""
+    ledger = Ledger(cfg["results"], study.name, study.seeds)
+    seeds = ledger.use(stage, role, cfg["seeds"])
+    table = _policies(study, cfg["baselines"], lambda b: _runs(study, configs, seeds, cfg["warmup_s"], b),
+                      cfg["steps"], cfg["warmup_steps"], cfg["chunk"], agents=agents)
+    out = Path(cfg["results"])
+    out.mkdir(parents=True, exist_ok=True)
+    return ledger, seeds, table, out
+
+
 def _fields(study: Study) -> list:
     return ["reward", *study.metrics]
 
@@ -222,14 +234,9 @@ def select_config(study: Study, *, runs: list, selection_seeds: int, seconds: fl
 
 
 def select(study: Study, cfg: dict) -> dict:
-    ledger = Ledger(cfg["results"], study.name, study.seeds)
-    seeds = ledger.use("select", "selection", cfg["seeds"])
-    configs = study.selection_configs()
     t0 = time.perf_counter()
-    table = _policies(study, cfg["baselines"], lambda b: _runs(study, configs, seeds, cfg["warmup_s"], b),
-                      cfg["steps"], cfg["warmup_steps"], cfg["chunk"], agents=[tuple(a) for a in cfg["runs"]])
-    out = Path(cfg["results"])
-    out.mkdir(parents=True, exist_ok=True)
+    configs = study.selection_configs()
+    ledger, seeds, table, out = _judge(study, cfg, "select", "selection", configs, [tuple(a) for a in cfg["runs"]])
     sha = _write_csv(out / SELECTION_CSV, _rows(study, table, configs, seeds))
     score = {p: float(np.mean([r["reward"] for r in res])) for p, (_, res) in table.items()}
     families = {}
@@ -290,14 +297,10 @@ def _overrides(b, config: dict) -> dict:
 
 
 def test(study: Study, cfg: dict) -> dict:
-    ledger = Ledger(cfg["results"], study.name, study.seeds)
-    seeds = ledger.use("test", "test", cfg["seeds"])
-    configs = study.test_configs()
     t0 = time.perf_counter()
-    table = _policies(study, cfg["baselines"], lambda b: _runs(study, configs, seeds, cfg["warmup_s"], b),
-                      cfg["steps"], cfg["warmup_steps"], cfg["chunk"],
-                      agents=[(cfg["recipe"]["recipe"], cfg["recipe"]["run_dir"])])
-    out = Path(cfg["results"])
+    configs = study.test_configs()
+    ledger, seeds, table, out = _judge(study, cfg, "test", "test", configs,
+                                       [(cfg["recipe"]["recipe"], cfg["recipe"]["run_dir"])])
     sha = _write_csv(out / RUNS_CSV, _rows(study, table, configs, seeds))
     ledger.append("test", config_for_backend=next(iter(configs.values())), seeds={"test": seeds}, config=cfg,
                   runs_csv_sha256=sha,
