@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from rlbm_jax import scenarios
+from rlbm_jax import cli
 from rlbm_jax.cli import simulate as sim_cli, train as train_cli
 from rlbm_jax.env import backends, model, sim, traffic
 from rlbm_jax.env.backends import native
@@ -139,7 +140,7 @@ def test_every_claimed_choice_equals_the_reference():
     changes the reference's run in some context, unless it is declared vacuous there."""
     for b in backends.BACKENDS:
         if b == model.REFERENCE_BACKEND or not backends.BACKENDS[b].ticks:
-            continue  # another model, not the tick (fluid: its agreement is tests/test_fluid.py's)
+            continue  # another model, not the tick (fluid: its agreement is tests/test_fluid_agreement.py's)
         assert backends.BACKENDS[b].available(), f"backend {b} is not available here"
         rows = [(c.name, v) for c in model.CHOICES for v in c.values() if v in c.implemented(b)]
         configs = [make_params(**{**ctx, n: v}) for ctx in CONTEXTS for n, v in rows]
@@ -229,7 +230,7 @@ def test_every_simulate_flag_reaches_its_param_and_the_config():
 def test_train_model_flags_reach_the_env():
     """train.py's TCP-model options reach the env it trains on, and its config records them."""
     ap = train_cli.build_parser()
-    for name in train_cli.MODEL_FLAGS:
+    for name in cli.MODEL_FLAGS:
         q = model.BY_NAME[name]
         v = other_value(q)
         cfg, env_cfg = train_cli.config_from_args(ap.parse_args(["--num-envs", "4", *_argv(q, v)]))

@@ -114,7 +114,7 @@ def _run(cwd, *args, ok=True):
 
 
 # every stage of the toy study in one process, one after the other (compiled rollouts reused)
-STAGES = [["toy", "train", "--num-seeds", "2", "--updates", "4", "--chunk", "2"], ["toy", "select"], ["toy", "test"],
+STAGES = [["toy", "train", "--num-seeds", "2", "--updates", "2", "--chunk", "2"], ["toy", "select"], ["toy", "test"],
           ["toy", "export"], ["toy", "ns3"]]
 DRIVER = """import json, sys
 from rlbm_jax.cli.study import main
