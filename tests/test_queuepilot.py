@@ -130,21 +130,6 @@ def test_the_mixture_env_draws_every_configuration_and_refuses_mismatched_shapes
         MixtureEnv(env.env, [make_params(**cfgs[0]), make_params(**{**cfgs[0], "num_flow_slots": 16})])
 
 
-def test_lstm_ppo_on_the_formulation_compiles_once_and_runs():
-    from rlbm_jax.ppo import PPO, PPOConfig
-
-    cfgs = [qp.config_kw(n, 0.02, "newreno", num_flow_slots=16, load=0.0) for n in (4, 8)]
-    env, ep = qp.train_env(episode_s=0.2, configs=cfgs)
-    cfg = PPOConfig(**{**qp.PPO_RECIPE, "num_envs": 4, "num_steps": 8, "total_updates": 2, "num_minibatches": 2})
-    ppo = PPO(env, ep, cfg)
-    ts = ppo.init_seeds(jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)]))
-    ts, m = ppo.run_seeds(ts, 1)
-    ts, m = ppo.run_seeds(ts, 1)
-    assert ppo.run_seeds._cache_size() == 1
-    assert np.all(np.isfinite(np.asarray(m["reward_mean"])))
-    assert np.all(np.asarray(ts.update) == 2)
-
-
 def test_cli_refuses_an_evaluation_without_a_trained_run(tmp_path):
     r = subprocess.run([sys.executable, "scripts/queuepilot.py", "evaluate", "--run-dir", str(tmp_path / "none")],
                        capture_output=True, text=True)

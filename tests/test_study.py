@@ -114,7 +114,7 @@ def _run(cwd, *args, ok=True):
 
 
 # every stage of the toy study in one process, one after the other (compiled rollouts reused)
-STAGES = [["toy", "train", "--num-seeds", "2", "--updates", "2", "--chunk", "2"], ["toy", "select"], ["toy", "test"],
+STAGES = [["toy", "train", "--num-seeds", "2", "--updates", "4", "--chunk", "2"], ["toy", "select"], ["toy", "test"],
           ["toy", "export"], ["toy", "ns3"]]
 DRIVER = """import json, sys
 from rlbm_jax.cli.study import main
@@ -149,6 +149,9 @@ def test_a_new_study_is_one_declaration_run_end_to_end(toy):
     assert [e["stage"] for e in ledger["entries"]] == ["train", "select", "test", "export"]
     assert ledger["seeds"] == {"train": "0..99", "selection": [1000], "test": [2000, 2001]}
     train, sel, test, export = ledger["entries"]
+    # two chunks of LSTM PPO on the training mix (two configurations), two seeds vmapped: one compilation
+    summary = json.loads((root / "runs" / "toy" / "lstm" / "train_summary.json").read_text())
+    assert summary["updates"] == 4 and summary["compilations"] == 1
     assert train["seeds"] == {"train": [0, 1]} and sel["seeds"] == {"selection": [1000]}
     assert test["seeds"] == {"test": [2000, 2001]}
     # every configuration tried is in the ledger with its score; one variant per family chosen

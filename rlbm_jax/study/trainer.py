@@ -66,7 +66,8 @@ def train_seeds(ppo, *, seeds, run: Path, updates: int, chunk: int, time_budget_
     (a trained.msgpack of the same seeds) continues from its networks and observation
     statistics with fresh envs and optimiser moments.  Writes metrics.csv, trained.msgpack
     (after every chunk), curves.png and train_summary.json into `run`; returns the summary.
-    A ValueError for an `init_from` that does not hold this trainer's seeds."""
+    The summary counts the compilations of the chunk (`compilations`: one per distinct chunk
+    length).  A ValueError for an `init_from` that does not hold this trainer's seeds."""
     from flax import serialization
 
     from rlbm_jax import jsonio
@@ -132,9 +133,16 @@ def train_seeds(ppo, *, seeds, run: Path, updates: int, chunk: int, time_budget_
     per_s = (u - u0 - chunk) * steps_per_update / t_train if t_train > 0 else float("nan")
     summary = {"run_dir": str(run), "updates": u, "init_from_updates": u0, "env_steps_per_seed": u * cfg.batch_size,
                "first_chunk_s": round(t_first or 0.0, 1), "wall_s": round(time.perf_counter() - t0, 1),
-               "env_steps_per_s_after_first_chunk": round(per_s, 1), "device": jax.devices()[0].device_kind}
+               "env_steps_per_s_after_first_chunk": round(per_s, 1), "device": jax.devices()[0].device_kind,
+               # the compiled chunks of updates: one per chunk length (the last may be shorter)
+               "compilations": _cache_size(ppo.run_seeds)}
     jsonio.write(run / "train_summary.json", summary)
     return summary
+
+
+def _cache_size(fn):
+    size = getattr(fn, "_cache_size", None)
+    return int(size()) if callable(size) else None
 
 
 def trained_run(run: Path, required=("ppo", "episode_s", "seeds"), weights: bool = True, how: str = "") -> dict:
