@@ -76,6 +76,11 @@ def test_the_ledger_refuses_for_selection_a_seed_that_scored_a_test(tmp_path):
     with pytest.raises(ValueError, match="ledger of study 's', not 'other'"):
         Ledger(tmp_path, "other", seeds)
     data = json.loads((tmp_path / "ledger.json").read_text())
+    # a folder of results the kit did not make (a committed study's) is not written into
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "RESULTS.md").write_text("# made by hand\n")
+    with pytest.raises(ValueError, match="holds results the study kit did not make"):
+        Ledger(tmp_path / "old", "s", seeds)
     assert [e["stage"] for e in data["entries"]] == ["select", "test"]
     assert data["entries"][0]["provenance"]["rlbm_jax"] == rlbm_jax.__version__
 
@@ -141,7 +146,7 @@ def toy(tmp_path_factory):
 
 def test_a_new_study_is_one_declaration_run_end_to_end(toy):
     root, out = toy
-    res = root / "results" / "toy"
+    res = root / "runs" / "toy" / "results"
     assert out["wall_s"] < 180, out["wall_s"]
     # every stage ran; the toy declares no ns-3 judging, and the stage says so
     assert out["codes"] == [0, 0, 0, 0, 2] and "study toy declares no ns-3 judging" in out["stderr"]
@@ -183,7 +188,7 @@ def test_a_new_study_is_one_declaration_run_end_to_end(toy):
 
 def test_report_regenerates_the_results_byte_for_byte_and_marks_a_stale_model(toy):
     root, _ = toy
-    res = root / "results" / "toy"
+    res = root / "runs" / "toy" / "results"
     before = {f: (res / f).read_bytes() for f in ("RESULTS.md", "verdict.png")}
     (res / "RESULTS.md").unlink()
     (res / "verdict.png").unlink()
@@ -228,7 +233,7 @@ def test_the_stages_refuse_what_the_protocol_forbids(tmp_path, monkeypatch, caps
     assert cli.main(["queuepilot", "select", "--runs", str(run), "--selection-seeds", "1", "--print-config"]) == 0
     cfg = json.loads(capsys.readouterr().out)
     assert cfg["seeds"] == [1000] and cfg["runs"] == [["lstm", str(run)]] and "fq-codel-2ms" in cfg["baselines"]
-    assert not (tmp_path / "results").exists()  # a dry run writes nothing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # a dry run writes nothing
     with pytest.raises(SystemExit):
         cli.main(["nosuch", "report"])
     assert "invalid choice" in capsys.readouterr().err

@@ -6,7 +6,8 @@
     python scripts/study.py queuepilot export            # the chosen recipe's policies, ONNX checked
     python scripts/study.py queuepilot report            # RESULTS.md and verdict.png from the committed files
 
-The results folder (--results, default results/<study>) holds ledger.json (every stage run,
+The results folder (--results, default runs/<study>/results; one that holds results the kit
+did not make is refused) holds ledger.json (every stage run,
 its seeds, every configuration tried and its score, provenance), selection.csv and runs.csv
 (every run's numbers) and the report.  Seeds are the study's declared ones: training,
 selection and test seeds are disjoint, and a seed used for testing is refused for selection.
@@ -61,7 +62,7 @@ def build_parser():
     n.add_argument("--seeds", type=int, default=2, help="the first K test seeds")
     n.add_argument("--jobs", type=int, default=2, help="ns-3 processes at a time")
     for p in sub.choices.values():
-        p.add_argument("--results", default=None, help="the study's results folder (unset: results/<study>)")
+        p.add_argument("--results", default=None, help="the study's results folder (unset: runs/<study>/results; a committed one is named)")
         add_print_config(p)
     return ap
 
@@ -72,7 +73,7 @@ def run_config(a) -> dict:
     from rlbm_jax.study import get, pipeline
 
     study = get(a.study)
-    results = a.results or str(Path("results") / study.name)
+    results = a.results or str(Path("runs") / study.name / "results")
     if a.stage == "train":
         recipe = a.recipe or next(iter(study.recipes))
         if a.num_seeds < 1:

@@ -126,6 +126,9 @@ class Ledger:
                                  "give each study its own results folder")
             self.entries = list(data.get("entries", []))
         else:
+            if (self.path.parent / "RESULTS.md").exists():
+                raise ValueError(f"{self.path.parent} holds results the study kit did not make (a RESULTS.md and no "
+                                 f"{LEDGER}): give the study its own results folder, nothing is overwritten")
             self.entries = []
 
     def used(self, role: str) -> set:
