@@ -324,8 +324,9 @@ def check_eval_args(a, *, test_seeds: int, selection_seeds: int) -> None:
         raise ValueError(f"--test-seeds must be in 1..{test_seeds}, got {a.test_seeds}")
     if not 1 <= a.selection_seeds <= selection_seeds:
         raise ValueError(f"--selection-seeds must be in 1..{selection_seeds}, got {a.selection_seeds}")
-    if not (a.seconds > a.warmup_s >= 0):
-        raise ValueError(f"--seconds ({a.seconds}) must exceed --warmup-s ({a.warmup_s}) >= 0")
+    from rlbm_jax.study.protocol import check_run_length
+
+    check_run_length(a.seconds, a.warmup_s)
 
 
 def subcommand_main(prog: str, build_parser, run_config, commands: dict, argv=None) -> int:

@@ -25,7 +25,6 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from gymnax.environments import spaces
 
 from rlbm_jax import scenarios
 from rlbm_jax.env import formulations, metrics as mx
@@ -144,15 +143,12 @@ def algorithm_of(variant: str) -> str:
 _EDGES = jnp.asarray((np.asarray(MARK_LEVELS[1:], np.float32) + np.asarray(MARK_LEVELS[:-1], np.float32)) / 2)
 
 
-def record_discrete(st, r, info, a, ep):
-    """Per step: a drop in the step, and the action (an index into MARK_LEVELS) as one-hot."""
-    return {"drop_steps": info["dropped_step"], "action_hist": jax.nn.one_hot(a, len(MARK_LEVELS))}
-
-
-def record_continuous(st, r, info, a, ep):
-    """As `record_discrete`, the marking probability counted by the level it is nearest to."""
-    return {"drop_steps": info["dropped_step"],
-            "action_hist": jax.nn.one_hot(jnp.searchsorted(_EDGES, a.reshape(())), len(MARK_LEVELS))}
+def record_step(st, r, info, a, ep):
+    """Per step: a drop in the step, and the action as a one-hot over MARK_LEVELS: an index
+    (QueuePilot-v0) as it is, a marking probability (QueuePilot-continuous-v0) by the level it
+    is nearest to (the action's dtype tells them apart when traced)."""
+    idx = a if jnp.issubdtype(a.dtype, jnp.integer) else jnp.searchsorted(_EDGES, a.reshape(()))
+    return {"drop_steps": info["dropped_step"], "action_hist": jax.nn.one_hot(idx, len(MARK_LEVELS))}
 
 
 _ENVS: dict = {}
@@ -175,10 +171,8 @@ def run_batch(runs, steps, warm_steps, actor=None, args=None, chunk: int = 50, p
     counted by its nearest level), the run summary (`metrics.summarize`, from the sims'
     warmup_s) and the completion log.  `actor` is None (the switch's own policy acts) or an
     actor of `rlbm_jax.study.rollout` (`rollout.lstm_actor` for a trained agent)."""
-    discrete = isinstance(make_env(make_params(**runs[0][0]), formulation=formulation).action_space(),
-                          spaces.Discrete) if runs else True
     return rollout.run_batch(_env_maker(formulation), runs, steps, warm_steps, actor, args, chunk=chunk,
-                             step_record=record_discrete if discrete else record_continuous, progress=progress)
+                             step_record=record_step, progress=progress)
 
 
 lstm_actor = rollout.lstm_actor

@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+from rlbm_jax.study.protocol import stale_fields
+
 INDEX = "MODELS.md"
 
 
@@ -92,7 +94,7 @@ def stale_choices(m: dict) -> dict:
     """{choice: (ran, today's default)} where the model `m` differs from today's defaults."""
     from rlbm_jax.env import model
 
-    return {k: (v, model.DEFAULTS[k]) for k, v in m.items() if v != model.DEFAULTS[k]}
+    return stale_fields(m, {k: model.DEFAULTS[k] for k in m})
 
 
 def index(results: Path) -> str:

@@ -6,6 +6,8 @@ import sys
 import time
 from pathlib import Path
 
+from rlbm_jax.study.protocol import check_run_length
+
 
 def check_judging(seeds: int, declared: int, jobs: int, seconds: float, warmup_s: float) -> None:
     """A ValueError naming the option of an ns-3 judging run that is out of range: the first
@@ -15,8 +17,7 @@ def check_judging(seeds: int, declared: int, jobs: int, seconds: float, warmup_s
         raise ValueError(f"--seeds must be in 1..{declared}, got {seeds}")
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
-    if not (seconds > warmup_s >= 0):
-        raise ValueError(f"--seconds ({seconds}) must exceed --warmup-s ({warmup_s}) >= 0")
+    check_run_length(seconds, warmup_s)
 
 
 def write_judging(out: Path, report: dict, markdown, wall: dict, t_ns3: float, t0: float) -> int:

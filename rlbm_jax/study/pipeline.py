@@ -26,7 +26,7 @@ import numpy as np
 
 from rlbm_jax.study import stats, trainer
 from rlbm_jax.study.declare import Study
-from rlbm_jax.study.protocol import Ledger, stale_fields
+from rlbm_jax.study.protocol import Ledger, check_run_length, stale_fields
 
 SELECTION_CSV, RUNS_CSV, RESULTS_MD, FIGURE = "selection.csv", "runs.csv", "RESULTS.md", "verdict.png"
 AGENT = "agent"
@@ -97,21 +97,27 @@ def train(study: Study, cfg: dict) -> dict:
     return summary
 
 
-def load_run(study: Study, run) -> tuple:
-    """(ppo, params [seeds], obs_stats [seeds], seeds, updates, config) of a training run of
-    this study."""
+def study_run(study: Study, run) -> dict:
+    """The config.json of a training run of this study (a ValueError for none, one without
+    weights, or another study's)."""
     cfg = trainer.trained_run(run, required=("study", "recipe", "ppo", "seeds"),
                               how=f"`study.py {study.name} train --run-dir {run}`")
     if cfg["study"] != study.name:
-        raise ValueError(f"{run} is a training run of study {cfg['study']!r}, not {study.name!r}")
+        raise ValueError(f"{run}: a training run of study {cfg['study']!r}, not {study.name!r}")
+    return cfg
+
+
+def load_run(study: Study, run) -> tuple:
+    """(ppo, params [seeds], obs_stats [seeds], seeds, updates, config) of a training run of
+    this study."""
+    cfg = study_run(study, run)
     out = trainer.load_trained(run, lambda c: make_ppo(study, c["ppo"], c.get("episode_s")), cfg)
     return (*out, cfg)
 
 
 # ---- rollouts --------------------------------------------------------------------------
 def _steps(study: Study, seconds: float, warmup_s: float) -> tuple[int, int]:
-    if not seconds > warmup_s >= 0:
-        raise ValueError(f"--seconds ({seconds}) must exceed --warmup-s ({warmup_s}) >= 0")
+    check_run_length(seconds, warmup_s)
     return int(round(seconds / study.step_s)), int(round(warmup_s / study.step_s))
 
 
@@ -219,10 +225,7 @@ def select_config(study: Study, *, runs: list, selection_seeds: int, seconds: fl
         raise ValueError(f"--baselines: unknown {unknown}; study {study.name} declares {known}")
     agents = []
     for run in runs:
-        rc = trainer.trained_run(run, required=("study", "recipe", "ppo", "seeds"),
-                                 how=f"`study.py {study.name} train --run-dir {run}`")
-        if rc["study"] != study.name:
-            raise ValueError(f"--runs {run}: a training run of study {rc['study']!r}, not {study.name!r}")
+        rc = study_run(study, run)
         agents.append([rc["recipe"], str(run)])
     if not agents:
         raise ValueError("--runs: give at least one training run (a recipe) to select among")
@@ -316,8 +319,7 @@ def export_config(study: Study, *, run_dir: str | None, results: str) -> dict:
             raise ValueError(f"--run-dir not given and {Path(results) / 'ledger.json'} has no selection: name the "
                              "training run to export")
         run_dir = sel["chosen_recipe"]["run_dir"]
-    rc = trainer.trained_run(run_dir, required=("study", "recipe", "ppo", "seeds"),
-                             how=f"`study.py {study.name} train --run-dir {run_dir}`")
+    rc = study_run(study, run_dir)
     from rlbm_jax.study.export import policy_paths
 
     return {"study": study.name, "stage": "export", "results": results, "run_dir": str(run_dir),
@@ -358,11 +360,7 @@ def ns3_config(study: Study, *, run_dir: str | None, seeds: int, jobs: int, resu
 
 # ---- report ----------------------------------------------------------------------------
 def _fmt(m, se=None, digits=4) -> str:
-    if m is None or m != m:
-        return "n/a"
-    if se is None or se != se:
-        return f"{m:+.{digits}f}"
-    return f"{m:+.{digits}f} ± {se:.{digits}f}"
+    return stats.fmt_mean_se((m, float("nan") if se is None else se), digits=digits, sign=True)
 
 
 def report(study: Study, results: str) -> dict:

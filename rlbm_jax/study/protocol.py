@@ -169,3 +169,9 @@ def stale_fields(recorded: dict, now: dict) -> dict:
     (a `params.config_record`) differs from what the declaration resolves to now: a result
     made under another model than the one the study runs today."""
     return {k: (recorded.get(k), v) for k, v in now.items() if recorded.get(k) != v}
+
+
+def check_run_length(seconds: float, warmup_s: float) -> None:
+    """A ValueError unless a run of `seconds` leaves something after its `warmup_s`."""
+    if not seconds > warmup_s >= 0:
+        raise ValueError(f"--seconds ({seconds}) must exceed --warmup-s ({warmup_s}) >= 0")

@@ -28,14 +28,16 @@ def mean_se(values) -> tuple:
     return float(v.mean()), float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else float("nan")
 
 
-def fmt_mean_se(ms, scale: float = 1.0, digits: int = 3) -> str:
-    """(mean, s.e.) as "m ± s" (scaled), "m" where the error is NaN, "n/a" for no mean."""
+def fmt_mean_se(ms, scale: float = 1.0, digits: int = 3, sign: bool = False) -> str:
+    """(mean, s.e.) as "m ± s" (scaled; `sign`: "+m"), "m" where the error is NaN, "n/a" for
+    no mean."""
     if ms is None:
         return "n/a"
     m, s = ms
     if m is None or m != m:
         return "n/a"
-    return f"{m * scale:.{digits}f} ± {s * scale:.{digits}f}" if s is not None and s == s else f"{m * scale:.{digits}f}"
+    mean = f"{m * scale:{'+' if sign else ''}.{digits}f}"
+    return f"{mean} ± {s * scale:.{digits}f}" if s is not None and s == s else mean
 
 
 def paired(agent: np.ndarray, baseline: np.ndarray, higher_is_better: bool = True) -> dict:
@@ -52,7 +54,7 @@ def paired(agent: np.ndarray, baseline: np.ndarray, higher_is_better: bool = Tru
     sign = 1.0 if higher_is_better else -1.0
     if per_seed.size >= 2:
         m, se = mean_se(per_seed)
-        p = _t_p(m, se, per_seed.size - 1)
+        p = t_p(m, se, per_seed.size - 1)
         over = "training seeds"
     else:
         m, se = mean_se(d[0])
@@ -61,7 +63,7 @@ def paired(agent: np.ndarray, baseline: np.ndarray, higher_is_better: bool = Tru
             "per_seed": [float(x) for x in per_seed], "better_sign": sign}
 
 
-def _t_p(mean: float, se: float, dof: int) -> float:
+def t_p(mean: float, se: float, dof: int) -> float:
     """Two-sided p of mean / se under Student's t with `dof` degrees of freedom."""
     from scipy import stats
 

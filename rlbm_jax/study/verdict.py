@@ -7,17 +7,16 @@ standard error; a two-sided t-test over the seeds, Holm-corrected over the basel
 the ratio of the two totals (timeouts: the policy's count over the baseline's).  With one
 trained policy the error is over test seeds: a claim about this policy, not its recipe.
 
-    python -m rlbm_jax.study.verdict results/thesis_untouched/rewards/per_run.csv --policy trained
-    python -m rlbm_jax.study.verdict --committed     # results/thesis_untouched/VERDICT*.md
+    python -m rlbm_jax.study.verdict      # regenerates results/thesis_untouched/VERDICT*.md
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from rlbm_jax.evaluate import paired_diff
 from rlbm_jax.study import stats
 
 # field -> (higher is better, what it is)
@@ -62,11 +61,10 @@ def table(rows: list, policy: str, fields=None) -> dict:
         for b in pols:
             if b == policy:
                 continue
-            d = np.nanmean(a - matrix(b, f), axis=1)  # each seed's mean over the cells
-            m, se = stats.mean_se(d)
-            p = stats._t_p(m, se, d.size - 1) if d.size > 1 else None
+            m, se = paired_diff(a.T, matrix(b, f).T)  # [cells, seeds]: the error over seeds
             tot_b = np.nansum(matrix(b, f))
-            comps[b] = {"diff": m, "se": se, "p": p, "better_sign": 1.0 if higher else -1.0, "n_seeds": int(d.size),
+            comps[b] = {"diff": m, "se": se, "p": stats.t_p(m, se, len(seeds) - 1) if len(seeds) > 1 else None,
+                        "better_sign": 1.0 if higher else -1.0, "n_seeds": len(seeds),
                         "ratio": float(np.nansum(a) / tot_b) if tot_b else float("nan"),
                         "cells_better": int(np.sum((np.nanmean(a, 0) - np.nanmean(matrix(b, f), 0))
                                                    * (1 if higher else -1) > 0))}
@@ -76,7 +74,7 @@ def table(rows: list, policy: str, fields=None) -> dict:
 
 def markdown(t: dict, source: str, title: str) -> str:
     L = [f"# {title}", "",
-         f"Generated from `{source}` alone by `python -m rlbm_jax.study.verdict --committed`. "
+         f"Generated from `{source}` alone by `python -m rlbm_jax.study.verdict`. "
          f"`{t['policy']}` against each baseline on {t['cells']} cells x {len(t['seeds'])} seeds "
          f"({t['seeds'][0]}..{t['seeds'][-1]}), paired by run: each seed's mean difference over the cells, the "
          "mean over seeds ± its standard error; Holm-adjusted p over the baselines (alpha "
@@ -108,33 +106,9 @@ def write_committed(root: Path = Path(".")) -> list:
     return out
 
 
-def main(argv=None) -> int:
-    from rlbm_jax.study.pipeline import read_csv
-
-    ap = argparse.ArgumentParser(prog="python -m rlbm_jax.study.verdict", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("per_run", nargs="?", help="the per-run CSV (reward_analysis.py's per_run.csv)")
-    ap.add_argument("--policy", default="trained", help="the policy judged against every other in the table")
-    ap.add_argument("--title", default="One policy against every baseline, run by run")
-    ap.add_argument("--out", default=None, help="the markdown file (unset: stdout)")
-    ap.add_argument("--committed", action="store_true", help="regenerate every committed verdict (COMMITTED)")
-    a = ap.parse_args(argv)
-    try:
-        if a.committed:
-            for p in write_committed():
-                print(f"wrote {p}")
-            return 0
-        if not a.per_run:
-            raise ValueError("give a per-run CSV, or --committed")
-        t = table(read_csv(Path(a.per_run)), a.policy)
-    except (ValueError, OSError) as e:
-        print(f"verdict: error: {e}", file=sys.stderr)
-        return 2
-    text = markdown(t, a.per_run, a.title)
-    if a.out:
-        Path(a.out).write_text(text)
-    else:
-        print(text, end="")
+def main() -> int:
+    for p in write_committed():
+        print(f"wrote {p}")
     return 0
 
 
