@@ -267,3 +267,31 @@ def test_the_thesis_agents_verdict_on_untouched_seeds_is_regenerated_byte_for_by
         [r for r in rows if r["policy"] == "trained"]
     c = verdict.table(same, "trained")["fields"]["reward_thesis"]["copy"]
     assert c["diff"] == 0.0 and c["se"] == 0.0 and c["verdict"] == "tie"
+
+
+@pytest.mark.parametrize("name", ["thesis", "queuepilot", "abs"])
+def test_every_declared_study_resolves_before_anything_runs(name):
+    """A declaration's configurations batch per policy (every baseline's variant and the agent,
+    on every configuration of a role), its recipes build a trainer on its training env, and the kit lists it."""
+    import jax
+
+    from rlbm_jax.env.params import make_params, stack_params
+    from rlbm_jax.study import declare
+    from rlbm_jax.study.pipeline import _runs, make_ppo
+
+    assert name in declare.names()
+    study = declare.get(name)
+    base = study.baseline_map()
+    assert len({b.family for b in base.values()}) >= 2
+    for role, configs in (("selection", study.selection_configs()), ("test", study.test_configs())):
+        seeds = study.seeds.first(role, 2)
+        for b in [None, *base.values()]:
+            runs = _runs(study, configs, seeds, study.warmup_s, b)
+            assert len(runs) == len(configs) * len(seeds)
+            stacked = stack_params([make_params(**kw) for kw, _ in runs])
+            sizes = {x.shape[0] for x in jax.tree.leaves(stacked)}
+            assert sizes == {len(runs)}, (role, b and b.name, sizes)
+    for recipe, ppo in study.recipes.items():
+        trainer = make_ppo(study, {**ppo, "num_envs": 2, "num_steps": 4, "num_minibatches": 1})
+        obs_dim = len(study.make_env(make_params(**study.train_configs()[0])).obs_layout)
+        assert trainer.env.observation_space(trainer.env_params).shape[-1] == obs_dim, recipe

@@ -46,7 +46,8 @@ class Study:
     formulation          the env formulation the agent acts on (`rlbm_jax.env.formulations`)
     step_s, episode_s    the agent's interval and a training episode's length
     recipes              {recipe name: PPO settings (`PPOConfig` fields)}; the first is the default
-    train_configs        () -> [configuration]: the training mix (one drawn per episode)
+    train_configs        () -> [configuration]: the training mix (one drawn per episode); with
+                         `train_env`, the configurations its draws span (recorded)
     selection_configs    () -> {label: configuration}: where baselines and recipes are chosen
     test_configs         () -> {label: configuration}: the verdict's configurations
     baselines            () -> [Baseline]: every variant tried; one per family is chosen
@@ -59,6 +60,9 @@ class Study:
     run_kw               (label, configuration, seed) -> configuration: a run's own changes
                          (where in a trace it starts); default none
     step_record, traces  extra per-step scalars of the rollout (`rollout.rollout_fn`)
+    train_env            None, or (episode_s) -> (env, env params): a training env of the study's
+                         own (a scenario randomised at reset) in place of the mix of
+                         train_configs; `train_draws` says what it draws (recorded by `train`)
     ns3                  None, or "module:function" of the study's judging inside ns-3:
                          function(config) -> exit code, config = the `ns3` stage's (the run,
                          its exported policies, the chosen baselines, seeds, jobs, out_dir);
@@ -83,6 +87,8 @@ class Study:
     run_kw: Callable | None = None
     step_record: Callable | None = None
     traces: tuple = ()
+    train_env: Callable | None = None
+    train_draws: dict = dataclasses.field(default_factory=dict)
     ns3: str | None = None
 
     def __post_init__(self):
@@ -93,6 +99,8 @@ class Study:
         for k in (self.step_s, self.episode_s):
             if not k > 0:
                 raise ValueError(f"study {self.name}: step_s and episode_s must be positive")
+        if self.train_env is not None and not self.train_draws:
+            raise ValueError(f"study {self.name}: a train_env needs its train_draws (what it draws, for the record)")
 
     def make_env(self, sim_params, episode_s: float | None = None):
         """The env of one configuration at the study's interval."""

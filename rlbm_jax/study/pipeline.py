@@ -35,15 +35,18 @@ AGENT = "agent"
 # ---- training --------------------------------------------------------------------------
 def make_ppo(study: Study, ppo: dict, episode_s: float | None = None):
     """The PPO trainer of settings `ppo` on the study's training mix (one configuration drawn
-    per episode; the reward times `reward_scale`)."""
+    per episode) or its own training env (`train_env`); the reward times `reward_scale`."""
     from rlbm_jax.env.params import make_params
     from rlbm_jax.env.randomize import MixtureEnv
     from rlbm_jax.env.wrappers import RewardScale
     from rlbm_jax.ppo import PPO, PPOConfig
 
-    sims = [make_params(**kw) for kw in study.train_configs()]
-    env = MixtureEnv(study.make_env(sims[0], episode_s), sims)
-    params = env.default_params
+    if study.train_env is not None:
+        env, params = study.train_env(study.episode_s if episode_s is None else episode_s)
+    else:
+        sims = [make_params(**kw) for kw in study.train_configs()]
+        env = MixtureEnv(study.make_env(sims[0], episode_s), sims)
+        params = env.default_params
     if study.reward_scale != 1.0:
         env = RewardScale(env, study.reward_scale)
     return PPO(env, params, PPOConfig.from_dict(ppo))
@@ -72,7 +75,8 @@ def train_config(study: Study, *, recipe: str, seeds: list, run_dir: str, num_en
     return {"study": study.name, "stage": "train", "recipe": recipe, "run_dir": run_dir, "results": results,
             "overwrite": overwrite, "ppo": ppo, "episode_s": study.episode_s, "reward_scale": study.reward_scale,
             "seeds": seeds, "updates": updates, "chunk": chunk, "time_budget_s": time_budget_s,
-            "configs": configs, "params": [config_record(kw) for kw in configs]}
+            "configs": configs, "params": [config_record(kw) for kw in configs],
+            **({"draws": study.train_draws} if study.train_env is not None else {})}
 
 
 def train(study: Study, cfg: dict) -> dict:
