@@ -157,6 +157,12 @@ def _device_count() -> int:
     return len(jax.local_devices())
 
 
+def devices_per_process(batch: int, procs: int, local: int) -> int:
+    """How many of each process's `local` devices a batch of `batch` envs spreads over: the
+    most that divide each process's share evenly (1: the whole share on one device)."""
+    return max(d for d in range(1, local + 1) if (batch // procs) % d == 0)
+
+
 def env_sharding(batch: int):
     """A sharding of a leading env axis of length `batch` over the devices: as many as divide
     `batch` evenly (1 gives today's single-device placement). In a multi-process run, the
@@ -171,8 +177,7 @@ def env_sharding(batch: int):
     if batch % procs:
         raise ValueError(f"a batch of {batch} envs does not divide among {procs} processes: use a multiple of {procs}")
     by_proc = [[d for d in jax.devices() if d.process_index == p] for p in range(procs)]
-    local = min(len(ds) for ds in by_proc)
-    per = max(d for d in range(1, local + 1) if (batch // procs) % d == 0)
+    per = devices_per_process(batch, procs, min(len(ds) for ds in by_proc))
     devs = [d for ds in by_proc for d in ds[:per]]
     return NamedSharding(Mesh(np.asarray(devs), ("env",)), PartitionSpec("env"))
 

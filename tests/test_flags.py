@@ -10,6 +10,7 @@ file; one whose value cannot be guessed from its type (a path that must exist) t
 sample from `SAMPLES`."""
 import argparse
 import atexit
+import functools
 import importlib
 import json
 import shutil
@@ -226,9 +227,22 @@ def sample_argv(script, sub, action) -> list[str]:
 
 
 def config_of(script, sub, argv):
+    if not argv:
+        return json.loads(_default_config(script, sub))
+    return json.loads(_config_json(script, sub, argv))
+
+
+def _config_json(script, sub, argv):
     mod = importlib.import_module(f"rlbm_jax.cli.{script}")
     a = mod.build_parser().parse_args([*PREFIX.get(script, []), *sub, *BASE_ARGV.get((script, sub), []), *argv])
-    return json.loads(jsonio.dumps(mod.run_config(a)))
+    return jsonio.dumps(mod.run_config(a))
+
+
+@functools.lru_cache(maxsize=None)
+def _default_config(script, sub):
+    """The configuration of a script with no option given: computed once per script (and
+    subcommand) for every option's comparison; a fresh copy each time (json text)."""
+    return _config_json(script, sub, [])
 
 
 def _find(tree, key):
