@@ -295,3 +295,26 @@ def test_every_declared_study_resolves_before_anything_runs(name):
         trainer = make_ppo(study, {**ppo, "num_envs": 2, "num_steps": 4, "num_minibatches": 1})
         obs_dim = len(study.make_env(make_params(**study.train_configs()[0])).obs_layout)
         assert trainer.env.observation_space(trainer.env_params).shape[-1] == obs_dim, recipe
+
+
+def test_a_declared_legacy_run_is_taken_as_its_recipe_and_no_other_run_is(tmp_path):
+    """A committed run made by a study's own script before the kit is read as the recipe its
+    declaration names (however its path is spelled); a run the declaration does not name
+    still needs its study and recipe recorded, and a legacy name must be a declared recipe."""
+    import dataclasses
+
+    from rlbm_jax.study import declare
+    from rlbm_jax.study.pipeline import SOURCE_ROOT, study_run
+
+    qp = declare.get("queuepilot")
+    cfg = study_run(qp, SOURCE_ROOT / "results" / ".." / "results" / "queuepilot")
+    assert (cfg["study"], cfg["recipe"], cfg["legacy_run"]) == ("queuepilot", "lstm", True)
+    assert cfg["ppo"]["num_envs"] == 2048  # its own settings, not the recipe's
+    with pytest.raises(ValueError, match="lacks study, recipe"):  # another study's legacy run
+        study_run(declare.get("abs"), SOURCE_ROOT / "results" / "queuepilot")
+    copy = tmp_path / "qp"
+    shutil.copytree(SOURCE_ROOT / "results" / "queuepilot", copy, ignore=shutil.ignore_patterns("ns3*", "*.onnx"))
+    with pytest.raises(ValueError, match="lacks study, recipe"):
+        study_run(qp, copy)
+    with pytest.raises(ValueError, match="names recipe 'gru', not declared"):
+        dataclasses.replace(qp, legacy_runs={"results/queuepilot": "gru"})

@@ -40,4 +40,5 @@ STUDY = Study(
     seeds=Seeds(train=range(0, 1000), selection=S.SELECTION_SEEDS, test=S.TEST_SEEDS),
     eval_s=S.EVAL_S, warmup_s=S.EVAL_WARMUP_S, reward_scale=S.REWARD_SCALE,
     metrics={"util_wire": True, "delay_s": False, "throughput_mbps": True, "size_mean_pkts": False},
+    legacy_runs={"results/abs": "lstm"},  # trained by scripts/abs.py (32 envs)
     run_kw=_run_kw, ns3="rlbm_jax.cli.abs:study_ns3", step_record=S.record_step)

@@ -42,4 +42,5 @@ STUDY = Study(
     seeds=Seeds(train=range(0, 1000), selection=qp.SELECTION_SEEDS, test=qp.TEST_SEEDS),
     eval_s=qp.EVAL_S, warmup_s=qp.EVAL_WARMUP_S,
     metrics={"util_wire": True, "drop_rate": False, "queue_mean_pkts": False, "drop_steps": False},
+    legacy_runs={"results/queuepilot": "lstm"},  # trained by scripts/queuepilot.py (2048 envs x 64 steps)
     ns3="rlbm_jax.cli.queuepilot:study_ns3", step_record=qp.record_step)

@@ -63,6 +63,11 @@ class Study:
     train_env            None, or (episode_s) -> (env, env params): a training env of the study's
                          own (a scenario randomised at reset) in place of the mix of
                          train_configs; `train_draws` says what it draws (recorded by `train`)
+    legacy_runs          {folder under the source tree: recipe name}: committed training runs
+                         made by the study's own script before the kit (their config.json
+                         names no study or recipe), so that select, test and export take
+                         them; the recipe is the declared one they trained (their own
+                         config.json's PPO settings are what is loaded)
     ns3                  None, or "module:function" of the study's judging inside ns-3:
                          function(config) -> exit code, config = the `ns3` stage's (the run,
                          its exported policies, the chosen baselines, seeds, jobs, out_dir);
@@ -89,6 +94,7 @@ class Study:
     traces: tuple = ()
     train_env: Callable | None = None
     train_draws: dict = dataclasses.field(default_factory=dict)
+    legacy_runs: dict = dataclasses.field(default_factory=dict)
     ns3: str | None = None
 
     def __post_init__(self):
@@ -101,6 +107,9 @@ class Study:
                 raise ValueError(f"study {self.name}: step_s and episode_s must be positive")
         if self.train_env is not None and not self.train_draws:
             raise ValueError(f"study {self.name}: a train_env needs its train_draws (what it draws, for the record)")
+        for run, recipe in self.legacy_runs.items():
+            if recipe not in self.recipes:
+                raise ValueError(f"study {self.name}: legacy run {run} names recipe {recipe!r}, not declared")
 
     def make_env(self, sim_params, episode_s: float | None = None):
         """The env of one configuration at the study's interval."""

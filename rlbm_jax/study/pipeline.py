@@ -28,6 +28,9 @@ from rlbm_jax.study import stats, trainer
 from rlbm_jax.study.declare import Study
 from rlbm_jax.study.protocol import Ledger, check_run_length, stale_fields
 
+# the source tree's root (where a declaration's legacy runs, committed under results/, lie)
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+
 SELECTION_CSV, RUNS_CSV, RESULTS_MD, FIGURE = "selection.csv", "runs.csv", "RESULTS.md", "verdict.png"
 AGENT = "agent"
 
@@ -104,11 +107,27 @@ def train(study: Study, cfg: dict) -> dict:
 def study_run(study: Study, run) -> dict:
     """The config.json of a training run of this study (a ValueError for none, one without
     weights, or another study's)."""
-    cfg = trainer.trained_run(run, required=("study", "recipe", "ppo", "seeds"),
-                              how=f"`study.py {study.name} train --run-dir {run}`")
+    how = f"`study.py {study.name} train --run-dir {run}`"
+    legacy = _legacy_recipe(study, run)
+    if legacy is not None:  # made by the study's own script before the kit: declared as such
+        cfg = trainer.trained_run(run, required=("ppo", "seeds"), how=how)
+        if "study" in cfg:
+            raise ValueError(f"{run}: declared a legacy run of {study.name} but its config names study {cfg['study']!r}")
+        return {**cfg, "study": study.name, "recipe": legacy, "legacy_run": True}
+    cfg = trainer.trained_run(run, required=("study", "recipe", "ppo", "seeds"), how=how)
     if cfg["study"] != study.name:
         raise ValueError(f"{run}: a training run of study {cfg['study']!r}, not {study.name!r}")
     return cfg
+
+
+def _legacy_recipe(study: Study, run) -> str | None:
+    """The recipe of `run` if the declaration names it among its legacy runs (a folder of the
+    source tree, however the path is spelled), else None."""
+    here = Path(run).resolve()
+    for folder, recipe in study.legacy_runs.items():
+        if here == (SOURCE_ROOT / folder).resolve():
+            return recipe
+    return None
 
 
 def load_run(study: Study, run) -> tuple:
