@@ -57,8 +57,7 @@ STUDY = Study(
     formulation=FORMULATION, step_s=STEP_S, episode_s=EPISODE_S,
     recipes={"thesis": dict(THESIS_PPO)},
     train_configs=lambda: list(_cells(GRID).values()),
-    train_env=train_env, train_draws={k: list(v) if isinstance(v, tuple) else v
-                                      for k, v in scenarios.THESIS_RANDOM.items()},
+    train_env=train_env, train_draws=dict(scenarios.THESIS_RANDOM),
     selection_configs=lambda: _cells(SELECTION_CELLS), test_configs=lambda: _cells(GRID),
     baselines=baselines,
     seeds=Seeds(train=range(0, 1000), selection=SELECTION_SEEDS, test=TEST_SEEDS),
