@@ -65,7 +65,6 @@ def _discrete_choices(space):
 def to_onnx(policy_dir, out_path, *, agent_interval_s: float | None = None, flows_scale: float = 10.0):
     """Write the policy in `policy_dir` as an ONNX model at `out_path`; returns the path."""
     _require_onnx()
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     weights, meta = read_policy(policy_dir)
@@ -150,13 +149,22 @@ def to_onnx(policy_dir, out_path, *, agent_interval_s: float | None = None, flow
         outputs = [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["batch", act_dim])]
 
     graph = helper.make_graph(nodes, "rlbm_policy", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rlbm_jax")
-    model.ir_version = min(model.ir_version, 9)  # readable by onnxruntime releases of the last two years
     props = {"format": FORMAT, "obs_dim": obs_dim, "act_dim": act_dim, "num_classes": num_classes,
              "formulation": form.id, "obs_layout": jsonio.dumps(meta["obs_layout"]),
              "action": form.action.text, "action_map": meta["action_map"],
              "agent_interval_s": float(agent_interval_s), "flows_scale": float(flows_scale),
              "env": jsonio.dumps(meta.get("env") or {}), **props}
+    return save_model(graph, props, out_path)
+
+
+def save_model(graph, props: dict, out_path) -> Path:
+    """The ONNX model of `graph` at this project's opset, its metadata `props` under `rlbm.`
+    keys, checked and written to out_path (its folder made)."""
+    import onnx
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rlbm_jax")
+    model.ir_version = min(model.ir_version, 9)  # readable by onnxruntime releases of the last two years
     helper.set_model_props(model, {f"rlbm.{k}": str(v) for k, v in props.items()})
     onnx.checker.check_model(model, full_check=True)
     out_path = Path(out_path)

@@ -20,6 +20,17 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ.update(JAX_COMPILATION_CACHE_DIR=_XLA_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                       JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
 
+# The suite compiles with XLA:CPU's loop emitters for fusions in place of its fusion emitters
+# (this process and the scripts it starts): a compilation of the tick takes a third less time,
+# and compiling is two thirds of the suite (docs/BENCHMARKS.md).  The two give the same
+# integer state; floats may differ in their last bits (the order of a fused reduction), and
+# no test asserts closer than that except against a run compiled the same way.
+# `test_compile_mode.py` holds the two modes equal on one scenario.  A user's XLA_FLAGS that
+# names the switch is kept.
+SUITE_XLA_FLAG = "--xla_cpu_use_fusion_emitters=false"
+if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "").strip(), SUITE_XLA_FLAG]).strip()
+
 from rlbm_jax.env import make_params
 from rlbm_jax.env.params import pad_params, stack_params
 

@@ -2,9 +2,9 @@
 integer state exactly, float summaries to 1e-6.
 
 The host-device count is fixed when JAX starts, so each count runs in its own process:
-1 and 3 host devices, with 6 seeds (the calibration part runs 4 seeds: 3 devices do not
-divide 4, so that batch runs on 2); and two processes joined through `jax.distributed` (one
-host device each, so two devices in all), as two hosts would be."""
+1 and 3 host devices (the simulation runs 4 seeds: 3 devices do not divide 4, so that batch
+runs on 2; the env's scores run 6 seeds, on 3); and two processes joined through
+`jax.distributed` (one host device each, so two devices in all), as two hosts would be."""
 import json
 import os
 import socket
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlbm_jax import devices
+from tests.conftest import SUITE_XLA_FLAG
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,31 +27,26 @@ from rlbm_jax.env import RLBMEnv
 from rlbm_jax.env.params import make_params
 from rlbm_jax.evaluate import score, stack_params
 from rlbm_jax.simulate import run_scenario, with_policy
-import runpy
-cal = runpy.run_path(sys.argv[2], run_name="lib")
 
 p = make_params(**scenarios.thesis(num_flow_slots=16, completion_log_size=64))
 out = {"devices": len(jax.devices())}
-r = run_scenario(p, seconds=3.0, seeds=list(range(6)), show_progress=False)
-out["simulate6"] = {"devices": r["devices"], "per_seed": r["per_seed"], "tail": r["tail"]}
+r = run_scenario(p, seconds=3.0, seeds=list(range(4)), show_progress=False)
+out["simulate4"] = {"devices": r["devices"], "per_seed": r["per_seed"], "tail": r["tail"]}
 env = RLBMEnv(with_policy(p, "rl"), formulation="RLBM-v0", episode_s=1.0)
 ep = env.default_params
 agent = lambda obs: jax.numpy.tanh(obs[:2]) * 0.5 + 0.5
 out["score"] = {k: np.asarray(v).tolist() for k, v in score(env, ep, agent, list(range(6))).items()}
 cells = stack_params([ep, ep.replace(sim=with_policy(ep.sim, "dt"))])
 out["score_cells"] = {k: np.asarray(v).tolist() for k, v in score(env, cells, None, [1, 2, 3], batched=True).items()}
-cell = cal["thesis_cell"]("cubic", 0.6, 25, seconds=2.0)
-ours = cal["run_ours"]([cell], [1, 2, 3, 4], show_progress=False)[cell.name]
-out["calibration"] = {"seeds": ours["seeds"], "flows": ours["flows"]}
 json.dump(out, open(sys.argv[1], "w"), sort_keys=True, default=float)
 '''
 
 
 def _run(n, tmp_path):
     env = {**os.environ, devices.ENV_VAR: str(n)}
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = SUITE_XLA_FLAG  # the suite's compile mode, no device count of this process's
     out = tmp_path / f"out{n}.json"
-    subprocess.run([sys.executable, "-c", CHILD, str(out), str(ROOT / "calibration" / "run.py")], env=env, check=True,
+    subprocess.run([sys.executable, "-c", CHILD, str(out)], env=env, check=True,
                    cwd=ROOT, timeout=900)
     return json.loads(out.read_text())
 
@@ -63,9 +59,9 @@ def _run_two_processes(tmp_path):
     for pid in (0, 1):
         env = {**os.environ, devices.ENV_VAR: "1", "RLBM_JAX_COORDINATOR": f"127.0.0.1:{port}",
                "RLBM_JAX_NUM_PROCESSES": "2", "RLBM_JAX_PROCESS_ID": str(pid)}
-        env.pop("XLA_FLAGS", None)
+        env["XLA_FLAGS"] = SUITE_XLA_FLAG  # the suite's compile mode, no device count of this process's
         outs.append(tmp_path / f"process{pid}.json")
-        procs.append(subprocess.Popen([sys.executable, "-c", CHILD, str(outs[-1]), str(ROOT / "calibration" / "run.py")],
+        procs.append(subprocess.Popen([sys.executable, "-c", CHILD, str(outs[-1])],
                                       env=env, cwd=ROOT))
     try:
         for p in procs:
@@ -80,17 +76,17 @@ def _run_two_processes(tmp_path):
 def test_results_do_not_depend_on_the_number_of_devices_or_processes(tmp_path):
     one, three = (_run(n, tmp_path) for n in (1, 3))
     assert (one["devices"], three["devices"]) == (1, 3)
-    assert (one["simulate6"]["devices"], three["simulate6"]["devices"]) == (1, 3)
-    assert one["simulate6"]["per_seed"][0]["flows_completed"] > 0
+    assert (one["simulate4"]["devices"], three["simulate4"]["devices"]) == (1, 2)  # 3 do not divide 4 seeds
+    assert one["simulate4"]["per_seed"][0]["flows_completed"] > 0
     first, second = _run_two_processes(tmp_path)
-    assert (first["devices"], first["simulate6"]["devices"]) == (2, 2)  # one device in each process
+    assert (first["devices"], first["simulate4"]["devices"]) == (2, 2)  # one device in each process
     for other in (three, first, second):
-        for k in ("simulate6", "score", "score_cells", "calibration"):
+        for k in ("simulate4", "score", "score_cells"):
             _same(other[k], one[k], k)
 
 
 def test_a_batch_spreads_over_the_most_devices_that_divide_it():
-    """The rule the runs above follow (the calibration part puts 4 seeds on 3 devices: on 2)."""
+    """The rule the runs above follow (the simulation puts 4 seeds on 3 devices: on 2)."""
     assert devices.devices_per_process(6, 1, 3) == 3
     assert devices.devices_per_process(4, 1, 3) == 2  # 3 devices do not divide 4 envs: the largest count that does
     assert devices.devices_per_process(4, 2, 1) == 1 and devices.devices_per_process(8, 2, 4) == 4

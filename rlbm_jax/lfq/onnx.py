@@ -14,12 +14,10 @@ from rlbm_jax import jsonio
 from rlbm_jax.env import formulations
 from rlbm_jax.env.formulations import lfq as lfqf
 from rlbm_jax.lfq import study as S
-
-OPSET = 17
+from rlbm_jax.onnx_policy import save_model
 
 
 def to_onnx(params, out_path, *, formulation: str = "LFQ-v0") -> Path:
-    import onnx
     from onnx import TensorProto, helper
 
     form = formulations.get(formulation)
@@ -49,17 +47,10 @@ def to_onnx(params, out_path, *, formulation: str = "LFQ-v0") -> Path:
     d = len(S.OBS_SCALE)
     graph = helper.make_graph(nodes, "lfq_cap", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", d])],
                               [helper.make_tensor_value_info("cap", TensorProto.FLOAT, ["batch", 1])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rlbm_jax")
-    model.ir_version = min(model.ir_version, 9)
     props = {"format": "rlbm-lfq-1", "obs_dim": d, "act_dim": 1, "formulation": form.id,
              "obs_layout": jsonio.dumps(list(form.obs_layout(1))), "action": form.action.text,
              "ticks_per_step": lfqf.LFQ_TICKS_PER_STEP, "pkts_per_tick": lfqf.LFQ_PKTS_PER_TICK}
-    helper.set_model_props(model, {f"rlbm.{k}": str(v) for k, v in props.items()})
-    onnx.checker.check_model(model, full_check=True)
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(out_path))
-    return out_path
+    return save_model(graph, props, out_path)
 
 
 def check(path, params, obs) -> float:
