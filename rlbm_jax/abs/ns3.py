@@ -253,10 +253,10 @@ def build_report(ns3_runs, jax_runs, configs, cfg) -> dict:
                                     for x in ns3_runs[k][c]] for k in agents if k in ns3_runs}}
 
 
-_fmt = lambda ms, scale=1.0, digits=2: fmt_mean_se(ms, scale, digits)  # noqa: E731
-
-
 def markdown(rep) -> str:
+    def _fmt(ms, scale=1.0, digits=2):
+        return fmt_mean_se(ms, scale, digits)
+
     L = ["# ABS in ns-3.37 beside the JAX simulator", "",
          f"Traces and TCPs {', '.join(' '.join(c) for c in rep['configs'])}; test seeds {rep['test_seeds']}; "
          f"{rep['seconds']:g} s per run, the first {rep['warmup_s']:g} s left out. The agent (training seeds "
