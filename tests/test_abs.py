@@ -315,23 +315,36 @@ def test_the_study_keeps_its_seeds_and_traces_apart():
         scenarios.kw("abs-env2-trace", capacity_schedule="none")
 
 
-def test_the_cli_trains_exports_and_evaluates(tmp_path):
+def test_the_cli_is_the_study_kit_and_trains_exports_and_evaluates(tmp_path):
+    """scripts/abs.py train is `study.py abs train` and evaluate its select then test (one
+    ledger in <run-dir>/kit); export and ns3 read the kit's run."""
+    import csv
     import json
 
     from rlbm_jax.cli import abs as abs_cli
 
     run = tmp_path / "run"
     assert abs_cli.main(["train", "--run-dir", str(run), "--num-seeds", "2", "--num-envs", "4", "--num-steps", "4",
-                         "--updates", "1", "--episode-s", "0.5", "--traces", "wifi-s10", "--tcp", "newreno"]) == 0
-    assert abs_cli.main(["train", "--run-dir", str(run), "--traces", "wifi"]) == 2  # a test trace
+                         "--updates", "1", "--chunk", "1"]) == 0
+    cfg = json.loads((run / "config.json").read_text())
+    assert (cfg["study"], cfg["recipe"], cfg["seeds"]) == ("abs", "lstm", [0, 1])
+    assert abs_cli.main(["train", "--run-dir", str(run)]) == 2  # it holds a run
+    assert abs_cli.main(["train", "--run-dir", str(tmp_path / "x"), "--seed", "1000"]) == 2  # a selection seed
     assert abs_cli.main(["export", "--run-dir", str(run)]) == 0
     assert (run / "policy_seed1.onnx").is_file()
     assert abs_cli.main(["evaluate", "--run-dir", str(run), "--seconds", "0.6", "--warmup-s", "0.2", "--test-seeds",
-                         "2", "--selection-seeds", "1", "--traces", "step", "--tcp", "newreno", "--baselines",
-                         "fix-10", "--chunk", "2"]) == 0
-    rep = json.loads((run / "results.json").read_text())
-    assert rep["chosen"] == {"fix": "fix-10"} and rep["training_seeds"] == [0, 1]
-    assert rep["test_seeds"] == [2000, 2001] and rep["selection_seeds"] == [1000]
-    assert rep["overall"]["fix-10"]["size_mean_pkts"][0] == 10.0
-    assert 0 <= rep["overall"]["absrl"]["qoe"][0] <= 100 and len(rep["overall"]["absrl"]["per_training_seed"]) == 2
-    assert "QoE" in (run / "RESULTS.md").read_text() and (run / "overall.png").is_file()
+                         "2", "--selection-seeds", "1", "--baselines", "fix-10", "--chunk", "8"]) == 0
+    ledger = json.loads((run / "kit" / "ledger.json").read_text())
+    assert [e["stage"] for e in ledger["entries"]] == ["train", "select", "test"]
+    sel, test = ledger["entries"][1:]
+    assert sel["chosen"] == {"fix": "fix-10"} and sel["seeds"] == {"selection": [1000]}
+    assert test["seeds"] == {"test": [2000, 2001]}
+    rows = list(csv.DictReader((run / "kit" / "runs.csv").open()))
+    assert {r["policy"] for r in rows} == {"fix-10", "lstm-seed0", "lstm-seed1"}
+    assert len(rows) == 3 * 8 * 2  # every policy on the 8 test configurations x 2 test seeds
+    assert all(0 <= float(r["reward"]) <= 100 for r in rows)
+    assert "fix-10" in (run / "kit" / "RESULTS.md").read_text()
+    from rlbm_jax.abs.ns3 import default_baselines
+
+    names, source = default_baselines(run)
+    assert "fix-10" in names and source.endswith("kit/ledger.json")

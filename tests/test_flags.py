@@ -132,8 +132,8 @@ SAMPLES = {
     ("abs", ("evaluate",), "run_dir"): [str(ROOT / "results/abs/../abs")],
     ("abs", ("export",), "run_dir"): [str(ROOT / "results/abs/../abs")],
     ("abs", ("ns3",), "run_dir"): [str(ROOT / "results/abs/../abs")],
-    ("abs", ("train",), "traces"): ["wifi-s1"],  # names of abs.study's traces
-    ("abs", ("evaluate",), "traces"): ["wifi"],
+    ("abs", ("evaluate",), "seconds"): ["30"],  # above the study's warm-up
+    ("abs", ("train",), "num_envs"): ["32"],  # divisible by the recipe's minibatches
     ("abs", ("ns3",), "traces"): ["step"],
     ("abs", ("ns3",), "tcp"): ["cubic"],
     ("abs", ("evaluate",), "out_dir"): ["out"],

@@ -318,3 +318,39 @@ def test_a_declared_legacy_run_is_taken_as_its_recipe_and_no_other_run_is(tmp_pa
         study_run(qp, copy)
     with pytest.raises(ValueError, match="names recipe 'gru', not declared"):
         dataclasses.replace(qp, legacy_runs={"results/queuepilot": "gru"})
+
+
+def test_a_fitted_baseline_trains_on_declared_training_seeds_and_its_fit_is_on_record(monkeypatch):
+    """A baseline trained before it runs (ABSSL) is fitted with its declared seeds, which must
+    be training seeds; its actor gets what the fit returns and the stage keeps the fit's
+    record (the rollouts themselves are stood in for: what is checked is the plumbing)."""
+    import dataclasses
+
+    from rlbm_jax.study import Baseline, declare, pipeline
+
+    abs_study = declare.get("abs")
+    abssl = abs_study.baseline_map()["abssl"]
+    assert abssl.fit is not None and abs_study.seeds.check("train", list(abssl.fit_seeds))
+    calls, seen = [], {}
+
+    def fit(seeds):
+        calls.append(seeds)
+        return {"w": 1.5}, {"seeds": seeds, "loss": 0.25}
+
+    def rollouts(study, runs, steps, warm, actor, args, chunk, name):
+        seen[name] = args
+        return [{"reward": 0.0}]
+
+    monkeypatch.setattr(pipeline, "_rollouts", rollouts)
+    act = lambda args, carry, obs, state, first, ep: (carry, 0)  # noqa: E731
+    fitted = Baseline("fitted", "f", {}, act, 0.0, fit=fit, fit_seeds=(3, 4))
+    study = dataclasses.replace(abs_study, baselines=lambda: [fitted, Baseline("plain", "p", {})])
+    table = pipeline._policies(study, ["fitted", "plain"], lambda b: [], 10, 2, 5)
+    assert calls == [[3, 4]] and seen[("baseline", "fitted")] == {"carry0": 0.0, "w": 1.5}
+    assert table["fitted"][0]["fit"] == {"seeds": [3, 4], "loss": 0.25} and "fit" not in table["plain"][0]
+    assert pipeline._fits(table) == {"fits": {"fitted": {"seeds": [3, 4], "loss": 0.25}}}
+    bad = dataclasses.replace(study, baselines=lambda: [dataclasses.replace(fitted, fit_seeds=(3, 1000))])
+    with pytest.raises(ValueError, match="1000: selection"):  # a selection seed is not a training seed
+        pipeline._policies(bad, ["fitted"], lambda b: [], 10, 2, 5)
+    with pytest.raises(ValueError, match="needs its actor and its fit_seeds"):
+        Baseline("x", "x", {}, act, fit=fit)

@@ -37,15 +37,22 @@ DEFAULT_NS3_BASELINES = ("fix-10", "fix-50", "fix-100", "bdp-sqrt", "red-r0.1", 
 def default_baselines(run: Path) -> tuple[list, str]:
     """The baselines `ns3` runs without --baselines, and where they came from: Fix(10) and
     Fix(100) (the paper's), static BDP / sqrt(N), and the variants `evaluate` chose for the
-    families ns-3 can run (its results.json), else DEFAULT_NS3_BASELINES."""
+    families ns-3 can run (the last selection of the kit's ledger, <run>/kit/ledger.json; a run
+    evaluated before the kit: its results.json), else DEFAULT_NS3_BASELINES."""
     import json
 
-    res = run / "results.json"
-    chosen = json.loads(res.read_text()).get("chosen") if res.is_file() else None
+    res, chosen = run / "kit" / "ledger.json", None
+    if res.is_file():
+        chosen = next((e["chosen"] for e in reversed(json.loads(res.read_text())["entries"])
+                       if e.get("stage") == "select"), None)
+    if not chosen:
+        res = run / "results.json"
+        chosen = json.loads(res.read_text()).get("chosen") if res.is_file() else None
     if not chosen:
         return list(DEFAULT_NS3_BASELINES), "default (no chosen variants in the run)"
     names = ["fix-10", "fix-100", "bdp-sqrt"] + [chosen[f] for f in ("fix", "red", "codel") if f in chosen]
-    return list(dict.fromkeys(names)), f"Fix(10), Fix(100), bdp-sqrt and the chosen fix, red and codel of {res.name}"
+    return list(dict.fromkeys(names)), (f"Fix(10), Fix(100), bdp-sqrt and the chosen fix, red and codel of "
+                                        f"{res.relative_to(run)}")
 
 
 def export_config(a) -> dict:

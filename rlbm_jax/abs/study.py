@@ -179,9 +179,16 @@ def make_ppo(ppo_cfg: dict, episode_s: float = EPISODE_S, configs=None):
 
 def trained_run(run: Path, weights: bool = True) -> dict:
     """The config.json of the training run in `run` (a ValueError when it holds none, or,
-    with `weights`, no trained.msgpack)."""
-    return trainer.trained_run(run, required=("ppo", "episode_s", "seeds", "train_traces"), weights=weights,
-                               how=f"`abs.py train --run-dir {run}`")
+    with `weights`, no trained.msgpack).  A run of the study kit's `abs` (`abs.py train`
+    since the kit) trained on the declared mix: its traces, TCPs and offsets are filled in."""
+    how = f"`abs.py train --run-dir {run}`"
+    cfg = trainer.trained_run(run, required=("ppo", "episode_s", "seeds"), weights=weights, how=how)
+    if "train_traces" in cfg:
+        return cfg
+    if cfg.get("study") != "abs":
+        raise ValueError(f"{Path(run) / 'config.json'} lacks train_traces and is no run of the study abs ({how})")
+    return {**cfg, "train_traces": list(TRAIN_TRACES), "train_tcps": list(TRAIN_TCPS),
+            "train_offsets_s": list(TRAIN_OFFSETS_S)}
 
 
 def load_trained(run: Path):

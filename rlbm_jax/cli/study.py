@@ -24,15 +24,8 @@ PROG = "study.py"
 TRAIN_FLAGS = {"num_envs": "--num-envs", "num_steps": "--num-steps", "total_updates": "--updates", "lr": "--lr"}
 
 
-def build_parser():
-    from rlbm_jax.study import names
-
-    ap = parser(__doc__, PROG, print_config=False)
-    ap.add_argument("study", choices=names(), help="the declared study")
-    sub = ap.add_subparsers(dest="stage", required=True)
-    t = sub.add_parser("train", help="train a recipe's agent from several training seeds")
-    t.add_argument("--recipe", default=None, help="the study's recipe (unset: its first)")
-    t.add_argument("--run-dir", default=None, help="unset: runs/<study>/<recipe>")
+def _add_train_options(t) -> None:
+    """The options of a training run besides its recipe and folder."""
     add_overwrite_arg(t)
     t.add_argument("--seed", type=int, default=0, help="first training seed")
     t.add_argument("--num-seeds", type=int, default=3, help="independent training seeds, vmapped")
@@ -42,6 +35,18 @@ def build_parser():
     t.add_argument("--updates", type=int, default=200, help="PPO updates at most")
     t.add_argument("--chunk", type=int, default=5, help="updates per compiled call (checkpoint and budget check)")
     t.add_argument("--time-budget-s", type=float, default=None, help="stop after this much training wall time")
+
+
+def build_parser():
+    from rlbm_jax.study import names
+
+    ap = parser(__doc__, PROG, print_config=False)
+    ap.add_argument("study", choices=names(), help="the declared study")
+    sub = ap.add_subparsers(dest="stage", required=True)
+    t = sub.add_parser("train", help="train a recipe's agent from several training seeds")
+    t.add_argument("--recipe", default=None, help="the study's recipe (unset: its first)")
+    t.add_argument("--run-dir", default=None, help="unset: runs/<study>/<recipe>")
+    _add_train_options(t)
     s = sub.add_parser("select", help="choose each baseline family's variant and the recipe on the selection seeds")
     s.add_argument("--runs", nargs="+", default=None, help="training runs to choose among (unset: runs/<study>/"
                                                            "<recipe> of every recipe that has one)")
@@ -103,6 +108,83 @@ def run_config(a) -> dict:
             raise ValueError(f"study {study.name} declares no ns-3 judging")
         return pipeline.ns3_config(study, run_dir=a.run_dir, seeds=a.seeds, jobs=a.jobs, results=results)
     return {"study": study.name, "stage": "report", "results": results}
+
+
+# ---- a study script's `train`: the kit's train ---------------------------------------------
+def add_kit_train_args(t, *, run_dir: str) -> None:
+    """The options of a study script's `train`, which is `study.py NAME train` (its first
+    recipe) with the same options."""
+    t.add_argument("--run-dir", default=run_dir)
+    _add_train_options(t)
+
+
+def kit_train_config(name: str, a) -> dict:
+    """`study.py NAME train`'s configuration of a study script's `train` options (its ledger
+    in <run-dir>/kit, where the script's `evaluate` writes)."""
+    argv = [name, "train", "--run-dir", a.run_dir, "--seed", str(a.seed), "--num-seeds", str(a.num_seeds),
+            "--updates", str(a.updates), "--chunk", str(a.chunk), "--results", str(Path(a.run_dir) / "kit")]
+    for flag, v in (("--num-envs", a.num_envs), ("--num-steps", a.num_steps), ("--lr", a.lr),
+                    ("--time-budget-s", a.time_budget_s)):
+        if v is not None:
+            argv += [flag, repr(v)]
+    return run_config(build_parser().parse_args(argv + (["--overwrite"] if a.overwrite else [])))
+
+
+def kit_train(prog: str, cfg: dict) -> int:
+    from rlbm_jax.study import get, pipeline
+
+    try:
+        pipeline.train(get(cfg["study"]), cfg)
+    except ValueError as e:
+        return fail(prog, str(e))
+    print(f"wrote {cfg['run_dir']}/ (config.json, metrics.csv, curves.png, trained.msgpack)")
+    return 0
+
+
+# ---- a study script's `evaluate`: the kit's select then test ----------------------------------
+def add_kit_eval_args(e, *, run_dir: str) -> None:
+    """The options of a study script's `evaluate`, which is `study.py NAME select --runs
+    RUN --results OUT` then `study.py NAME test --results OUT`."""
+    e.add_argument("--run-dir", default=run_dir, help="the trained run to judge")
+    e.add_argument("--out-dir", default=None, help="the kit's results folder (default: <run-dir>/kit)")
+    e.add_argument("--seconds", type=float, default=None, help="simulated seconds per run (unset: the study's)")
+    e.add_argument("--warmup-s", type=float, default=None, help="left out of every score (unset: the study's)")
+    e.add_argument("--selection-seeds", type=int, default=None, help="the first K selection seeds (unset: all)")
+    e.add_argument("--test-seeds", type=int, default=None, help="the first K test seeds (unset: all)")
+    e.add_argument("--baselines", nargs="+", default=None, help="baseline variants (unset: every declared one)")
+    e.add_argument("--chunk", type=int, default=50, help="runs per compiled batch")
+
+
+def kit_eval_config(name: str, a) -> dict:
+    """The select stage's configuration and what the test stage after it takes (its own
+    configuration needs the selection)."""
+    from rlbm_jax.study import get, pipeline
+
+    study = get(name)
+    out = a.out_dir or str(Path(a.run_dir) / "kit")
+    sel = pipeline.select_config(study, runs=[a.run_dir], selection_seeds=a.selection_seeds or
+                                 len(study.seeds.selection), seconds=a.seconds, warmup_s=a.warmup_s,
+                                 chunk=a.chunk, results=out, baselines=a.baselines)
+    k = a.test_seeds or len(study.seeds.test)
+    study.seeds.first("test", k)
+    return {"study": name, "select": sel,
+            "test": {"test_seeds": k, "seconds": a.seconds, "warmup_s": a.warmup_s, "chunk": a.chunk, "results": out}}
+
+
+def kit_evaluate(prog: str, cfg: dict) -> int:
+    """Select, then test, as `study.py` runs them (the ledger in the results folder)."""
+    from rlbm_jax.study import get, pipeline
+
+    study = get(cfg["study"])
+    try:
+        res = pipeline.select(study, cfg["select"])
+        print(f"chosen: {res['chosen']}", file=sys.stderr)
+        rep = pipeline.test(study, pipeline.test_config(study, **cfg["test"]))
+    except ValueError as e:
+        return fail(prog, str(e))
+    print(pipeline.report_json(rep))
+    print(f"wrote {rep['markdown']}", file=sys.stderr)
+    return 0
 
 
 def main(argv=None) -> int:

@@ -25,13 +25,22 @@ class Baseline:
     a configuration (a dict, or a function of the configuration's arguments: an AQM threshold
     from the buffer); `actor`: None (the switch's own policy acts; the action is ignored) or
     an actor of `rlbm_jax.study.rollout` (a rule that sets the knob each step), with its
-    first carry `carry0`."""
+    first carry `carry0`.  `fit`: None, or a baseline trained before it runs (a supervised
+    predictor): fit(seeds) -> (its actor's args besides carry0, a JSON record of the fit),
+    deterministic, called by every stage that scores the baseline with `fit_seeds`, which
+    must be declared training seeds of the study; the record goes into the ledger."""
 
     name: str
     family: str
     overrides: dict | Callable[[dict], dict] = dataclasses.field(default_factory=dict)
     actor: Callable | None = None
     carry0: Any = ()
+    fit: Callable | None = None
+    fit_seeds: tuple = ()
+
+    def __post_init__(self):
+        if self.fit is not None and (self.actor is None or not self.fit_seeds):
+            raise ValueError(f"baseline {self.name}: a fitted baseline needs its actor and its fit_seeds")
 
     def kw(self, config: dict) -> dict:
         ov = self.overrides(config) if callable(self.overrides) else self.overrides

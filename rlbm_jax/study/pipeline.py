@@ -58,6 +58,7 @@ def make_ppo(study: Study, ppo: dict, episode_s: float | None = None):
 def train_config(study: Study, *, recipe: str, seeds: list, run_dir: str, num_envs: int | None = None,
                  num_steps: int | None = None, updates: int = 200, chunk: int = 5, lr: float | None = None,
                  time_budget_s: float | None = None, overwrite: bool = False, results: str) -> dict:
+    from rlbm_jax.env.model import json_value
     from rlbm_jax.env.params import config_record
     from rlbm_jax.ppo import PPOConfig
 
@@ -78,7 +79,8 @@ def train_config(study: Study, *, recipe: str, seeds: list, run_dir: str, num_en
     return {"study": study.name, "stage": "train", "recipe": recipe, "run_dir": run_dir, "results": results,
             "overwrite": overwrite, "ppo": ppo, "episode_s": study.episode_s, "reward_scale": study.reward_scale,
             "seeds": seeds, "updates": updates, "chunk": chunk, "time_budget_s": time_budget_s,
-            "configs": configs, "params": [config_record(kw) for kw in configs],
+            "configs": [{k: json_value(v) for k, v in kw.items()} for kw in configs],  # as given (a trace by name)
+            "params": [config_record(kw) for kw in configs],
             **({"draws": study.train_draws} if study.train_env is not None else {})}
 
 
@@ -95,10 +97,11 @@ def train(study: Study, cfg: dict) -> dict:
         print(note, file=sys.stderr)
     run = Path(cfg["run_dir"])
     run.mkdir(parents=True, exist_ok=True)
-    jsonio.write(run / "config.json", {**cfg, "provenance": provenance(cfg["configs"][0])})
+    first = study.train_configs()[0]  # (cfg records them as JSON holds them)
+    jsonio.write(run / "config.json", {**cfg, "provenance": provenance(first)})
     summary = trainer.train_seeds(ppo, seeds=cfg["seeds"], run=run, updates=cfg["updates"], chunk=cfg["chunk"],
                                   time_budget_s=cfg["time_budget_s"], label=f"{study.name} ({cfg['recipe']})")
-    ledger.append("train", config_for_backend=cfg["configs"][0], seeds={"train": cfg["seeds"]},
+    ledger.append("train", config_for_backend=first, seeds={"train": cfg["seeds"]},
                   tried=[{"kind": "recipe", "name": cfg["recipe"], "run_dir": str(run), "ppo": cfg["ppo"],
                           "updates": summary["updates"]}])
     return summary
@@ -175,9 +178,12 @@ def _policies(study: Study, names, runs_of, steps, warm, chunk, agents=()):
     for v in names:
         b = base[v]
         args = {"carry0": b.carry0} if b.actor is not None else None
-        out[v] = ({"kind": "baseline", "family": b.family, "training_seed": ""},
-                  _rollouts(study, runs_of(b), steps, warm, b.actor, args, chunk,
-                            name=("baseline", v) if b.actor is not None else None))
+        meta = {"kind": "baseline", "family": b.family, "training_seed": ""}
+        if b.fit is not None:  # trained before it runs, on declared training seeds
+            fitted, meta["fit"] = b.fit(study.seeds.check("train", list(b.fit_seeds)))
+            args.update(fitted)
+        out[v] = (meta, _rollouts(study, runs_of(b), steps, warm, b.actor, args, chunk,
+                                  name=("baseline", v) if b.actor is not None else None))
         done += 1
         bar.update(done, extra=v)
     for recipe, (ppo, params, obs_stats, seeds, updates, cfg) in loaded:
@@ -276,7 +282,8 @@ def select(study: Study, cfg: dict) -> dict:
         recipes[f"{recipe} @ {run}"] = {"recipe": recipe, "run_dir": run, "score": float(np.mean(per_seed)),
                                         "per_seed": per_seed}
     best = max(recipes.values(), key=lambda r: r["score"])
-    tried = [{"kind": "baseline", "name": p, "family": m["family"], "score": score[p]}
+    tried = [{"kind": "baseline", "name": p, "family": m["family"], "score": score[p],
+              **({"fit": m["fit"]} if "fit" in m else {})}
              for p, (m, _) in table.items() if m["kind"] == "baseline"]
     tried += [{"kind": "recipe", **r} for r in recipes.values()]
     ledger.append("select", config_for_backend=next(iter(configs.values())), seeds={"selection": seeds},
@@ -329,9 +336,15 @@ def test(study: Study, cfg: dict) -> dict:
                                        [(cfg["recipe"]["recipe"], cfg["recipe"]["run_dir"])])
     sha = _write_csv(out / RUNS_CSV, _rows(study, table, configs, seeds))
     ledger.append("test", config_for_backend=next(iter(configs.values())), seeds={"test": seeds}, config=cfg,
-                  runs_csv_sha256=sha,
+                  runs_csv_sha256=sha, **_fits(table),
                   wall_s=round(time.perf_counter() - t0, 1))
     return report(study, cfg["results"])
+
+
+def _fits(table: dict) -> dict:
+    """The ledger's record of the fitted baselines a stage ran (none: nothing)."""
+    fits = {p: m["fit"] for p, (m, _) in table.items() if "fit" in m}
+    return {"fits": fits} if fits else {}
 
 
 # ---- export ----------------------------------------------------------------------------
