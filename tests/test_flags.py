@@ -113,6 +113,8 @@ SAMPLES = {
     ("queuepilot", ("ns3",), "run_dir"): [str(ROOT / "results/queuepilot/../queuepilot")],
     ("queuepilot", ("train",), "init_from"): [str(ROOT / "results/queuepilot/trained.msgpack")],
     ("queuepilot", ("evaluate",), "out_dir"): ["out"],
+    ("queuepilot", ("evaluate",), "seconds"): ["30"],  # above the study's warm-up
+    ("queuepilot", ("evaluate",), "baselines"): ["pie-5ms"],  # a declared variant
     ("queuepilot", ("evaluate",), "test_seeds"): ["2"],  # at most len(TEST_SEEDS)
     ("queuepilot", ("evaluate",), "selection_seeds"): ["2"],  # at most len(SELECTION_SEEDS)
     ("queuepilot", ("ns3",), "out_dir"): ["out"],

@@ -137,6 +137,29 @@ def test_cli_refuses_an_evaluation_without_a_trained_run(tmp_path):
     assert "trained.msgpack" in r.stderr
 
 
+def test_a_run_of_the_script_is_a_run_of_the_kits_study_and_evaluate_is_its_select_and_test(tmp_path):
+    """queuepilot.py train records the kit's study and recipe (with its own PPO settings), so
+    that evaluate, the kit's select then test, takes the run; both stages' ledger is
+    <run-dir>/kit."""
+    from rlbm_jax import jsonio
+    from rlbm_jax.cli import queuepilot as cli
+    from rlbm_jax.study import get
+    from rlbm_jax.study.pipeline import study_run
+
+    run = tmp_path / "run"
+    ap = cli.build_parser()
+    cfg = cli.run_config(ap.parse_args(["train", "--run-dir", str(run), "--lr", "0.0002", "--num-seeds", "2"]))
+    run.mkdir()
+    jsonio.write(run / "config.json", {k: v for k, v in cfg.items() if k != "cmd"})
+    (run / "trained.msgpack").write_bytes(b"")
+    rc = study_run(get("queuepilot"), run)
+    assert (rc["study"], rc["recipe"], rc["ppo"]["lr"], rc["seeds"]) == ("queuepilot", "lstm", 0.0002, [0, 1])
+    ev = cli.run_config(ap.parse_args(["evaluate", "--run-dir", str(run), "--test-seeds", "2"]))
+    assert ev["select"]["runs"] == [["lstm", str(run)]] and ev["select"]["results"] == str(run / "kit")
+    assert ev["test"] == {"test_seeds": 2, "seconds": None, "warmup_s": None, "chunk": 50, "results": str(run / "kit")}
+    assert ev["select"]["seeds"] == list(qp.SELECTION_SEEDS)
+
+
 def test_ns3_judging_takes_the_tcp_model_for_the_jax_side_only():
     """`queuepilot.py ns3 --prr ns-3.37 --ecn-cwr ns-3.37` runs the JAX side with ns-3.37's
     arithmetic; the ns-3 command line (and so its run cache) is the same as without."""

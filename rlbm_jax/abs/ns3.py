@@ -41,10 +41,9 @@ def default_baselines(run: Path) -> tuple[list, str]:
     evaluated before the kit: its results.json), else DEFAULT_NS3_BASELINES."""
     import json
 
-    res, chosen = run / "kit" / "ledger.json", None
-    if res.is_file():
-        chosen = next((e["chosen"] for e in reversed(json.loads(res.read_text())["entries"])
-                       if e.get("stage") == "select"), None)
+    from rlbm_jax.study.protocol import LEDGER, chosen_variants
+
+    res, chosen = run / "kit" / LEDGER, chosen_variants(run / "kit")
     if not chosen:
         res = run / "results.json"
         chosen = json.loads(res.read_text()).get("chosen") if res.is_file() else None

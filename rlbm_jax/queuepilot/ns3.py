@@ -95,6 +95,11 @@ def choose_variants(run: Path, given) -> tuple[dict, str]:
         if unknown:
             raise ValueError(f"--variants: unknown {unknown}; choose among {names}")
         return {qp.algorithm_of(v): v for v in given}, "--variants"
+    from rlbm_jax.study.protocol import LEDGER, chosen_variants
+
+    kit = chosen_variants(run / "kit")  # evaluated by the kit (queuepilot.py evaluate)
+    if kit:
+        return kit, f"the last selection of kit/{LEDGER} (selection seeds)"
     res = run / "results.json"
     if res.is_file():
         r = json.loads(res.read_text())

@@ -164,6 +164,17 @@ class Ledger:
         return next((e for e in reversed(self.entries) if e.get("stage") == stage), None)
 
 
+def chosen_variants(results_dir) -> dict | None:
+    """{family: variant} of the last selection in `<results_dir>/ledger.json`, None where
+    there is no ledger or no selection in it (read without the study's declaration: a
+    study's own script reads the variants its kit stages chose)."""
+    path = Path(results_dir) / LEDGER
+    if not path.is_file():
+        return None
+    entries = json.loads(path.read_text()).get("entries", [])
+    return next((dict(e["chosen"]) for e in reversed(entries) if e.get("stage") == "select"), None)
+
+
 def stale_fields(recorded: dict, now: dict) -> dict:
     """{parameter: (recorded, now)} for every simulator parameter whose recorded value
     (a `params.config_record`) differs from what the declaration resolves to now: a result
