@@ -24,7 +24,7 @@ from rlbm_jax.abs import study as S
 from rlbm_jax.env.formulations.abs import ABS_TRACE, interval_state
 from rlbm_jax.env.params import config_record, make_params
 from rlbm_jax.study.ns3 import check_judging, write_judging
-from rlbm_jax.study.export import export_plan, export_seeds, policy_paths
+from rlbm_jax.study.export import export_plan, export_run, policy_paths
 from rlbm_jax.study.stats import fmt_mean_se
 
 PROG = "abs.py"
@@ -66,14 +66,8 @@ def export(a, cfg: dict, argv=None) -> int:
     env_info = {"scenario": {"name": "abs-env2-trace", "agent_interval_s": S.STEP_S, "buffer_policy": "rl-size",
                              "train_traces": S.trained_run(run)["train_traces"]},
                 "updates": updates}
-    try:
-        recs = export_seeds(ppo, params, stats, seeds, run, formulation=ABS_TRACE, interval_s=S.STEP_S,
-                            env_info=env_info, tol=1e-4)
-    except ValueError as e:
-        return _fail(str(e))
-    if not all(r["ok"] for r in recs):
-        return _fail("an exported policy disagrees with the trained network", 1)
-    return 0
+    return export_run(PROG, ppo, params, stats, seeds, run, formulation=ABS_TRACE, interval_s=S.STEP_S,
+                      env_info=env_info, tol=1e-4)
 
 
 def _fail(message: str, code: int = 2) -> int:

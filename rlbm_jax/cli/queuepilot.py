@@ -36,7 +36,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rlbm_jax.cli import (add_export_ns3, add_model_args, add_ppo_train_args, add_print_config, parser,
+from rlbm_jax.cli import (add_export_ns3, add_model_args, add_ppo_train_args, add_print_config, model_kw, parser,
                           ppo_train_config, subcommand_main, train_ppo_run)
 from rlbm_jax.cli.study import add_kit_eval_args, kit_eval_config, kit_evaluate
 from rlbm_jax.env.params import config_record
@@ -82,12 +82,13 @@ def build_parser():
 def run_config(a) -> dict:
     """What the subcommand runs (`--print-config` prints it; train's config.json, the kit's
     ledger of evaluate and ns3's results.json hold it; export prints it): `cmd` and what
-    `train_config`, `cli.study.kit_eval_config`, `queuepilot_ns3.export_config` or
-    `queuepilot_ns3.ns3_config` resolve."""
+    `train_config`, `cli.study.kit_eval_config`, `queuepilot.ns3.export_config` or
+    `queuepilot.ns3.ns3_config` resolve."""
     if a.cmd in ("export", "ns3"):
-        from rlbm_jax.cli import queuepilot_ns3
+        from rlbm_jax.queuepilot import ns3 as qp_ns3
 
-        cfg = queuepilot_ns3.export_config(a) if a.cmd == "export" else queuepilot_ns3.ns3_config(a)
+        cfg = (qp_ns3.export_config(a.run_dir) if a.cmd == "export"
+               else qp_ns3.ns3_config(a, model=model_kw(a, complete=True), model_kw=model_kw(a)))
     else:
         cfg = train_config(a) if a.cmd == "train" else kit_eval_config("queuepilot", a)
     return {"cmd": a.cmd, **cfg}
@@ -135,7 +136,19 @@ def study_ns3(cfg: dict) -> int:
 
 
 # each subcommand's function (a "module:function" is imported when it runs)
-COMMANDS = dict(train=train, evaluate=evaluate, export="rlbm_jax.cli.queuepilot_ns3:export", ns3="rlbm_jax.cli.queuepilot_ns3:ns3")
+def export(a, cfg: dict, argv=None) -> int:
+    from rlbm_jax.queuepilot import ns3 as qp_ns3
+
+    return qp_ns3.export(cfg)
+
+
+def ns3(a, cfg: dict, argv=None) -> int:
+    from rlbm_jax.queuepilot import ns3 as qp_ns3
+
+    return qp_ns3.ns3(cfg, argv)
+
+
+COMMANDS = dict(train=train, evaluate=evaluate, export=export, ns3=ns3)
 
 
 def main(argv=None):

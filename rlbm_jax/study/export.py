@@ -101,3 +101,20 @@ def export_seeds(ppo, params, obs_stats, seeds, run: Path, *, formulation, inter
             f"{chk['action_agreement']:.3f}, actions seen {chk['actions_seen']}" + ("" if ok else "  MISMATCH"))
         out.append({"seed": int(s), "policy_dir": str(pdir), "onnx": str(onnx_path), **chk, "tol": tol, "ok": ok})
     return out
+
+
+def export_run(prog: str, ppo, params, obs_stats, seeds, run: Path, **kw) -> int:
+    """`export_seeds` as a script's `export` stage: the exit code (0; 2 where a policy cannot
+    be written or read back; 1 where one disagrees with its trained network), the reason on
+    stderr."""
+    import sys
+
+    try:
+        recs = export_seeds(ppo, params, obs_stats, seeds, run, **kw)
+    except ValueError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    if not all(r["ok"] for r in recs):
+        print(f"{prog}: error: an exported policy disagrees with the trained network", file=sys.stderr)
+        return 1
+    return 0
