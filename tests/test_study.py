@@ -354,3 +354,18 @@ def test_a_fitted_baseline_trains_on_declared_training_seeds_and_its_fit_is_on_r
         pipeline._policies(bad, ["fitted"], lambda b: [], 10, 2, 5)
     with pytest.raises(ValueError, match="needs its actor and its fit_seeds"):
         Baseline("x", "x", {}, act, fit=fit)
+
+
+@pytest.mark.parametrize("name", ["queuepilot", "abs"])
+def test_the_committed_kit_results_are_regenerated_byte_for_byte(name, tmp_path, monkeypatch):
+    """`report` on a copy of a committed kit folder (its ledger, selection.csv and runs.csv)
+    writes the committed RESULTS.md again, to the byte, and finds nothing stale."""
+    from rlbm_jax.study import declare, pipeline
+
+    rel = Path("results") / name / "kit"
+    src = Path(__file__).resolve().parents[1] / rel
+    shutil.copytree(src, tmp_path / rel, ignore=shutil.ignore_patterns("RESULTS.md", "verdict.png"))
+    monkeypatch.chdir(tmp_path)
+    rep = pipeline.report(declare.get(name), str(rel))
+    assert not rep["stale"]
+    assert (tmp_path / rel / "RESULTS.md").read_text() == (src / "RESULTS.md").read_text()
