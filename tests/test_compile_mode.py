@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from tests.conftest import SUITE_XLA_FLAG
 

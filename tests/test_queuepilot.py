@@ -158,6 +158,12 @@ def test_a_run_of_the_script_is_a_run_of_the_kits_study_and_evaluate_is_its_sele
     assert ev["select"]["runs"] == [["lstm", str(run)]] and ev["select"]["results"] == str(run / "kit")
     assert ev["test"] == {"test_seeds": 2, "seconds": None, "warmup_s": None, "chunk": 50, "results": str(run / "kit")}
     assert ev["select"]["seeds"] == list(qp.SELECTION_SEEDS)
+    # a run on another role's seeds is refused when it is trained and when it is judged
+    with pytest.raises(ValueError, match="2000: test"):
+        cli.run_config(ap.parse_args(["train", "--run-dir", str(tmp_path / "x"), "--seed", "2000"]))
+    jsonio.write(run / "config.json", {**{k: v for k, v in cfg.items() if k != "cmd"}, "seeds": [2000]})
+    with pytest.raises(ValueError, match="2000: test"):
+        study_run(get("queuepilot"), run)
 
 
 def test_ns3_judging_takes_the_tcp_model_for_the_jax_side_only():

@@ -30,7 +30,8 @@ from rlbm_jax.study.stats import fmt_mean_se
 PROG = "abs.py"
 NS3_CAPABLE = ("fix", "bdp", "bdp-sqrt", "red", "codel")  # families that need no per-interval decision
 # the baselines `ns3` runs by default: fixed limits (drop-tail at the size) and ns-3's AQMs; where the
-# run's results.json has chosen variants (`evaluate`), its chosen fix, red and codel replace these
+# run has a selection (`evaluate`: <run>/kit/ledger.json, or a pre-kit results.json), its chosen fix, red
+# and codel replace these
 DEFAULT_NS3_BASELINES = ("fix-10", "fix-50", "fix-100", "bdp-sqrt", "red-r0.1", "codel-5ms")
 
 

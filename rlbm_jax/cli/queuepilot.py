@@ -108,6 +108,9 @@ def train_config(a) -> dict:
     if a.init_from and not Path(a.init_from).is_file():
         raise ValueError(f"--init-from {a.init_from}: no such file (it must be a trained.msgpack of {a.num_seeds} "
                          "seeds)")
+    from rlbm_jax.study import get
+
+    get("queuepilot").seeds.check("train", list(range(a.seed, a.seed + a.num_seeds)))  # the kit's training seeds
     configs = qp.train_configs()
     # a run of the kit's queuepilot study (its recipe "lstm", these PPO settings): `evaluate` reads it
     return {"study": "queuepilot", "recipe": "lstm", "run_dir": a.run_dir, "overwrite": a.overwrite, "ppo": ppo,

@@ -129,7 +129,7 @@ def baseline_variants(buffer_pkts: int) -> dict:
 
 
 ALGORITHMS = ("droptail", "ared", "pie", "codel", "fq-codel")
-# the variants judged in ns-3 when a run's results.json has chosen none
+# the variants judged in ns-3 when a run has no selection (kit/ledger.json, or a pre-kit results.json)
 DEFAULT_VARIANTS = ("ared-r0.1", "pie-15ms", "codel-5ms")
 
 

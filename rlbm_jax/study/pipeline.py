@@ -120,6 +120,7 @@ def study_run(study: Study, run) -> dict:
     cfg = trainer.trained_run(run, required=("study", "recipe", "ppo", "seeds"), how=how)
     if cfg["study"] != study.name:
         raise ValueError(f"{run}: a training run of study {cfg['study']!r}, not {study.name!r}")
+    study.seeds.check("train", list(cfg["seeds"]))  # a run trained on another role's seeds is judged by none
     return cfg
 
 
