@@ -230,6 +230,8 @@ def test_the_stages_refuse_what_the_protocol_forbids(tmp_path, monkeypatch, caps
     (run / "config.json").write_text(json.dumps({"study": "queuepilot", "recipe": "lstm", "ppo": {}, "seeds": [0]}))
     assert "6 selection seeds asked for; the study declares 4" in refused("queuepilot", "select", "--runs", str(run),
                                                                           "--selection-seeds", "6")
+    assert "0 selection seeds asked for" in refused("queuepilot", "select", "--runs", str(run), "--selection-seeds",
+                                                     "0")  # zero is refused, not read as "all"
     assert cli.main(["queuepilot", "select", "--runs", str(run), "--selection-seeds", "1", "--print-config"]) == 0
     cfg = json.loads(capsys.readouterr().out)
     assert cfg["seeds"] == [1000] and cfg["runs"] == [["lstm", str(run)]] and "fq-codel-2ms" in cfg["baselines"]

@@ -292,16 +292,6 @@ def train_ppo_run(prog: str, make_ppo, a, cfg: dict, flags: dict, label: str, re
     return 0
 
 
-def add_eval_args(e, *, run_dir: str, seconds: float, warmup_s: float, test_seeds: int, selection_seeds: int) -> None:
-    """The options of a study's `evaluate` subcommand that every study has."""
-    e.add_argument("--run-dir", default=run_dir)
-    e.add_argument("--out-dir", default=None, help="where results go (default: the run dir)")
-    e.add_argument("--seconds", type=float, default=seconds, help="simulated seconds per run")
-    e.add_argument("--warmup-s", type=float, default=warmup_s, help="left out of every score")
-    e.add_argument("--test-seeds", type=int, default=test_seeds, help="how many of the test seeds")
-    e.add_argument("--selection-seeds", type=int, default=selection_seeds, help="how many of the selection seeds")
-
-
 def add_export_ns3(sub, *, run_dir: str, ns3_help: str, seeds: int, seconds: float, warmup_s: float):
     """A study's `export` and `ns3` subcommands with the options they share (the run, where
     ns3's results go, the test seeds, jobs, run length and warm-up); returns (export, ns3)."""
@@ -315,18 +305,6 @@ def add_export_ns3(sub, *, run_dir: str, ns3_help: str, seeds: int, seconds: flo
     n.add_argument("--seconds", type=float, default=seconds, help="simulated seconds per run")
     n.add_argument("--warmup-s", type=float, default=warmup_s, help="left out of every score")
     return x, n
-
-
-def check_eval_args(a, *, test_seeds: int, selection_seeds: int) -> None:
-    """A ValueError naming the option of `add_eval_args` that is out of range (the first K
-    of the study's `test_seeds` and `selection_seeds`, the run length against its warm-up)."""
-    if not 1 <= a.test_seeds <= test_seeds:
-        raise ValueError(f"--test-seeds must be in 1..{test_seeds}, got {a.test_seeds}")
-    if not 1 <= a.selection_seeds <= selection_seeds:
-        raise ValueError(f"--selection-seeds must be in 1..{selection_seeds}, got {a.selection_seeds}")
-    from rlbm_jax.study.protocol import check_run_length
-
-    check_run_length(a.seconds, a.warmup_s)
 
 
 def subcommand_main(prog: str, build_parser, run_config, commands: dict, argv=None) -> int:

@@ -94,11 +94,11 @@ def run_config(a) -> dict:
     if a.stage == "select":
         runs = a.runs or [str(Path("runs") / study.name / r) for r in study.recipes
                           if (Path("runs") / study.name / r / "config.json").is_file()]
-        k = a.selection_seeds or len(study.seeds.selection)
+        k = len(study.seeds.selection) if a.selection_seeds is None else a.selection_seeds
         return pipeline.select_config(study, runs=runs, selection_seeds=k, seconds=a.seconds, warmup_s=a.warmup_s,
                                       chunk=a.chunk, results=results, baselines=a.baselines)
     if a.stage == "test":
-        k = a.test_seeds or len(study.seeds.test)
+        k = len(study.seeds.test) if a.test_seeds is None else a.test_seeds
         return pipeline.test_config(study, test_seeds=k, seconds=a.seconds, warmup_s=a.warmup_s, chunk=a.chunk,
                                     results=results)
     if a.stage == "export":
@@ -162,10 +162,10 @@ def kit_eval_config(name: str, a) -> dict:
 
     study = get(name)
     out = a.out_dir or str(Path(a.run_dir) / "kit")
-    sel = pipeline.select_config(study, runs=[a.run_dir], selection_seeds=a.selection_seeds or
-                                 len(study.seeds.selection), seconds=a.seconds, warmup_s=a.warmup_s,
+    sel = pipeline.select_config(study, runs=[a.run_dir], selection_seeds=len(study.seeds.selection)
+                                 if a.selection_seeds is None else a.selection_seeds, seconds=a.seconds, warmup_s=a.warmup_s,
                                  chunk=a.chunk, results=out, baselines=a.baselines)
-    k = a.test_seeds or len(study.seeds.test)
+    k = len(study.seeds.test) if a.test_seeds is None else a.test_seeds
     study.seeds.first("test", k)
     return {"study": name, "select": sel,
             "test": {"test_seeds": k, "seconds": a.seconds, "warmup_s": a.warmup_s, "chunk": a.chunk, "results": out}}

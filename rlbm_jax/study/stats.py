@@ -101,17 +101,3 @@ def verdicts(comparisons: dict, alpha: float = ALPHA) -> dict:
             v = "tie"
         out[k] = {**c, "p_holm": p, "verdict": v}
     return out
-
-
-def per_config_rows(per_config: dict, agent: str, metric: str, chosen: list, fmt) -> tuple[list, int]:
-    """Markdown rows of `metric` per configuration: the agent's and each chosen baseline's
-    (mean, s.e.), and whether the agent's mean is above every baseline's; and how many
-    configurations it is above in."""
-    rows, wins = [], 0
-    for key, row in per_config.items():
-        q = row[agent][metric]
-        beat = q[0] > max(row[v][metric][0] for v in chosen)
-        wins += beat
-        rows.append(f"| {key} | {fmt(q)} | " + " | ".join(fmt(row[v][metric]) for v in chosen)
-                    + f" | {'yes' if beat else 'no'} |")
-    return rows, wins
