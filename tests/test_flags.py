@@ -75,6 +75,8 @@ BASE_ARGV = {
     ("abs", ("export",)): ["--run-dir", ABS_RUN],
     ("abs", ("ns3",)): ["--run-dir", ABS_RUN],
     ("lfq", ("ns3",)): ["--run-dir", LFQ_RUN],  # its exported graphs
+    ("lfq", ("evaluate",)): ["--run-dir", LFQ_RUN],
+    ("lfq", ("export",)): ["--run-dir", LFQ_RUN],
 }
 
 # values that the parser's type and default cannot give: (script, subcommand, dest) -> argv tokens
@@ -122,9 +124,14 @@ SAMPLES = {
     ("queuepilot", ("ns3",), "configs"): ["10:20:newreno"],  # N:RTT_MS:TCP
     ("queuepilot", ("ns3",), "variants"): ["pie-5ms"],  # a name of queuepilot.study.baseline_variants
     ("train_apg", (), "eval_seeds"): ["2"],  # at most len(TEST_SEEDS)
-    ("lfq", ("train",), "alpha"): ["10"],
+    ("lfq", ("train",), "num_envs"): ["32"],
     ("lfq", ("evaluate",), "test_seeds"): ["1"],  # at most len(lfq.study.TEST_SEEDS)
+    ("lfq", ("evaluate",), "selection_seeds"): ["1"],  # at most len(studies.lfq.SELECTION_SEEDS)
+    ("lfq", ("evaluate",), "baselines"): ["fq-100"],
+    ("lfq", ("evaluate",), "run_dir"): [str(ROOT / "results/lfq/../lfq")],
+    ("lfq", ("export",), "run_dir"): [str(ROOT / "results/lfq/../lfq")],
     ("lfq", ("evaluate",), "out_dir"): ["out"],
+    ("lfq", ("export",), "out_dir"): ["out"],
     ("lfq", ("ns3",), "run_dir"): [str(ROOT / "results/lfq/../lfq")],
     ("lfq", ("ns3",), "test_seeds"): ["1"],  # at most len(lfq.study.TEST_SEEDS)
     ("lfq", ("ns3",), "out_dir"): ["out"],

@@ -115,30 +115,83 @@ def test_ab_fork_branches_share_everything_before_and_differ_by_the_cap_after():
     assert np.all(np.isfinite(ret)) and ret[0, 0] != ret[0, 1] and np.all(ret[1] == 0)
 
 
-def test_training_raises_the_cap_from_its_start_and_exports(tmp_path):
-    """An untrained network starts near a cap of 1 packet (the paper's Fig. 4), where every
-    fork's + 1 copy wins: a few A/B iterations raise the cap and the reward.  The run
-    directory it makes exports through the CLI."""
-    from flax import serialization
-    from rlbm_jax import jsonio
-    from rlbm_jax.cli import lfq as cli
-    init, iteration, _ = S.make_trainer(S.TrainConfig(flows=4, iterations=4, duration_s=(0.6, 0.8),
-                                                      sim_overrides=tuple(SMALL.items())))
-    params, opt = init(jax.random.PRNGKey(0))
-    rows = []
-    for i in range(4):
-        params, opt, m = iteration(params, opt, jax.random.PRNGKey(100 + i))
-        rows.append({k: float(v) for k, v in m.items()})
-    assert rows[-1]["cap_pkts"] > 2 * rows[0]["cap_pkts"]
-    assert rows[-1]["reward"] > rows[0]["reward"]
-    assert rows[0]["up"] == 1.0
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.json").write_text(jsonio.dumps({"alpha": 0.01, "seeds": [0]}))
-    (run / "trained_seed0.msgpack").write_bytes(serialization.to_bytes(params))
-    assert cli.main(["export", "--run-dir", str(run)]) == 0
-    assert (run / "policy_seed0.onnx").exists()
-    assert cli.main(["train", "--run-dir", str(run), "--seeds", "5000"]) == 2  # a test seed is refused
+def _tiny_study():
+    """The lfq declaration with a tiny recipe (flows of 0.6-0.8 s on a ring of 101 packets) and
+    a few configurations of the test sweep: the kit runs it as it runs the real one."""
+    import dataclasses
+
+    from rlbm_jax.study import get
+    from rlbm_jax.studies import lfq as decl
+
+    study = get("lfq")
+    picked = lambda triples: decl._configs(triples)
+    return dataclasses.replace(
+        study, recipes={"tiny": {"alpha": 0.01, "flows": 4, "iterations": 4, "lr": 1e-3, "duration_s": (0.6, 0.8),
+                                 "sim_overrides": SMALL}},
+        selection_configs=lambda: picked([(11.25, 7.25, "newreno"), (19.25, 23.25, "cubic")]),
+        test_configs=lambda: picked([(15.5, 5.5, "newreno"), (24.5, 15.5, "cubic"), (5.5, 15.5, "newreno")]),
+        eval_s=0.5, legacy_runs={})
+
+
+def test_lfq_is_a_study_of_the_kit_trained_judged_exported_and_equal_to_its_own_rollout(tmp_path):
+    """The A/B-fork trainer through the kit: an untrained network starts near a cap of 1
+    packet (the paper's Fig. 4), where most forks' + 1 copy wins, so a few iterations raise
+    the cap and the reward.  select, test, report and export run on its networks as on a PPO
+    study's; the kit's rollout of a trained seed and of the BDP baseline gives `deploy`'s
+    numbers (integers exact, float means to their summation order); options the trainer does
+    not have are refused by name."""
+    import csv
+
+    from rlbm_jax.study import pipeline
+
+    study = _tiny_study()
+    results, run = str(tmp_path / "kit"), str(tmp_path / "run")
+    with pytest.raises(ValueError, match="--num-steps: the lfq-ab-fork trainer has no such setting"):
+        pipeline.train_config(study, recipe="tiny", seeds=[0], run_dir=run, num_steps=8, results=results)
+    with pytest.raises(ValueError, match="test"):
+        pipeline.train_config(study, recipe="tiny", seeds=[5000], run_dir=run, results=results)
+    cfg = pipeline.train_config(study, recipe="tiny", seeds=[0, 1], run_dir=run, updates=4, chunk=2, results=results)
+    assert cfg["agent"] == "lfq-ab-fork" and cfg["ab_fork"]["iterations"] == 4 and cfg["ab_fork"]["flows"] == 4
+    assert pipeline.train(study, cfg)["updates"] == 4
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["seed"] == "0"]
+    assert float(rows[-1]["cap_pkts"]) > 2 * float(rows[0]["cap_pkts"])
+    assert float(rows[-1]["reward"]) > float(rows[0]["reward"]) and float(rows[0]["up"]) > 0.5
+
+    sel = pipeline.select(study, pipeline.select_config(study, runs=[run], selection_seeds=1, seconds=None,
+                                                        warmup_s=None, chunk=8, results=results))
+    assert set(sel["chosen"]) == {"fq-100", "fq-1000", "fq-bdp", "fq-codel"}
+    tcfg = pipeline.test_config(study, test_seeds=1, seconds=None, warmup_s=None, chunk=8, results=results)
+    with pytest.raises(ValueError, match="warm-up"):
+        pipeline.test_config(study, test_seeds=1, seconds=None, warmup_s=0.1, chunk=8, results=results)
+    rep = pipeline.test(study, tcfg)
+    assert set(rep["comparisons"]["reward"]) == {"fq-100", "fq-1000", "fq-bdp", "fq-codel"}
+    md = (tmp_path / "kit" / "RESULTS.md").read_text()
+    assert "queue_max_pkts (lower is better)" in md and "ran part of the sweep" in md
+    pipeline.report(study, results)
+    assert (tmp_path / "kit" / "RESULTS.md").read_text() == md
+    recs = pipeline.export(study, pipeline.export_config(study, run_dir=run, results=results))
+    assert [r["seed"] for r in recs] == [0, 1] and all(r["ok"] for r in recs)
+
+    # the kit's runs against LFQ's own rollout (`deploy`), on the same configurations and steps
+    with open(tmp_path / "kit" / "runs.csv") as f:
+        runs = list(csv.DictReader(f))
+    configs = [(15.5, 5.5, "newreno"), (24.5, 15.5, "cubic"), (5.5, 15.5, "newreno")]
+    env = S.make_env()
+    n = jnp.asarray(S.steps_for(np.full(3, 0.5), np.asarray([c[0] * 1e6 for c in configs])))
+    steps = int(n.max())
+    assert steps == tcfg["steps"]
+    net, params = S.CapNet(), S.load_params(tmp_path / "run" / "trained_seed1.msgpack")
+    bdp = jnp.asarray(np.clip(S.bdp_pkts([c[0] * 1e6 for c in configs], [c[1] * 1e-3 for c in configs]), 1, 1000),
+                      jnp.float32)
+    for policy, cap_fn in (("tiny-seed1", lambda o: net.apply(params, o)), ("fq-bdp", lambda o: bdp)):
+        want = jax.device_get(jax.jit(lambda k: S.deploy(env, cap_fn, k, S.config_params(configs), n, steps))(
+            jax.random.PRNGKey(5000)))
+        got = [r for r in runs if r["policy"] == policy]
+        assert len(got) == 3
+        np.testing.assert_array_equal([float(r["queue_max_pkts"]) for r in got], want["queue_max_pkts"])
+        for m in ("bandwidth_mbps", "queue_pkts", "cap_pkts", "reward"):
+            np.testing.assert_allclose([float(r[m]) for r in got], want[m], rtol=2e-5, err_msg=f"{policy} {m}")
 
 
 def test_refusals():

@@ -96,11 +96,15 @@ def test_lfq_ns3_cli_judges_an_exported_graph(tmp_path):
 
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.json").write_text(jsonio.dumps({"alpha": 0.01, "seeds": [0, 1]}))
+    from rlbm_jax.lfq import onnx as lfq_onnx
+
+    (run / "config.json").write_text(jsonio.dumps({"study": "lfq", "recipe": "paper-ab", "agent": "lfq-ab-fork",
+                                                   "ab_fork": {"alpha": 0.01}, "seeds": [0, 1]}))
     params = S.CapNet().init(jax.random.PRNGKey(3), np.zeros((1, len(S.OBS_SCALE)), np.float32))
     (run / "trained_seed0.msgpack").write_bytes(serialization.to_bytes(params))
     assert cli.main(["ns3", "--run-dir", str(run)]) == 2  # nothing exported yet
-    assert cli.main(["export", "--run-dir", str(run)]) == 1  # seed 1 has no weights: named, exit 1
+    assert cli.main(["export", "--run-dir", str(run)]) == 2  # seed 1 has no weights: the run is refused whole
+    lfq_onnx.export_run(run, [0])  # seed 0 alone, so that ns3 names seed 1 as without a policy
     argv = ["ns3", "--run-dir", str(run), "--configs", "15.5:10.5:cubic", "7.5:20.5:newreno", "--test-seeds", "1",
             "--duration-s", "0.5", "--jobs", "1", "--no-progress"]
     assert cli.main(argv[:3] + ["--configs", "15.5:10.5:bbr"]) == 2

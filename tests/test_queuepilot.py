@@ -134,7 +134,13 @@ def test_cli_refuses_an_evaluation_without_a_trained_run(tmp_path):
     r = subprocess.run([sys.executable, "scripts/queuepilot.py", "evaluate", "--run-dir", str(tmp_path / "none")],
                        capture_output=True, text=True)
     assert r.returncode == 2
-    assert "trained.msgpack" in r.stderr
+    assert "holds no config.json (`study.py queuepilot train --run-dir" in r.stderr
+    # a run with its config but no weights is refused, naming what is missing
+    (tmp_path / "none").mkdir()
+    (tmp_path / "none" / "config.json").write_text('{"study": "queuepilot", "recipe": "lstm", "ppo": {}, "seeds": [0]}')
+    r = subprocess.run([sys.executable, "scripts/queuepilot.py", "evaluate", "--run-dir", str(tmp_path / "none")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "holds no trained weights" in r.stderr
 
 
 def test_a_run_of_the_script_is_a_run_of_the_kits_study_and_evaluate_is_its_select_and_test(tmp_path):

@@ -271,7 +271,7 @@ def test_the_thesis_agents_verdict_on_untouched_seeds_is_regenerated_byte_for_by
     assert c["diff"] == 0.0 and c["se"] == 0.0 and c["verdict"] == "tie"
 
 
-@pytest.mark.parametrize("name", ["thesis", "queuepilot", "abs"])
+@pytest.mark.parametrize("name", ["thesis", "queuepilot", "abs", "lfq"])
 def test_every_declared_study_resolves_before_anything_runs(name):
     """A declaration's configurations batch per policy (every baseline's variant and the agent,
     on every configuration of a role), its recipes build a trainer on its training env, and the kit lists it."""
@@ -279,7 +279,8 @@ def test_every_declared_study_resolves_before_anything_runs(name):
 
     from rlbm_jax.env.params import make_params, stack_params
     from rlbm_jax.study import declare
-    from rlbm_jax.study.pipeline import _runs, make_ppo
+    from rlbm_jax.study.agents import PPO
+    from rlbm_jax.study.pipeline import _runs
 
     assert name in declare.names()
     study = declare.get(name)
@@ -288,15 +289,19 @@ def test_every_declared_study_resolves_before_anything_runs(name):
     for role, configs in (("selection", study.selection_configs()), ("test", study.test_configs())):
         seeds = study.seeds.first(role, 2)
         for b in [None, *base.values()]:
-            runs = _runs(study, configs, seeds, study.warmup_s, b)
+            runs = _runs(study, configs, seeds, study.warmup_s, study.eval_s, b)
             assert len(runs) == len(configs) * len(seeds)
-            stacked = stack_params([make_params(**kw) for kw, _ in runs])
+            assert all(n > round(study.warmup_s / study.step_s) for _, _, n in runs)
+            stacked = stack_params([make_params(**kw) for kw, _, _ in runs])
             sizes = {x.shape[0] for x in jax.tree.leaves(stacked)}
             assert sizes == {len(runs)}, (role, b and b.name, sizes)
-    for recipe, ppo in study.recipes.items():
-        trainer = make_ppo(study, {**ppo, "num_envs": 2, "num_steps": 4, "num_minibatches": 1})
-        obs_dim = len(study.make_env(make_params(**study.train_configs()[0])).obs_layout)
-        assert trainer.env.observation_space(trainer.env_params).shape[-1] == obs_dim, recipe
+    obs_dim = len(study.make_env(make_params(**study.train_configs()[0])).obs_layout)
+    for recipe, settings in study.recipes.items():
+        if study.agent_kind is PPO:
+            trainer = PPO.make_ppo(study, {**settings, "num_envs": 2, "num_steps": 4, "num_minibatches": 1})
+            assert trainer.env.observation_space(trainer.env_params).shape[-1] == obs_dim, recipe
+        else:
+            assert study.agent_kind.settings(settings, 1, {})["iterations"] == 1
 
 
 def test_a_declared_legacy_run_is_taken_as_its_recipe_and_no_other_run_is(tmp_path):
@@ -358,7 +363,7 @@ def test_a_fitted_baseline_trains_on_declared_training_seeds_and_its_fit_is_on_r
         Baseline("x", "x", {}, act, fit=fit)
 
 
-@pytest.mark.parametrize("name", ["queuepilot", "abs"])
+@pytest.mark.parametrize("name", ["queuepilot", "abs", "lfq"])
 def test_the_committed_kit_results_are_regenerated_byte_for_byte(name, tmp_path, monkeypatch):
     """`report` on a copy of a committed kit folder (its ledger, selection.csv and runs.csv)
     writes the committed RESULTS.md again, to the byte, and finds nothing stale."""

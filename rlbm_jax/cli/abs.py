@@ -39,10 +39,10 @@ def build_parser():
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train the agent with PPO on the training traces: the study kit's train "
                                      "(study.py abs train)")
-    add_kit_train_args(t, run_dir="runs/abs")
+    add_kit_train_args(t, run_dir="runs/abs", study="abs")
     e = sub.add_parser("evaluate", help="judge the trained agent against the buffer-sizing baselines: the study "
                                         "kit's select, then test (study.py abs select --runs RUN, then test)")
-    add_kit_eval_args(e, run_dir="runs/abs")
+    add_kit_eval_args(e, run_dir="runs/abs", study="abs")
     x, n = add_export_ns3(sub, run_dir="runs/abs", seeds=2, seconds=20.0, warmup_s=S.EVAL_WARMUP_S,
                           ns3_help="judge the exported agent and the baselines inside ns-3, beside JAX")
     n.add_argument("--traces", nargs="+", default=["wifi"], help="test traces (no outage: ns-3 refuses rate 0)")

@@ -59,7 +59,7 @@ def build_parser():
                         "observation statistics (fresh envs and optimiser moments; updates count on)")
     e = sub.add_parser("evaluate", help="judge the trained agent against the classic AQMs: the study kit's select, "
                                         "then test (study.py queuepilot select --runs RUN, then test)")
-    add_kit_eval_args(e, run_dir="runs/queuepilot")
+    add_kit_eval_args(e, run_dir="runs/queuepilot", study="queuepilot")
     x, n = add_export_ns3(sub, run_dir="runs/queuepilot", seeds=3, seconds=qp.EVAL_S, warmup_s=qp.EVAL_WARMUP_S,
                           ns3_help="judge the exported agent inside ns-3 against the classic AQMs, beside JAX")
     n.add_argument("--configs", nargs="+", default=list(NS3_CONFIGS), metavar="N:RTT_MS:TCP",

@@ -24,15 +24,21 @@ PROG = "study.py"
 TRAIN_FLAGS = {"num_envs": "--num-envs", "num_steps": "--num-steps", "total_updates": "--updates", "lr": "--lr"}
 
 
-def _add_train_options(t) -> None:
-    """The options of a training run besides its recipe and folder."""
+def _add_train_options(t, takes=("num_envs", "num_steps", "lr")) -> None:
+    """The options of a training run besides its recipe and folder (`takes`: the trainer's
+    settings it may override; study.py offers all, and refuses by name what a study's
+    trainer lacks)."""
     add_overwrite_arg(t)
     t.add_argument("--seed", type=int, default=0, help="first training seed")
-    t.add_argument("--num-seeds", type=int, default=3, help="independent training seeds, vmapped")
-    t.add_argument("--num-envs", type=int, default=None, help="envs per seed (unset: the recipe's)")
-    t.add_argument("--num-steps", type=int, default=None, help="rollout length (unset: the recipe's)")
-    t.add_argument("--lr", type=float, default=None, help="learning rate (unset: the recipe's)")
-    t.add_argument("--updates", type=int, default=200, help="PPO updates at most")
+    t.add_argument("--num-seeds", type=int, default=3, help="independent training seeds (PPO: vmapped)")
+    if "num_envs" in takes:
+        t.add_argument("--num-envs", type=int, default=None, help="envs per seed (LFQ: flows per iteration; unset: "
+                                                                  "the recipe's)")
+    if "num_steps" in takes:
+        t.add_argument("--num-steps", type=int, default=None, help="rollout length (unset: the recipe's)")
+    if "lr" in takes:
+        t.add_argument("--lr", type=float, default=None, help="learning rate (unset: the recipe's)")
+    t.add_argument("--updates", type=int, default=200, help="PPO updates (LFQ: iterations) at most")
     t.add_argument("--chunk", type=int, default=5, help="updates per compiled call (checkpoint and budget check)")
     t.add_argument("--time-budget-s", type=float, default=None, help="stop after this much training wall time")
 
@@ -111,11 +117,13 @@ def run_config(a) -> dict:
 
 
 # ---- a study script's `train`: the kit's train ---------------------------------------------
-def add_kit_train_args(t, *, run_dir: str) -> None:
+def add_kit_train_args(t, *, run_dir: str, study: str) -> None:
     """The options of a study script's `train`, which is `study.py NAME train` (its first
-    recipe) with the same options."""
+    recipe) with the same options, less those its trainer does not take."""
+    from rlbm_jax.study import get
+
     t.add_argument("--run-dir", default=run_dir)
-    _add_train_options(t)
+    _add_train_options(t, takes=tuple(get(study).agent_kind.options))
 
 
 def kit_train_config(name: str, a) -> dict:
@@ -123,8 +131,8 @@ def kit_train_config(name: str, a) -> dict:
     in <run-dir>/kit, where the script's `evaluate` writes)."""
     argv = [name, "train", "--run-dir", a.run_dir, "--seed", str(a.seed), "--num-seeds", str(a.num_seeds),
             "--updates", str(a.updates), "--chunk", str(a.chunk), "--results", str(Path(a.run_dir) / "kit")]
-    for flag, v in (("--num-envs", a.num_envs), ("--num-steps", a.num_steps), ("--lr", a.lr),
-                    ("--time-budget-s", a.time_budget_s)):
+    for flag, v in (("--num-envs", getattr(a, "num_envs", None)), ("--num-steps", getattr(a, "num_steps", None)),
+                    ("--lr", getattr(a, "lr", None)), ("--time-budget-s", a.time_budget_s)):
         if v is not None:
             argv += [flag, repr(v)]
     return run_config(build_parser().parse_args(argv + (["--overwrite"] if a.overwrite else [])))
@@ -137,18 +145,22 @@ def kit_train(prog: str, cfg: dict) -> int:
         pipeline.train(get(cfg["study"]), cfg)
     except ValueError as e:
         return fail(prog, str(e))
-    print(f"wrote {cfg['run_dir']}/ (config.json, metrics.csv, curves.png, trained.msgpack)")
+    print(f"wrote {cfg['run_dir']}/ (config.json, metrics.csv, curves.png and the trained weights)")
     return 0
 
 
 # ---- a study script's `evaluate`: the kit's select then test ----------------------------------
-def add_kit_eval_args(e, *, run_dir: str) -> None:
+def add_kit_eval_args(e, *, run_dir: str, study: str) -> None:
     """The options of a study script's `evaluate`, which is `study.py NAME select --runs
-    RUN --results OUT` then `study.py NAME test --results OUT`."""
+    RUN --results OUT` then `study.py NAME test --results OUT` (no --warmup-s for a study
+    whose runs have none)."""
+    from rlbm_jax.study import get
+
     e.add_argument("--run-dir", default=run_dir, help="the trained run to judge")
     e.add_argument("--out-dir", default=None, help="the kit's results folder (default: <run-dir>/kit)")
     e.add_argument("--seconds", type=float, default=None, help="simulated seconds per run (unset: the study's)")
-    e.add_argument("--warmup-s", type=float, default=None, help="left out of every score (unset: the study's)")
+    if get(study).run_steps is None:
+        e.add_argument("--warmup-s", type=float, default=None, help="left out of every score (unset: the study's)")
     e.add_argument("--selection-seeds", type=int, default=None, help="the first K selection seeds (unset: all)")
     e.add_argument("--test-seeds", type=int, default=None, help="the first K test seeds (unset: all)")
     e.add_argument("--baselines", nargs="+", default=None, help="baseline variants (unset: every declared one)")
@@ -162,13 +174,14 @@ def kit_eval_config(name: str, a) -> dict:
 
     study = get(name)
     out = a.out_dir or str(Path(a.run_dir) / "kit")
+    warmup_s = getattr(a, "warmup_s", None)
     sel = pipeline.select_config(study, runs=[a.run_dir], selection_seeds=len(study.seeds.selection)
-                                 if a.selection_seeds is None else a.selection_seeds, seconds=a.seconds, warmup_s=a.warmup_s,
+                                 if a.selection_seeds is None else a.selection_seeds, seconds=a.seconds, warmup_s=warmup_s,
                                  chunk=a.chunk, results=out, baselines=a.baselines)
     k = len(study.seeds.test) if a.test_seeds is None else a.test_seeds
     study.seeds.first("test", k)
     return {"study": name, "select": sel,
-            "test": {"test_seeds": k, "seconds": a.seconds, "warmup_s": a.warmup_s, "chunk": a.chunk, "results": out}}
+            "test": {"test_seeds": k, "seconds": a.seconds, "warmup_s": warmup_s, "chunk": a.chunk, "results": out}}
 
 
 def kit_evaluate(prog: str, cfg: dict) -> int:
@@ -203,7 +216,7 @@ def main(argv=None) -> int:
     try:
         if a.stage == "train":
             pipeline.train(study, cfg)
-            print(f"wrote {cfg['run_dir']}/ (config.json, metrics.csv, curves.png, trained.msgpack)")
+            print(f"wrote {cfg['run_dir']}/ (config.json, metrics.csv, curves.png and the trained weights)")
         elif a.stage == "select":
             res = pipeline.select(study, cfg)
             print(f"chosen: {res['chosen']}; recipe {res['chosen_recipe']['recipe']} "

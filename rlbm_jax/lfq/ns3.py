@@ -103,7 +103,7 @@ def score_run(rows: list, rep: dict, ep, n: int, formulation) -> dict:
 
 def run_ns3(cfg: dict, progress: bool = True) -> tuple[dict, dict]:
     """Every policy x config x test seed in ns-3: ({policy: {metric: array}} laid out as
-    `study.evaluate_run` lays out JAX's, wall seconds per policy)."""
+    `jax_runs` lays out JAX's, wall seconds per policy)."""
     from rlbm_jax.ns3 import harness
     from rlbm_jax.progress import Progress
 
@@ -119,7 +119,7 @@ def run_ns3(cfg: dict, progress: bool = True) -> tuple[dict, dict]:
         fns[u] = fn
     binary = harness.build_ns3()
     workdir = Path(cfg["run_dir"]) / "ns3_runs"
-    # as `study.evaluate_run` lays them out: LFQ [training seeds, test seeds, configs], a baseline
+    # as `jax_runs` lays them out: LFQ [training seeds, test seeds, configs], a baseline
     # [test seeds, 1, configs] (its units the test seeds)
     out = {p: {m: np.full((len(units), len(seeds), len(configs)) if p == "LFQ" else (len(seeds), 1, len(configs)),
                           np.nan) for m in S.METRICS} for p in cfg["baselines_run"]}
@@ -156,26 +156,30 @@ def run_ns3(cfg: dict, progress: bool = True) -> tuple[dict, dict]:
 
 
 def jax_runs(cfg: dict) -> tuple[dict | None, str]:
-    """The JAX evaluation of the same policies, configs and test seeds: read from the run's
-    results.json (`lfq.py evaluate`) where it covers them, else run (`study.run_policy`);
-    (runs, where they came from)."""
-    run = Path(cfg["run_dir"])
-    configs = [tuple(c) for c in cfg["configs"]]
-    res_path = run / "results.json"
-    if res_path.is_file():
-        res = json.loads(res_path.read_text())
-        have = [tuple(c) for c in res["test_configs"]]
-        ok = (res["duration_s"] == cfg["duration_s"] and set(cfg["test_seeds"]) <= set(res["test_seeds"])
-              and set(configs) <= set(have) and res["config"]["seeds_evaluated"] == cfg["training_seeds"]
-              and all(p in res["runs"] for p in cfg["baselines_run"]))
-        if ok:
-            si = [res["test_seeds"].index(s) for s in cfg["test_seeds"]]
-            ci = [have.index(c) for c in configs]
-            pick = lambda p, x: x[:, si][:, :, ci] if p == "LFQ" else x[si][:, :, ci]
-            return ({p: {m: pick(p, np.asarray(res["runs"][p][m])) for m in S.METRICS}
-                     for p in cfg["baselines_run"]}, f"{res_path.name} (`lfq.py evaluate`)")
-    return (S.run_policies(run, cfg["training_seeds"], cfg["baselines_run"], configs, cfg["test_seeds"],
-                           cfg["duration_s"], cfg["alpha"]), "run here (`study.run_policies`)")
+    """The JAX evaluation of the same policies, configs and test seeds, run here by the study
+    kit's rollout (`rlbm_jax.studies.lfq`'s baselines and actors); (runs {policy: {metric:
+    [units, test seeds, configs]}}, where they came from)."""
+    from rlbm_jax.study import get, pipeline
+    from rlbm_jax.studies.lfq import _configs
+
+    study = get("lfq")
+    configs = _configs([tuple(c) for c in cfg["configs"]])
+    seeds, seconds = cfg["test_seeds"], cfg["duration_s"]
+    steps, warm = pipeline._steps(study, configs, seconds, 0.0)
+    names = [p for p in cfg["baselines_run"] if p != "LFQ"]
+    agents = [("LFQ", cfg["run_dir"])] if "LFQ" in cfg["baselines_run"] else []
+    table = pipeline._policies(study, names, lambda b: pipeline._runs(study, configs, seeds, 0.0, seconds, b),
+                               steps, warm, 50, agents=agents)
+    shape = (len(seeds), len(configs))
+    grid = lambda res, m: np.asarray([float(r[m]) for r in res]).reshape(len(configs), len(seeds)).T.reshape(shape)
+    out = {}
+    for p in cfg["baselines_run"]:
+        units = [res for pol, (meta, res) in table.items() if (meta["family"] == "LFQ" and meta["kind"] == "agent")
+                 == (p == "LFQ") and (p == "LFQ" or pol == p)]
+        # the agent's units are its training seeds [units, seeds, configs]; a baseline's its test seeds [seeds, 1, configs]
+        out[p] = {m: np.stack([grid(res, m) for res in units]) if p == "LFQ" else grid(units[0], m)[:, None]
+                  for m in S.METRICS}
+    return out, "run here (the study kit's rollout, `study.py lfq`)"
 
 
 def ns3_config(run: Path, test_seeds: int, duration_s: float, configs: list, baselines: list | None, jobs: int,
@@ -184,6 +188,7 @@ def ns3_config(run: Path, test_seeds: int, duration_s: float, configs: list, bas
     if not cfg_path.is_file():
         raise ValueError(f"--run-dir {run}: no config.json (run `lfq.py train --run-dir {run}` first)")
     train = json.loads(cfg_path.read_text())
+    alpha = float(train["ab_fork"]["alpha"] if "ab_fork" in train else train["alpha"])  # a kit run, or a pre-kit one
     if not 1 <= test_seeds <= len(S.TEST_SEEDS):
         raise ValueError(f"--test-seeds must be 1..{len(S.TEST_SEEDS)}, got {test_seeds}")
     if not duration_s > 0:
@@ -205,7 +210,7 @@ def ns3_config(run: Path, test_seeds: int, duration_s: float, configs: list, bas
     configs = [list(parse_config(c)) for c in configs] if configs else [list(c) for c in S.test_configs()]
     names = list(S.BASELINES) if baselines is None else list(dict.fromkeys(baselines))
     return {"cmd": "ns3", "run_dir": str(run), "out_dir": str(Path(out_dir) if out_dir else run / "ns3"),
-            "alpha": float(train["alpha"]), "training_seeds": [int(s) for s in policies],
+            "alpha": alpha, "training_seeds": [int(s) for s in policies],
             "training_seeds_without_policy": missing, "policies": policies,
             "test_seeds": list(S.TEST_SEEDS[:test_seeds]), "duration_s": duration_s, "configs": configs,
             "baselines_run": ["LFQ", *names], "jobs": jobs, "fresh_ns3": fresh, "jax": jax,
@@ -317,3 +322,4 @@ def plot(n3: dict, jx: dict | None, configs, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+

@@ -4,7 +4,6 @@ clipped to the action's range.  MatMul/Add/LeakyRelu nodes; the metadata (`rlbm.
 names the formulation, the observation's layout and what the output sets."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -62,21 +61,21 @@ def check(path, params, obs) -> float:
     return float(np.max(np.abs(got - want)))
 
 
-def export_run(run) -> list:
-    """policy_seed<s>.onnx for every seed of a train run, each checked against the JAX network
-    on 256 observations drawn over twice each signal's scale. Returns [(path, largest
-    difference)], or (None, why) for a seed without weights."""
+def formulation_of(alpha: float) -> str:
+    """The formulation id of a network trained with the reward's queue price `alpha`."""
+    return "LFQ-a10-v0" if float(alpha) == 10.0 else "LFQ-v0"
+
+
+def export_run(run, seeds, formulation: str = "LFQ-v0") -> list:
+    """policy_seed<s>.onnx for each of `seeds` of a train run (its trained_seed<s>.msgpack),
+    each checked against the JAX network on 256 observations drawn over twice each signal's
+    scale. Returns [(seed, path, largest difference in packets)]."""
     run = Path(run)
-    cfg = json.loads((run / "config.json").read_text())
-    formulation = "LFQ-a10-v0" if float(cfg["alpha"]) == 10.0 else "LFQ-v0"
     out = []
-    for seed in cfg["seeds"]:
-        if not (run / f"trained_seed{seed}.msgpack").exists():
-            out.append((None, f"seed {seed}: no trained_seed{seed}.msgpack in {run}, not exported"))
-            continue
+    for seed in seeds:
         params = S.load_params(run / f"trained_seed{seed}.msgpack")
         path = to_onnx(params, run / f"policy_seed{seed}.onnx", formulation=formulation)
         rng = np.random.default_rng(seed)
         probe = rng.uniform(0.0, 1.0, (256, len(S.OBS_SCALE))) * S.OBS_SCALE * 2.0  # inputs over twice each scale
-        out.append((path, check(path, params, probe)))
+        out.append((seed, path, check(path, params, probe)))
     return out

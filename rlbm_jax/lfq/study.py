@@ -1,4 +1,5 @@
-"""LFQ's offline training by A/B forking, as one batched step, and its evaluation.
+"""LFQ's offline training by A/B forking, as one batched step; the grid, the test sweep and
+the baselines its study (`rlbm_jax.studies.lfq`) declares; the summaries of its ns-3 report.
 
 The paper (Sec. V) draws 20 flows (bandwidth 5-25 Mbit/s, delay 5-25 ms, duration 3.75-6.25
 s, New Reno or BIC), lets the network set each flow's cap every 10th packet, and at a random
@@ -30,7 +31,6 @@ gradient descent at a learning rate of 0.01; here Adam at 1e-3 over batches of `
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import flax.linen as nn
@@ -53,7 +53,6 @@ MAX_RATE_BPS, MAX_DELAY_S = 25e6, 0.025
 TEST_FIXED = 15.5  # Mbit/s for the delay sweep, ms for the bandwidth sweep (off the training grid)
 TEST_SWEEP = tuple(x + 0.5 for x in range(5, 25))  # 5.5 .. 24.5
 TEST_DURATION_S = 5.0
-TRAIN_SEEDS = (0, 1, 2)
 TEST_SEEDS = (5000, 5001)
 # each signal's scale at the network's input (queue, std, cap: packets; rates: Mbit/s; s)
 SIGNAL_SCALE = (100.0, 100.0, 100.0, 10.0, 10.0, 1.0)
@@ -94,15 +93,28 @@ def max_steps(duration_s: float = DURATION_S[1]) -> int:
     return int(steps_for(duration_s, MAX_RATE_BPS))
 
 
+def far_delay_line_ticks(policy: str = "fq", **overrides) -> int:
+    """The delay line every LFQ configuration gets so that all of them batch: the slowest
+    tick's (the fastest link's) at the longest delay."""
+    return make_params(**scenarios.lfq(rate_bps=MAX_RATE_BPS, delay_s=MAX_DELAY_S, policy=policy,
+                                       **overrides)).delay_line_ticks
+
+
+def config_kw(rate_mbps: float, delay_ms: float, tcp: str, policy: str = "fq", cap_pkts: float = 100.0,
+              delay_line_ticks: int | None = None, **overrides) -> dict:
+    """The make_params arguments of the configuration (rate_mbps, delay_ms, tcp), its delay
+    line sized to batch with every other (`far_delay_line_ticks`)."""
+    if delay_line_ticks is None:
+        delay_line_ticks = far_delay_line_ticks(policy, **overrides)
+    return scenarios.lfq(rate_bps=rate_mbps * 1e6, delay_s=delay_ms * 1e-3, tcp=tcp, cap_pkts=cap_pkts,
+                         delay_line_ticks=delay_line_ticks, policy=policy, **overrides)
+
+
 def config_params(configs, policy: str = "fq", cap_pkts: float = 100.0, **overrides):
-    """Stacked SimParams [N] of configs [(rate_mbps, delay_ms, tcp)], their delay lines
-    sized for the slowest tick's longest delay so they batch (`overrides`: other
-    `scenarios.lfq` parameters, the same for all)."""
-    far = make_params(**scenarios.lfq(rate_bps=MAX_RATE_BPS, delay_s=MAX_DELAY_S, policy=policy, **overrides))
-    items = [make_params(**scenarios.lfq(rate_bps=r * 1e6, delay_s=d * 1e-3, tcp=t, cap_pkts=cap_pkts,
-                                         delay_line_ticks=far.delay_line_ticks, policy=policy, **overrides))
-             for r, d, t in configs]
-    return stack_params(items)
+    """Stacked SimParams [N] of configs [(rate_mbps, delay_ms, tcp)] (`config_kw`; `overrides`:
+    other `scenarios.lfq` parameters, the same for all)."""
+    far = far_delay_line_ticks(policy, **overrides)
+    return stack_params([make_params(**config_kw(r, d, t, policy, cap_pkts, far, **overrides)) for r, d, t in configs])
 
 
 def train_configs():
@@ -299,26 +311,6 @@ def load_params(path):
     return serialization.from_bytes(template, Path(path).read_bytes())
 
 
-def run_policy(name_or_params, configs, seeds, duration_s: float, alpha: float = 0.01) -> dict:
-    """Every config x seed run of one policy: a baseline name (`BASELINES`) or trained
-    network params.  Returns {metric: [seeds, configs]}."""
-    env = make_env(alpha)
-    rates = np.asarray([c[0] * 1e6 for c in configs])
-    n = jnp.asarray(steps_for(np.full(len(configs), duration_s), rates))
-    steps = int(steps_for(duration_s, rates.max()))
-    if isinstance(name_or_params, str):
-        policy, _ = BASELINES[name_or_params]
-        sims = config_params(configs, policy=policy, cap_pkts=100.0)
-        caps = jnp.asarray(baseline_caps(name_or_params, configs), jnp.float32)
-        fn = jax.jit(lambda k: deploy(env, lambda obs: caps, k, sims, n, steps))
-    else:
-        net, p = CapNet(), name_or_params
-        sims = config_params(configs)
-        fn = jax.jit(lambda k: deploy(env, lambda obs: net.apply(p, obs), k, sims, n, steps))
-    outs = [jax.device_get(fn(jax.random.PRNGKey(s))) for s in seeds]
-    return {m: np.stack([o[m] for o in outs]) for m in METRICS}
-
-
 def _mean_se(x):
     x = np.asarray(x, np.float64)
     return float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else float("nan")
@@ -355,22 +347,6 @@ def correlations(agent_runs: dict, configs) -> dict:
     return out
 
 
-def run_policies(run, training_seeds, names, configs, test_seeds, duration_s: float, alpha: float) -> dict:
-    """{name: {metric: array}} for "LFQ" (each training seed's network of `run`: [training
-    seeds, test seeds, configs]) and baselines ([test seeds, 1, configs]: their units are the
-    test seeds)."""
-    run, out = Path(run), {}
-    for name in names:
-        if name == "LFQ":
-            agent = [run_policy(load_params(run / f"trained_seed{s}.msgpack"), configs, test_seeds, duration_s, alpha)
-                     for s in training_seeds]
-            out[name] = {m: np.stack([a[m] for a in agent]) for m in METRICS}
-        else:
-            r = run_policy(name, configs, test_seeds, duration_s, alpha)
-            out[name] = {m: r[m][:, None] for m in METRICS}
-    return out
-
-
 def verdict(agent, base, higher_better: bool) -> str:
     """'better' / 'worse' where two (mean, standard error) pairs differ by more than twice
     the combined standard error, else 'tie'."""
@@ -379,78 +355,6 @@ def verdict(agent, base, higher_better: bool) -> str:
     if abs(a - b) <= 2 * se or a == b:
         return "tie"
     return "better" if (a > b) == higher_better else "worse"
-
-
-def evaluate_run(run, test_seeds, duration_s: float, out_dir) -> dict:
-    """Every training seed's network and the baselines on the test sweep (`test_configs`)."""
-    from rlbm_jax import jsonio
-    run, out_dir = Path(run), Path(out_dir)
-    cfg = json.loads((run / "config.json").read_text())
-    alpha = float(cfg["alpha"])
-    configs = test_configs()
-    seeds = [int(s) for s in cfg["seeds"] if (run / f"trained_seed{s}.msgpack").exists()]
-    missing = [int(s) for s in cfg["seeds"] if int(s) not in seeds]
-    if not seeds:
-        raise ValueError(f"{run}: no trained_seed<s>.msgpack for any of the seeds {cfg['seeds']}")
-    cfg = {**cfg, "seeds_evaluated": seeds, "seeds_missing": missing}
-    runs = run_policies(run, seeds, ["LFQ", *BASELINES], configs, test_seeds, duration_s, alpha)
-    table = summarize(runs, configs)
-    corr = correlations(runs["LFQ"], configs)
-    md = markdown(table, corr, cfg, test_seeds, duration_s)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    res = {"config": cfg, "test_seeds": list(test_seeds), "duration_s": duration_s, "test_configs": configs,
-           "summary": table, "correlations": corr, "paper_table7": PAPER_TABLE7,
-           "runs": {k: {m: np.asarray(v[m]).tolist() for m in METRICS} for k, v in runs.items()}}
-    (out_dir / "results.json").write_text(jsonio.dumps(res) + "\n")
-    (out_dir / "RESULTS.md").write_text(md)
-    plot_caps(runs["LFQ"], configs, out_dir / "caps.png")
-    res["markdown_table"] = md
-    return res
-
-
-def markdown(table: dict, corr: dict, cfg: dict, test_seeds, duration_s) -> str:
-    f = lambda ms, d=1: f"{ms[0]:.{d}f} ± {ms[1]:.{d}f}"
-    lines = [f"# LFQ (alpha {cfg['alpha']:g}) against fq and FQ-CoDel: the test sweep",
-             "",
-             f"{len(test_configs())} held-out configurations (delays {TEST_SWEEP[0]}-{TEST_SWEEP[-1]} ms at "
-             f"{TEST_FIXED} Mbit/s, bandwidths {TEST_SWEEP[0]}-{TEST_SWEEP[-1]} Mbit/s at {TEST_FIXED} ms, NewReno "
-             f"and CUBIC; training used whole Mbit/s and ms) x test seeds {list(test_seeds)}, one flow of "
-             f"{duration_s:g} s each. Mean ± standard error over the {len(cfg['seeds_evaluated'])} training seeds "
-             f"{cfg['seeds_evaluated']} (LFQ) or the test seeds (baselines)."
-             + (f" Trained but without weights here, so not evaluated: seeds {cfg['seeds_missing']}."
-                if cfg["seeds_missing"] else ""), "",
-             "| policy | TCP | throughput (Mbit/s) | max queue (pkts) | avg queue (pkts) | mean cap (pkts) | reward |",
-             "|---|---|---|---|---|---|---|"]
-    for name, per in table.items():
-        for tcp, m in per.items():
-            lines.append(f"| {name} | {tcp} | {f(m['bandwidth_mbps'], 2)} | {f(m['queue_max_pkts'])} | "
-                         f"{f(m['queue_pkts'])} | {f(m['cap_pkts'])} | {f(m['reward'], 3)} |")
-    lines += ["", "The learnt cap against the configuration (the paper's Tables I-IV: correlation with bandwidth at "
-              "a fixed delay and with delay at a fixed bandwidth; the mean cap):", "",
-              "| TCP | corr. bandwidth | corr. delay | mean cap (pkts) |", "|---|---|---|---|"]
-    for tcp, c in corr.items():
-        lines.append(f"| {tcp} | {c['bandwidth']:.3f} | {c['delay']:.3f} | {c['mean_cap_pkts']:.1f} |")
-    lines += ["", "LFQ against each baseline (all flows; 'better' / 'worse' where the difference exceeds twice the "
-              "combined standard error, else 'tie'):", "",
-              "| baseline | throughput | max queue | avg queue | reward | LFQ's avg queue / its | LFQ's max queue / its |",
-              "|---|---|---|---|---|---:|---:|"]
-    agent = table["LFQ"]["all"]
-    for name, per in table.items():
-        if name == "LFQ":
-            continue
-        base = per["all"]
-        v = lambda m, higher_better: verdict(agent[m], base[m], higher_better)
-        lines.append(f"| {name} | {v('bandwidth_mbps', True)} | {v('queue_max_pkts', False)} | "
-                     f"{v('queue_pkts', False)} | {v('reward', True)} | "
-                     f"{agent['queue_pkts'][0] / base['queue_pkts'][0]:.2f} | "
-                     f"{agent['queue_max_pkts'][0] / base['queue_max_pkts'][0]:.2f} |")
-    lines += ["", "The paper's Table VII (400 flows, both CCAs; throughput Mbit/s, max / avg queue packets):", ""]
-    lines += [f"- {k}: {v[0]} Mbit/s, {v[1]} / {v[2]}" for k, v in PAPER_TABLE7.items()]
-    lines += ["", "There LFQ (offline, alpha 0.01) has about the throughput of fq and FQ-CoDel at less than half "
-              "their average queue and a quarter (fq-100) to a sixth (FQ-CoDel) of their largest queue. One flow "
-              "through the fair queue is deterministic in this simulator: the test seeds give the same runs, so a "
-              "baseline's standard error is 0 and LFQ's is over its training seeds."]
-    return "\n".join(lines) + "\n"
 
 
 def plot_caps(agent_runs: dict, configs, path) -> None:
@@ -474,7 +378,7 @@ def plot_caps(agent_runs: dict, configs, path) -> None:
         ax.legend()
     fig.suptitle("LFQ's learnt cap on the test sweep (mean ± s.d. over training seeds)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)
 
 

@@ -81,6 +81,19 @@ class Study:
                          function(config) -> exit code, config = the `ns3` stage's (the run,
                          its exported policies, the chosen baselines, seeds, jobs, out_dir);
                          imported when the stage runs (a script's module may hold it)
+    agent                how the agent is trained, loaded and exported (`rlbm_jax.study.agents`:
+                         an AgentKind; None is PPO, `agents.PPO`)
+    ticks_per_step       > 0: the agent's interval is that many ticks (a packet-timed study,
+                         whose interval in seconds differs by configuration), not step_s
+    run_steps            None, or (configuration, seconds) -> the steps of an evaluation run of
+                         that length (a packet-timed study); a run then scores its own steps, and
+                         warmup_s must be 0; default round(seconds / step_s)
+    step_max             names of step_record scored by their largest value over the run's
+                         scored steps, not their mean
+    recorded             names of step_record written to selection.csv and runs.csv beside the
+                         judged metrics, not judged (what a study's report reads)
+    report_extra         None, or (runs.csv rows, the test's config, results folder) ->
+                         markdown lines the report appends (it may write a figure there)
     """
 
     name: str
@@ -105,6 +118,12 @@ class Study:
     train_draws: dict = dataclasses.field(default_factory=dict)
     legacy_runs: dict = dataclasses.field(default_factory=dict)
     ns3: str | None = None
+    agent: Any = None
+    ticks_per_step: int = 0
+    run_steps: Callable | None = None
+    step_max: tuple = ()
+    recorded: tuple = ()
+    report_extra: Callable | None = None
 
     def __post_init__(self):
         if not self.recipes:
@@ -119,13 +138,35 @@ class Study:
         for run, recipe in self.legacy_runs.items():
             if recipe not in self.recipes:
                 raise ValueError(f"study {self.name}: legacy run {run} names recipe {recipe!r}, not declared")
+        if self.run_steps is not None and self.warmup_s != 0:
+            raise ValueError(f"study {self.name}: a study that counts its runs' steps itself (run_steps) has no "
+                             f"warm-up (warmup_s 0, got {self.warmup_s})")
+        extra = set(self.step_max) | set(self.recorded)
+        if extra and self.step_record is None:
+            raise ValueError(f"study {self.name}: step_max and recorded name step_record's scalars; it has none")
+
+    @property
+    def agent_kind(self):
+        """How the study's agent is trained and loaded (`rlbm_jax.study.agents`)."""
+        if self.agent is not None:
+            return self.agent
+        from rlbm_jax.study.agents import PPO
+
+        return PPO
+
+    def steps(self, config: dict, seconds: float) -> int:
+        """The agent steps of an evaluation run of `seconds` on `config`."""
+        if self.run_steps is not None:
+            return int(self.run_steps(config, seconds))
+        return int(round(seconds / self.step_s))
 
     def make_env(self, sim_params, episode_s: float | None = None):
         """The env of one configuration at the study's interval."""
         from rlbm_jax.env.rlbm_env import RLBMEnv
 
         return RLBMEnv(sim_params, formulation=self.formulation, agent_interval_s=self.step_s,
-                       episode_s=self.episode_s if episode_s is None else episode_s)
+                       episode_s=self.episode_s if episode_s is None else episode_s,
+                       ticks_per_step=self.ticks_per_step)
 
     def eval_env(self, sim_params, steps: int):
         """The env of an evaluation run of `steps` steps (its episode one step longer: no

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import sys
 import time
 from pathlib import Path
 
@@ -36,31 +35,11 @@ AGENT = "agent"
 
 
 # ---- training --------------------------------------------------------------------------
-def make_ppo(study: Study, ppo: dict, episode_s: float | None = None):
-    """The PPO trainer of settings `ppo` on the study's training mix (one configuration drawn
-    per episode) or its own training env (`train_env`); the reward times `reward_scale`."""
-    from rlbm_jax.env.params import make_params
-    from rlbm_jax.env.randomize import MixtureEnv
-    from rlbm_jax.env.wrappers import RewardScale
-    from rlbm_jax.ppo import PPO, PPOConfig
-
-    if study.train_env is not None:
-        env, params = study.train_env(study.episode_s if episode_s is None else episode_s)
-    else:
-        sims = [make_params(**kw) for kw in study.train_configs()]
-        env = MixtureEnv(study.make_env(sims[0], episode_s), sims)
-        params = env.default_params
-    if study.reward_scale != 1.0:
-        env = RewardScale(env, study.reward_scale)
-    return PPO(env, params, PPOConfig.from_dict(ppo))
-
-
 def train_config(study: Study, *, recipe: str, seeds: list, run_dir: str, num_envs: int | None = None,
                  num_steps: int | None = None, updates: int = 200, chunk: int = 5, lr: float | None = None,
                  time_budget_s: float | None = None, overwrite: bool = False, results: str) -> dict:
     from rlbm_jax.env.model import json_value
     from rlbm_jax.env.params import config_record
-    from rlbm_jax.ppo import PPOConfig
 
     if recipe not in study.recipes:
         raise ValueError(f"--recipe {recipe!r}: study {study.name} declares {', '.join(study.recipes)}")
@@ -69,16 +48,14 @@ def train_config(study: Study, *, recipe: str, seeds: list, run_dir: str, num_en
     if time_budget_s is not None and not time_budget_s > 0:
         raise ValueError(f"--time-budget-s must be positive, got {time_budget_s}")
     seeds = study.seeds.check("train", seeds)
-    ppo = dict(study.recipes[recipe])
-    for k, v in (("num_envs", num_envs), ("num_steps", num_steps), ("lr", lr)):
-        if v is not None:
-            ppo[k] = v
-    ppo["total_updates"] = updates
-    ppo = PPOConfig.from_dict(ppo).to_dict()
+    kind = study.agent_kind
+    settings = kind.settings(study.recipes[recipe], updates,
+                             {"num_envs": num_envs, "num_steps": num_steps, "lr": lr})
     configs = study.train_configs()
     return {"study": study.name, "stage": "train", "recipe": recipe, "run_dir": run_dir, "results": results,
-            "overwrite": overwrite, "ppo": ppo, "episode_s": study.episode_s, "reward_scale": study.reward_scale,
-            "seeds": seeds, "updates": updates, "chunk": chunk, "time_budget_s": time_budget_s,
+            "overwrite": overwrite, "agent": kind.name, kind.settings_key: settings, "episode_s": study.episode_s,
+            "reward_scale": study.reward_scale, "seeds": seeds, "updates": updates, "chunk": chunk,
+            "time_budget_s": time_budget_s,
             "configs": [{k: json_value(v) for k, v in kw.items()} for kw in configs],  # as given (a trace by name)
             "params": [config_record(kw) for kw in configs],
             **({"draws": study.train_draws} if study.train_env is not None else {})}
@@ -86,24 +63,19 @@ def train_config(study: Study, *, recipe: str, seeds: list, run_dir: str, num_en
 
 def train(study: Study, cfg: dict) -> dict:
     from rlbm_jax import jsonio
-    from rlbm_jax.ppo import memory
     from rlbm_jax.study.protocol import provenance
 
+    kind = study.agent_kind
     ledger = Ledger(cfg["results"], study.name, study.seeds)
     ledger.use("train", "train", cfg["seeds"])
-    ppo = make_ppo(study, cfg["ppo"])
-    note = memory.check(ppo, len(cfg["seeds"]))
-    if note:
-        print(note, file=sys.stderr)
     run = Path(cfg["run_dir"])
     run.mkdir(parents=True, exist_ok=True)
     first = study.train_configs()[0]  # (cfg records them as JSON holds them)
     jsonio.write(run / "config.json", {**cfg, "provenance": provenance(first)})
-    summary = trainer.train_seeds(ppo, seeds=cfg["seeds"], run=run, updates=cfg["updates"], chunk=cfg["chunk"],
-                                  time_budget_s=cfg["time_budget_s"], label=f"{study.name} ({cfg['recipe']})")
+    summary = kind.train(study, cfg, run)
     ledger.append("train", config_for_backend=first, seeds={"train": cfg["seeds"]},
-                  tried=[{"kind": "recipe", "name": cfg["recipe"], "run_dir": str(run), "ppo": cfg["ppo"],
-                          "updates": summary["updates"]}])
+                  tried=[{"kind": "recipe", "name": cfg["recipe"], "run_dir": str(run),
+                          kind.settings_key: cfg[kind.settings_key], "updates": summary["updates"]}])
     return summary
 
 
@@ -111,15 +83,27 @@ def study_run(study: Study, run) -> dict:
     """The config.json of a training run of this study (a ValueError for none, one without
     weights, or another study's)."""
     how = f"`study.py {study.name} train --run-dir {run}`"
+    kind = study.agent_kind
     legacy = _legacy_recipe(study, run)
     if legacy is not None:  # made by the study's own script before the kit: declared as such
-        cfg = trainer.trained_run(run, required=("ppo", "seeds"), how=how)
+        cfg = trainer.trained_run(run, required=getattr(kind, "legacy_required", (kind.settings_key, "seeds")),
+                                  weights=False, how=how)
         if "study" in cfg:
             raise ValueError(f"{run}: declared a legacy run of {study.name} but its config names study {cfg['study']!r}")
-        return {**cfg, "study": study.name, "recipe": legacy, "legacy_run": True}
-    cfg = trainer.trained_run(run, required=("study", "recipe", "ppo", "seeds"), how=how)
-    if cfg["study"] != study.name:
-        raise ValueError(f"{run}: a training run of study {cfg['study']!r}, not {study.name!r}")
+        cfg = {**cfg, "study": study.name, "recipe": legacy, "legacy_run": True}
+    else:
+        cfg = trainer.trained_run(run, required=("study", "recipe", kind.settings_key, "seeds"), weights=False,
+                                  how=how)
+        if cfg["study"] != study.name:
+            raise ValueError(f"{run}: a training run of study {cfg['study']!r}, not {study.name!r}")
+        if cfg.get("agent", "ppo") != kind.name:
+            raise ValueError(f"{run}: trained by the {cfg.get('agent', 'ppo')} trainer; study {study.name}'s agent is "
+                             f"{kind.name}")
+    missing = kind.weights_missing(run, cfg)
+    if len(missing) == len(cfg["seeds"]):
+        raise ValueError(f"{run} holds no trained weights (run {how} first)")
+    if missing:
+        raise ValueError(f"{run}: training seeds {missing} have no weights (a run is judged whole or not at all)")
     study.seeds.check("train", list(cfg["seeds"]))  # a run trained on another role's seeds is judged by none
     return cfg
 
@@ -135,26 +119,29 @@ def _legacy_recipe(study: Study, run) -> str | None:
 
 
 def load_run(study: Study, run) -> tuple:
-    """(ppo, params [seeds], obs_stats [seeds], seeds, updates, config) of a training run of
-    this study."""
+    """(actor, [(training seed, actor args)], updates, config) of a training run of this
+    study: each training seed's policy as an actor (`rollout`)."""
     cfg = study_run(study, run)
-    out = trainer.load_trained(run, lambda c: make_ppo(study, c["ppo"], c.get("episode_s")), cfg)
-    return (*out, cfg)
+    return (*study.agent_kind.policies(study, Path(run), cfg), cfg)
 
 
 # ---- rollouts --------------------------------------------------------------------------
-def _steps(study: Study, seconds: float, warmup_s: float) -> tuple[int, int]:
+def _steps(study: Study, configs: dict, seconds: float, warmup_s: float) -> tuple[int, int]:
+    """(the batch's steps: the longest run's, the warm-up steps) of runs of `seconds`."""
     check_run_length(seconds, warmup_s)
-    return int(round(seconds / study.step_s)), int(round(warmup_s / study.step_s))
+    if study.run_steps is not None and warmup_s != 0:
+        raise ValueError(f"--warmup-s: study {study.name} counts its runs in packets and has no warm-up (0), got "
+                         f"{warmup_s}")
+    return max(study.steps(kw, seconds) for kw in configs.values()), int(round(warmup_s / study.step_s))
 
 
-def _runs(study: Study, configs: dict, seeds, warmup_s: float, baseline=None) -> list:
-    """[(make_params kwargs, seed)] of every (configuration, seed), in that order."""
+def _runs(study: Study, configs: dict, seeds, warmup_s: float, seconds: float, baseline=None) -> list:
+    """[(make_params kwargs, seed, steps)] of every (configuration, seed), in that order."""
     out = []
     for label, kw in configs.items():
         for s in seeds:
             c = study.run_config(label, {**kw, "warmup_s": warmup_s}, s)
-            out.append((baseline.kw(c) if baseline is not None else c, s))
+            out.append((baseline.kw(c) if baseline is not None else c, s, study.steps(c, seconds)))
     return out
 
 
@@ -162,18 +149,26 @@ def _rollouts(study: Study, runs, steps, warm, actor, args, chunk, name):
     from rlbm_jax.study import rollout
 
     return rollout.run_batch(study.eval_env, runs, steps, warm, actor, args, chunk=chunk,
-                             step_record=study.step_record, traces=study.traces, log=False, name=name)
+                             step_record=study.step_record, traces=study.traces, log=False, name=name,
+                             step_max=study.step_max)
+
+
+def _actor_key(b):
+    """What names a baseline's compiled rollout: its actor where that is a module's function
+    (variants sharing one compile), else the variant (an actor made per declaration call)."""
+    if b.actor is None or "<locals>" not in getattr(b.actor, "__qualname__", "<locals>"):
+        return None
+    return ("baseline", b.name)
 
 
 def _policies(study: Study, names, runs_of, steps, warm, chunk, agents=()):
     """{policy: (meta, results)} of the baseline variants `names` and the agents (a list of
     (recipe name, run dir)), each on the runs `runs_of(baseline or None)`; a progress bar."""
     from rlbm_jax.progress import Progress
-    from rlbm_jax.study import rollout
 
     base = study.baseline_map()
     loaded = [(recipe, load_run(study, run)) for recipe, run in agents]
-    total = len(names) + sum(len(x[3]) for _, x in loaded)
+    total = len(names) + sum(len(x[1]) for _, x in loaded)
     bar = Progress(total, unit=" policies", label=f"{study.name} ")
     out, done = {}, 0
     for v in names:
@@ -183,14 +178,11 @@ def _policies(study: Study, names, runs_of, steps, warm, chunk, agents=()):
         if b.fit is not None:  # trained before it runs, on declared training seeds
             fitted, meta["fit"] = b.fit(study.seeds.check("train", list(b.fit_seeds)))
             args.update(fitted)
-        out[v] = (meta, _rollouts(study, runs_of(b), steps, warm, b.actor, args, chunk,
-                                  name=("baseline", v) if b.actor is not None else None))
+        out[v] = (meta, _rollouts(study, runs_of(b), steps, warm, b.actor, args, chunk, name=_actor_key(b)))
         done += 1
         bar.update(done, extra=v)
-    for recipe, (ppo, params, obs_stats, seeds, updates, cfg) in loaded:
-        actor = rollout.lstm_actor(ppo)
-        for j, s in enumerate(seeds):
-            args = rollout.actor_args(ppo, trainer.seed_slice(params, j), trainer.seed_slice(obs_stats, j))
+    for recipe, (actor, per_seed, updates, cfg) in loaded:
+        for s, args in per_seed:
             out[f"{recipe}-seed{s}"] = ({"kind": AGENT, "family": recipe, "training_seed": s, "updates": updates},
                                         _rollouts(study, runs_of(None), steps, warm, actor, args, chunk, name=None))
             done += 1
@@ -204,7 +196,7 @@ def _judge(study: Study, cfg: dict, stage: str, role: str, configs: dict, agents
     baselines and `agents` on `configs` with cfg's seeds, checked for `role` by the ledger."""
     ledger = Ledger(cfg["results"], study.name, study.seeds)
     seeds = ledger.use(stage, role, cfg["seeds"])
-    table = _policies(study, cfg["baselines"], lambda b: _runs(study, configs, seeds, cfg["warmup_s"], b),
+    table = _policies(study, cfg["baselines"], lambda b: _runs(study, configs, seeds, cfg["warmup_s"], cfg["seconds"], b),
                       cfg["steps"], cfg["warmup_steps"], cfg["chunk"], agents=agents)
     out = Path(cfg["results"])
     out.mkdir(parents=True, exist_ok=True)
@@ -212,7 +204,7 @@ def _judge(study: Study, cfg: dict, stage: str, role: str, configs: dict, agents
 
 
 def _fields(study: Study) -> list:
-    return ["reward", *study.metrics]
+    return ["reward", *study.metrics, *study.recorded]
 
 
 def _rows(study: Study, table: dict, configs: dict, seeds) -> list:
@@ -245,7 +237,8 @@ def select_config(study: Study, *, runs: list, selection_seeds: int, seconds: fl
 
     seconds = study.eval_s if seconds is None else seconds
     warmup_s = study.warmup_s if warmup_s is None else warmup_s
-    steps, warm = _steps(study, seconds, warmup_s)
+    configs = study.selection_configs()
+    steps, warm = _steps(study, configs, seconds, warmup_s)
     if chunk < 1:
         raise ValueError(f"--chunk must be >= 1, got {chunk}")
     known = list(study.baseline_map())
@@ -259,7 +252,6 @@ def select_config(study: Study, *, runs: list, selection_seeds: int, seconds: fl
         agents.append([rc["recipe"], str(run)])
     if not agents:
         raise ValueError("--runs: give at least one training run (a recipe) to select among")
-    configs = study.selection_configs()
     return {"study": study.name, "stage": "select", "results": results, "runs": agents,
             "seeds": study.seeds.first("selection", selection_seeds), "seconds": seconds, "warmup_s": warmup_s,
             "steps": steps, "warmup_steps": warm, "chunk": chunk, "baselines": names,
@@ -311,10 +303,10 @@ def test_config(study: Study, *, test_seeds: int, seconds: float | None, warmup_
     sel = _chosen(ledger, study)
     seconds = study.eval_s if seconds is None else seconds
     warmup_s = study.warmup_s if warmup_s is None else warmup_s
-    steps, warm = _steps(study, seconds, warmup_s)
+    configs = study.test_configs()
+    steps, warm = _steps(study, configs, seconds, warmup_s)
     if chunk < 1:
         raise ValueError(f"--chunk must be >= 1, got {chunk}")
-    configs = study.test_configs()
     base = study.baseline_map()
     chosen = list(dict.fromkeys(sel["chosen"].values()))
     return {"study": study.name, "stage": "test", "results": results, "recipe": sel["chosen_recipe"],
@@ -357,21 +349,14 @@ def export_config(study: Study, *, run_dir: str | None, results: str) -> dict:
                              "training run to export")
         run_dir = sel["chosen_recipe"]["run_dir"]
     rc = study_run(study, run_dir)
-    from rlbm_jax.study.export import policy_paths
-
     return {"study": study.name, "stage": "export", "results": results, "run_dir": str(run_dir),
-            "recipe": rc["recipe"], "seeds": rc["seeds"], "formulation": study.formulation.id,
-            "outputs": {str(s): [str(p) for p in policy_paths(Path(run_dir), s)] for s in rc["seeds"]}}
+            "recipe": rc["recipe"], "seeds": rc["seeds"], "agent": study.agent_kind.name,
+            "formulation": study.formulation.id}
 
 
 def export(study: Study, cfg: dict) -> list:
-    from rlbm_jax.study.export import export_seeds
-
-    ppo, params, obs_stats, seeds, updates, rc = load_run(study, cfg["run_dir"])
-    recs = export_seeds(ppo, params, obs_stats, seeds, Path(cfg["run_dir"]), formulation=study.formulation,
-                        interval_s=study.step_s,
-                        env_info={"scenario": {"study": study.name, "agent_interval_s": study.step_s},
-                                  "updates": updates, "recipe": rc["recipe"]})
+    rc = study_run(study, cfg["run_dir"])
+    recs = study.agent_kind.export(study, Path(cfg["run_dir"]), rc)
     Ledger(cfg["results"], study.name, study.seeds).append("export", config=cfg, policies=recs)
     return recs
 
@@ -414,7 +399,7 @@ def report(study: Study, results: str) -> dict:
         raise ValueError(f"{out}: no test yet (run `study.py {study.name} test` first)")
     cfg = t["config"]
     rows = read_csv(out / RUNS_CSV)
-    fields = _fields(study)
+    fields = ["reward", *study.metrics]  # judged (the recorded ones are the study's report_extra's)
     keys = sorted({(r["config"], int(r["seed"])) for r in rows}, key=lambda k: (cfg["configs"].index(k[0]), k[1]))
     index = {k: i for i, k in enumerate(keys)}
 
@@ -491,6 +476,8 @@ def report(study: Study, results: str) -> dict:
         recipes = [e for e in ledger.entries if e["stage"] == "train"]
         L += ["", f"Training runs in the ledger: {len(recipes)} (" + ", ".join(
             f"{x['name']} at {x['run_dir']}" for e in recipes for x in e["tried"]) + ")."]
+    if study.report_extra is not None:
+        L += [""] + list(study.report_extra(rows, cfg, out))
     (out / RESULTS_MD).write_text("\n".join(L) + "\n")
     _figure(comps["reward"], baselines, out / FIGURE, study)
     return {"comparisons": comps, "stale": stale, "markdown": str(out / RESULTS_MD)}
@@ -527,5 +514,5 @@ def stage_names() -> tuple:
     return ("train", "select", "test", "export", "report", "ns3")
 
 
-__all__ = ["make_ppo", "train_config", "train", "select_config", "select", "test_config", "test", "export_config",
+__all__ = ["train_config", "train", "select_config", "select", "test_config", "test", "export_config",
            "export", "report", "load_run", "read_csv"]

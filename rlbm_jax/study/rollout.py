@@ -8,9 +8,11 @@ record), `first` True at the episode's first step.  `actor=None` leaves the swit
 policy to act (the action is zeros and the env ignores it: a classic AQM).
 
 Per run: the mean over the steps after `warm_steps` of the reward and of every scalar that
-`step_record(state, reward, info, action, env_params)` returns (computed after the step),
-the whole series of the names in `traces` (`<name>_trace`), the run summary
-(`metrics.summarize`, measured from the sims' warmup_s) and, with `log`, the completion log.
+`step_record(state, reward, info, action, env_params)` returns (computed after the step), or
+its largest value for the names in `step_max`, the whole series of the names in `traces`
+(`<name>_trace`), the run summary (`metrics.summarize`, measured from the sims' warmup_s)
+and, with `log`, the completion log.  A run may be shorter than the batch's `steps` (its own
+`n_steps`, a flow's length in a packet-timed study): its scores count its own steps only.
 """
 from __future__ import annotations
 
@@ -31,12 +33,14 @@ def zero_action(env):
     return jnp.zeros(space.shape, jnp.float32)
 
 
-def rollout_fn(env, steps: int, warm_steps: int, actor=None, step_record=None, traces=(), log: bool = True):
-    """jit(vmap(one run)): (sims [N] stacked SimParams, keys [N], args) -> per-run results
-    (the module's docstring says which)."""
+def rollout_fn(env, steps: int, warm_steps: int, actor=None, step_record=None, traces=(), log: bool = True,
+               step_max=()):
+    """jit(vmap(one run)): (sims [N] stacked SimParams, keys [N], args, n_steps [N]) -> per-run
+    results (the module's docstring says which); `steps` is the scan's length, at least every
+    run's n_steps."""
     a0 = zero_action(env)
 
-    def one(sp, key, args):
+    def one(sp, key, args, n_steps):
         ep = env.default_params.replace(sim=sp)
         k0, key = jax.random.split(key)
         obs, st = env.reset_env(k0, ep)
@@ -57,9 +61,12 @@ def rollout_fn(env, steps: int, warm_steps: int, actor=None, step_record=None, t
 
         init = (st, obs, carry, key, jnp.ones((), bool))
         (st, _, _, _, _), tr = jax.lax.scan(body, init, jnp.arange(steps))
-        warm = jnp.arange(steps) >= warm_steps
-        n = max(steps - warm_steps, 1)
-        res = {k: jnp.sum(jnp.where(warm.reshape((-1,) + (1,) * (v.ndim - 1)), v, 0), 0) / n for k, v in tr.items()}
+        t = jnp.arange(steps)
+        live = (t >= warm_steps) & (t < n_steps)
+        n = jnp.maximum(n_steps - warm_steps, 1).astype(jnp.float32)
+        mask = lambda v: live.reshape((-1,) + (1,) * (v.ndim - 1))
+        res = {k: (jnp.max(jnp.where(mask(v), v, -jnp.inf), 0) if k in step_max
+                   else jnp.sum(jnp.where(mask(v), v, 0), 0) / n) for k, v in tr.items()}
         for k in traces:
             res[f"{k}_trace"] = tr[k]
         res.update(mx.summarize(st.sim.metrics, sp))
@@ -68,27 +75,33 @@ def rollout_fn(env, steps: int, warm_steps: int, actor=None, step_record=None, t
             res["log_count"] = st.sim.metrics.log_count
         return res
 
-    return jax.jit(jax.vmap(one, in_axes=(0, 0, None)))
+    return jax.jit(jax.vmap(one, in_axes=(0, 0, None, 0)))
 
 
 _COMPILED: dict = {}
 
 
 def run_batch(make_env, runs, steps: int, warm_steps: int, actor=None, args=None, *, chunk: int = 50,
-              step_record=None, traces=(), log: bool = True, progress=None, name=None) -> list:
-    """runs: list of (make_params kwargs, seed).  Per-run result dicts (numpy), evaluated in
-    batches of `chunk` runs (the last padded: one shape, one compilation).  One compiled
-    function per (make_env, steps, warm_steps, actor or `name`, step_record, traces, static
-    sizes, chunk), reused across calls.  `make_env(sim_params, episode_s)` builds the env;
-    `progress(done)` is called after each batch."""
+              step_record=None, traces=(), log: bool = True, progress=None, name=None, step_max=()) -> list:
+    """runs: list of (make_params kwargs, seed) or (make_params kwargs, seed, n_steps) (a run
+    shorter than `steps`).  Per-run result dicts (numpy), evaluated in batches of `chunk`
+    runs (the last padded: one shape, one compilation).  One compiled function per
+    (make_env, steps, warm_steps, actor or `name`, step_record, traces, step_max, static
+    sizes, chunk), reused across calls.  `make_env(sim_params, steps)` builds the env of a
+    run of `steps` steps; `progress(done)` is called after each batch."""
     if not runs:
         return []
-    sims = [make_params(**kw) for kw, _ in runs]
+    sims = [make_params(**r[0]) for r in runs]
+    n_steps = [int(r[2]) if len(r) > 2 else steps for r in runs]
+    bad = [n for n in n_steps if not warm_steps < n <= steps]
+    if bad:
+        raise ValueError(f"a run of {bad[0]} steps: every run must be longer than the {warm_steps} warm-up steps and "
+                         f"at most the batch's {steps}")
     ck = (make_env, steps, warm_steps, name if name is not None else actor, step_record, tuple(traces), log,
-          jax.tree.structure(sims[0]), chunk)
+          tuple(step_max), jax.tree.structure(sims[0]), chunk)
     if ck not in _COMPILED:
         env = make_env(sims[0], steps)
-        _COMPILED[ck] = rollout_fn(env, steps, warm_steps, actor, step_record, traces, log)
+        _COMPILED[ck] = rollout_fn(env, steps, warm_steps, actor, step_record, traces, log, step_max)
     fn = _COMPILED[ck]
     out = []
     for i in range(0, len(runs), chunk):
@@ -96,7 +109,7 @@ def run_batch(make_env, runs, steps: int, warm_steps: int, actor=None, args=None
         pad = part + [part[-1]] * (chunk - len(part))
         sp = stack_params([sims[j] for j in pad])
         keys = jnp.stack([jax.random.PRNGKey(int(runs[j][1])) for j in pad])
-        res = jax.device_get(fn(sp, keys, args if args is not None else {}))
+        res = jax.device_get(fn(sp, keys, args if args is not None else {}, jnp.asarray([n_steps[j] for j in pad])))
         for k, j in enumerate(part):
             out.append({name_: np.asarray(v[k]) for name_, v in res.items()})
         if progress is not None:
