@@ -32,6 +32,7 @@ POLICY = str(ROOT / "results/train_default/policy")
 QP_RUN = str(ROOT / "results/queuepilot")
 ABS_RUN = str(ROOT / "results/abs")
 LFQ_RUN = str(ROOT / "results/lfq")
+APG_RUN = str(ROOT / "results/apg")
 
 
 
@@ -76,6 +77,8 @@ BASE_ARGV = {
     ("abs", ("ns3",)): ["--run-dir", ABS_RUN],
     ("lfq", ("ns3",)): ["--run-dir", LFQ_RUN],  # its exported graphs
     ("lfq", ("evaluate",)): ["--run-dir", LFQ_RUN],
+    ("train_apg", ("evaluate",)): ["--run-dir", APG_RUN],
+    ("train_apg", ("export",)): ["--run-dir", APG_RUN],
     ("lfq", ("export",)): ["--run-dir", LFQ_RUN],
 }
 
@@ -123,7 +126,14 @@ SAMPLES = {
     ("queuepilot", ("ns3",), "seeds"): ["2"],  # at most len(TEST_SEEDS)
     ("queuepilot", ("ns3",), "configs"): ["10:20:newreno"],  # N:RTT_MS:TCP
     ("queuepilot", ("ns3",), "variants"): ["pie-5ms"],  # a name of queuepilot.study.baseline_variants
-    ("train_apg", (), "eval_seeds"): ["2"],  # at most len(TEST_SEEDS)
+    ("train_apg", ("evaluate",), "run_dir"): [str(ROOT / "results/apg/../apg")],
+    ("train_apg", ("export",), "run_dir"): [str(ROOT / "results/apg/../apg")],
+    ("train_apg", ("evaluate",), "out_dir"): ["out"],
+    ("train_apg", ("export",), "out_dir"): ["out"],
+    ("train_apg", ("evaluate",), "seconds"): ["30"],  # above the study's warm-up
+    ("train_apg", ("evaluate",), "test_seeds"): ["2"],
+    ("train_apg", ("evaluate",), "selection_seeds"): ["2"],
+    ("train_apg", ("evaluate",), "baselines"): ["pie-5ms"],
     ("lfq", ("train",), "num_envs"): ["32"],
     ("lfq", ("evaluate",), "test_seeds"): ["1"],  # at most len(lfq.study.TEST_SEEDS)
     ("lfq", ("evaluate",), "selection_seeds"): ["1"],  # at most len(studies.lfq.SELECTION_SEEDS)

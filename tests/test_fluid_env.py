@@ -3,6 +3,7 @@
 agree with central differences, analytic policy gradients (`rlbm_jax.apg`) and gradient
 tuning of an AQM (`rlbm_jax.tune`, scripts/tune_aqm.py)."""
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -216,23 +217,41 @@ def test_rl_mark_without_an_agent_is_drop_tail():
     assert float(a["mark_rate"]) == 0.0
 
 
-def test_train_apg_runs_end_to_end(tmp_path):
-    """scripts/train_apg.py at toy size: trains, saves and exports a policy, scores it on the
-    packet simulator (here the selection set, so no PPO row beside it) and writes its report."""
-    from rlbm_jax.cli import train_apg
+def test_apg_is_a_trainer_of_the_study_kit(tmp_path):
+    """The study `queuepilot-apg` at toy size through the kit: APG trains through the fluid
+    model (one run per training seed), its policies are judged on the packet simulator by
+    select and test against QueuePilot's AQMs, the report regenerates, and export checks
+    each ONNX graph against the JAX network; train_apg.py is the kit's stages."""
+    import dataclasses
 
-    out = tmp_path / "apg"
-    argv = ["--seeds", "0", "--updates", "2", "--horizon", "2", "--episode-steps", "2", "--hidden", "8",
-            "--spreads", "1.0", "--eval-set", "selection", "--eval-seeds", "1", "--eval-seconds", "0.5",
-            "--eval-warmup-s", "0.1", "--no-progress", "--out", str(out)]
-    assert train_apg.main(argv) == 0
-    r = json.loads((out / "results.json").read_text())
-    assert r["config"]["eval_set"] == "selection" and r["ppo"] == {}
-    assert len(r["config"]["test_configs"]) == 24 and r["config"]["test_seeds"] == [1000]
-    assert np.isfinite(r["overall"]["reward"][0]) and r["training"]["0"]["env_steps"] == 2 * 2 * 6 * 4
-    assert (out / "policy_seed0.onnx").stat().st_size > 0 and (out / "curves.png").stat().st_size > 0
-    assert "selection configurations" in (out / "RESULTS.md").read_text()
-    assert train_apg.main([*argv, "--eval-seeds", "9"]) == 2  # more selection seeds than the study has
+    from rlbm_jax.cli import train_apg
+    from rlbm_jax.study import get, pipeline
+
+    base = get("queuepilot-apg")
+    one = {k: v for k, v in list(base.selection_configs().items())[:1]}
+    study = dataclasses.replace(base, recipes={"toy": {"hidden": [8], "horizon": 2, "episode_steps": 2}},
+                                train_configs=lambda: base.train_configs()[::16],
+                                selection_configs=lambda: one, test_configs=lambda: one, eval_s=0.5, warmup_s=0.1,
+                                legacy_runs={})
+    run, results = str(tmp_path / "run"), str(tmp_path / "kit")
+    with pytest.raises(ValueError, match="--num-envs: the apg trainer has no such setting"):
+        pipeline.train_config(study, recipe="toy", seeds=[0], run_dir=run, num_envs=8, results=results)
+    cfg = pipeline.train_config(study, recipe="toy", seeds=[0, 1], run_dir=run, updates=2, results=results)
+    assert cfg["agent"] == "apg" and cfg["apg"]["updates"] == 2 and cfg["apg"]["hidden"] == [8]
+    assert pipeline.train(study, cfg)["updates"] == 2
+    assert (tmp_path / "run" / "policy_seed1.onnx").stat().st_size > 0
+    pipeline.select(study, pipeline.select_config(study, runs=[run], selection_seeds=1, seconds=None, warmup_s=None,
+                                                  chunk=4, results=results, baselines=["droptail", "codel-2ms"]))
+    rep = pipeline.test(study, pipeline.test_config(study, test_seeds=1, seconds=None, warmup_s=None, chunk=4,
+                                                    results=results))
+    assert set(rep["comparisons"]["reward"]) == {"droptail", "codel-2ms"}
+    assert all(np.isfinite(c["diff"]) for c in rep["comparisons"]["reward"].values())
+    recs = pipeline.export(study, pipeline.export_config(study, run_dir=run, results=results))
+    assert [r["seed"] for r in recs] == [0, 1] and all(r["ok"] for r in recs)
+    # the script is the kit's stages: its train refuses a test seed, its evaluate takes the committed run
+    assert train_apg.main(["train", "--run-dir", str(tmp_path / "x"), "--seed", "2000", "--print-config"]) == 2
+    committed = Path(__file__).resolve().parents[1] / "results" / "apg"
+    assert train_apg.main(["evaluate", "--run-dir", str(committed), "--print-config"]) == 0
 
 
 def test_gradient_horizon_keeps_values_and_sits_on_the_absolute_clock():

@@ -38,7 +38,8 @@ def _add_train_options(t, takes=("num_envs", "num_steps", "lr")) -> None:
         t.add_argument("--num-steps", type=int, default=None, help="rollout length (unset: the recipe's)")
     if "lr" in takes:
         t.add_argument("--lr", type=float, default=None, help="learning rate (unset: the recipe's)")
-    t.add_argument("--updates", type=int, default=200, help="PPO updates (LFQ: iterations) at most")
+    t.add_argument("--updates", type=int, default=None, help="updates at most (LFQ: iterations; unset: the recipe's, "
+                                                            "PPO's 200 where it names none)")
     t.add_argument("--chunk", type=int, default=5, help="updates per compiled call (checkpoint and budget check)")
     t.add_argument("--time-budget-s", type=float, default=None, help="stop after this much training wall time")
 
@@ -130,8 +131,8 @@ def kit_train_config(name: str, a) -> dict:
     """`study.py NAME train`'s configuration of a study script's `train` options (its ledger
     in <run-dir>/kit, where the script's `evaluate` writes)."""
     argv = [name, "train", "--run-dir", a.run_dir, "--seed", str(a.seed), "--num-seeds", str(a.num_seeds),
-            "--updates", str(a.updates), "--chunk", str(a.chunk), "--results", str(Path(a.run_dir) / "kit")]
-    for flag, v in (("--num-envs", getattr(a, "num_envs", None)), ("--num-steps", getattr(a, "num_steps", None)),
+            "--chunk", str(a.chunk), "--results", str(Path(a.run_dir) / "kit")]
+    for flag, v in (("--updates", a.updates), ("--num-envs", getattr(a, "num_envs", None)), ("--num-steps", getattr(a, "num_steps", None)),
                     ("--lr", getattr(a, "lr", None)), ("--time-budget-s", a.time_budget_s)):
         if v is not None:
             argv += [flag, repr(v)]

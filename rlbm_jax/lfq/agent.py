@@ -62,6 +62,7 @@ def _check(settings: dict) -> dict:
 class ABForkAgent:
     name = "lfq-ab-fork"
     settings_key = "ab_fork"
+    updates_key = "iterations"
     options = {"num_envs": "flows", "lr": "lr"}
     # a run of scripts/lfq.py before the kit: its settings at the top of its config.json
     legacy_required = ("alpha", "flows", "seeds")
@@ -70,7 +71,8 @@ class ABForkAgent:
         refuse_options(self, overrides)
         s = dict(recipe)
         s.update({self.options[k]: v for k, v in overrides.items() if v is not None})
-        s["iterations"] = updates
+        if updates is not None:
+            s["iterations"] = updates
         return _check(s)
 
     def train(self, study, cfg: dict, run: Path) -> dict:

@@ -37,12 +37,13 @@ AGENTS = {QUEUEPILOT.id: "lstm", QUEUEPILOT_CONTINUOUS.id: "mlp"}
 
 def run_seeds(run: Path) -> tuple[str, list]:
     """(trainer, training seeds) of a run directory: a `queuepilot.py train` run ("ppo",
-    config.json's `seeds`) or a `train_apg.py` run ("apg", its `training_seeds`).  A
-    ValueError names anything else."""
+    config.json's `seeds`) or an APG run ("apg": a kit run of `queuepilot-apg`, its `seeds`,
+    or a pre-kit `train_apg.py` run, its `training_seeds`).  A ValueError names anything
+    else."""
     f = run / "config.json"
     cfg = json.loads(f.read_text()) if f.is_file() else {}
-    if "apg" in cfg and "training_seeds" in cfg:
-        return "apg", [int(s) for s in cfg["training_seeds"]]
+    if "apg" in cfg and ("training_seeds" in cfg or "seeds" in cfg):
+        return "apg", [int(s) for s in cfg.get("training_seeds", cfg.get("seeds"))]
     if "ppo" in cfg or not cfg:
         return "ppo", list(qp.trained_run(run, weights=False)["seeds"])
     raise ValueError(f"{f} is neither a `queuepilot.py train` run (ppo, seeds) nor a `train_apg.py` run "
@@ -387,7 +388,7 @@ def ns3_config(a, model: dict, model_kw: dict) -> dict:
     for s in seeds:
         _, onnx_path = policy_paths(run, s)
         if not onnx_path.is_file():
-            how = f"`{PROG} export --run-dir {run}`" if trainer == "ppo" else "`train_apg.py`, which writes it,"
+            how = f"`{PROG} export --run-dir {run}`" if trainer == "ppo" else "`train_apg.py export`"
             raise ValueError(f"{onnx_path} is missing: run {how} first")
         policies[str(s)] = {"onnx": str(onnx_path), "sha256": hashlib.sha256(onnx_path.read_bytes()).hexdigest()}
     agent = agent_of([p["onnx"] for p in policies.values()], interval_s)

@@ -8,7 +8,9 @@ An agent kind has
     settings_key    where the run's config.json keeps its training settings (`ppo` for PPO)
     options         {option of `study.py NAME train`: the setting it sets} (an option the kind
                     does not list is refused by name when given)
-    settings(recipe, updates, overrides) -> the run's training settings (checked; JSON)
+    updates_key     the setting that counts its updates (`--updates`)
+    settings(recipe, updates, overrides) -> the run's training settings (checked; JSON);
+                    updates None: the recipe's (or the kind's default)
     train(study, cfg, run) -> a summary (`updates`: what was done); writes the run folder
     policies(study, run, cfg) -> (actor, [(training seed, actor args)], updates): each
                     training seed's policy as an actor of `rlbm_jax.study.rollout`
@@ -42,15 +44,17 @@ class PPOAgent:
 
     name = "ppo"
     settings_key = "ppo"
+    updates_key = "total_updates"
     options = {"num_envs": "num_envs", "num_steps": "num_steps", "lr": "lr"}
+    DEFAULT_UPDATES = 200
 
-    def settings(self, recipe: dict, updates: int, overrides: dict) -> dict:
+    def settings(self, recipe: dict, updates: int | None, overrides: dict) -> dict:
         from rlbm_jax.ppo import PPOConfig
 
         refuse_options(self, overrides)
         ppo = dict(recipe)
         ppo.update({self.options[k]: v for k, v in overrides.items() if v is not None})
-        ppo["total_updates"] = updates
+        ppo["total_updates"] = updates if updates is not None else recipe.get("total_updates", self.DEFAULT_UPDATES)
         return PPOConfig.from_dict(ppo).to_dict()
 
     @staticmethod

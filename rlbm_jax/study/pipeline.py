@@ -36,14 +36,14 @@ AGENT = "agent"
 
 # ---- training --------------------------------------------------------------------------
 def train_config(study: Study, *, recipe: str, seeds: list, run_dir: str, num_envs: int | None = None,
-                 num_steps: int | None = None, updates: int = 200, chunk: int = 5, lr: float | None = None,
+                 num_steps: int | None = None, updates: int | None = None, chunk: int = 5, lr: float | None = None,
                  time_budget_s: float | None = None, overwrite: bool = False, results: str) -> dict:
     from rlbm_jax.env.model import json_value
     from rlbm_jax.env.params import config_record
 
     if recipe not in study.recipes:
         raise ValueError(f"--recipe {recipe!r}: study {study.name} declares {', '.join(study.recipes)}")
-    if chunk < 1 or updates < 1:
+    if chunk < 1 or (updates is not None and updates < 1):
         raise ValueError("--updates and --chunk must be >= 1")
     if time_budget_s is not None and not time_budget_s > 0:
         raise ValueError(f"--time-budget-s must be positive, got {time_budget_s}")
@@ -51,6 +51,7 @@ def train_config(study: Study, *, recipe: str, seeds: list, run_dir: str, num_en
     kind = study.agent_kind
     settings = kind.settings(study.recipes[recipe], updates,
                              {"num_envs": num_envs, "num_steps": num_steps, "lr": lr})
+    updates = settings[kind.updates_key]  # given, or the recipe's (the kind's default where it names none)
     configs = study.train_configs()
     return {"study": study.name, "stage": "train", "recipe": recipe, "run_dir": run_dir, "results": results,
             "overwrite": overwrite, "agent": kind.name, kind.settings_key: settings, "episode_s": study.episode_s,
@@ -90,7 +91,8 @@ def study_run(study: Study, run) -> dict:
                                   weights=False, how=how)
         if "study" in cfg:
             raise ValueError(f"{run}: declared a legacy run of {study.name} but its config names study {cfg['study']!r}")
-        cfg = {**cfg, "study": study.name, "recipe": legacy, "legacy_run": True}
+        cfg = {**(kind.legacy(cfg) if hasattr(kind, "legacy") else cfg), "study": study.name, "recipe": legacy,
+               "legacy_run": True}
     else:
         cfg = trainer.trained_run(run, required=("study", "recipe", kind.settings_key, "seeds"), weights=False,
                                   how=how)

@@ -63,6 +63,24 @@ def paired(agent: np.ndarray, baseline: np.ndarray, higher_is_better: bool = Tru
             "per_seed": [float(x) for x in per_seed], "better_sign": sign}
 
 
+def unpaired(a_per_seed, b_per_seed, higher_is_better: bool = True, alpha: float = ALPHA) -> dict:
+    """Two recipes trained from different seeds, each seed's mean over the same test runs:
+    the difference of their means, its Welch standard error, the Welch t-test's p and a
+    verdict ("better" / "worse" for a, p < alpha; "tie"; "no verdict" with fewer than two
+    seeds on a side)."""
+    a = np.asarray(a_per_seed, np.float64)
+    b = np.asarray(b_per_seed, np.float64)
+    (ma, sa), (mb, sb) = mean_se(a), mean_se(b)
+    d = ma - mb
+    if a.size < 2 or b.size < 2:
+        return {"diff": d, "se": float("nan"), "p": None, "verdict": "no verdict"}
+    se = math.sqrt(sa ** 2 + sb ** 2)
+    dof = (sa ** 2 + sb ** 2) ** 2 / (sa ** 4 / (a.size - 1) + sb ** 4 / (b.size - 1)) if se > 0 else 1
+    p = t_p(d, se, max(int(math.floor(dof)), 1))
+    v = "tie" if not p < alpha else ("better" if (d > 0) == higher_is_better else "worse")
+    return {"diff": d, "se": se, "p": p, "verdict": v}
+
+
 def t_p(mean: float, se: float, dof: int) -> float:
     """Two-sided p of mean / se under Student's t with `dof` degrees of freedom."""
     from scipy import stats
