@@ -12,11 +12,10 @@ buffer in BDPs, TCP and link); the objective is their mean.
     tune_fluid        Adam on u through the fluid model (`jax.value_and_grad` of the mean
                       objective, the gradient truncated every `grad_horizon_s`); the iterate
                       with the best fluid objective is the result
-    packet_objective  points on the packet simulator, per cell and seed: the grid over the
-                      tuning seeds (its best mean is the grid's result), and the chosen
-                      points over held-out seeds
 
-`scripts/tune_aqm.py` runs them and writes the comparison (`rlbm_jax.cli.tune_aqm`).
+The packet side is the study kit's (`rlbm_jax.tune_study`: the tuner an agent, the grid the
+baselines, a run's reward the objective of its summary); `scripts/tune_aqm.py` runs its
+stages.
 """
 from __future__ import annotations
 
@@ -30,7 +29,6 @@ import numpy as np
 
 from rlbm_jax.env.params import SimParams, make_params
 from rlbm_jax.env.presets import long_flows
-from rlbm_jax.simulate import batch_reports
 
 # ---------------------------------------------------------------------------------------
 # objectives: a function of (utilisation, mean queue in packets, params), to maximise
@@ -179,9 +177,9 @@ def cells(knob: Knob, flows: Sequence[int], buffer_bdp: float, warmup_s: float, 
 
 def tune_fluid(knob: Knob, kws: Sequence[dict], objective: str, *, seconds: float, warmup_s: float,
                steps: int, lr: float, grad_horizon_s: float | None, delay_weight: float = 1.0,
-               progress=None) -> dict:
-    """Adam (optax) on the knob's u, from the knob's starting point, maximising the mean
-    fluid objective over the cells.  Returns the history (objective and values per step),
+               progress=None, u0=None) -> dict:
+    """Adam (optax) on the knob's u, from the knob's starting point (or `u0`), maximising the
+    mean fluid objective over the cells.  Returns the history (objective and values per step),
     the best iterate's values and objective, and the wall time (compilation included)."""
     import optax
 
@@ -209,7 +207,7 @@ def tune_fluid(knob: Knob, kws: Sequence[dict], objective: str, *, seconds: floa
         return jnp.mean(jnp.stack(vals))
 
     vg = jax.jit(jax.value_and_grad(J))
-    u = jnp.asarray(knob.to_u(knob.start(plist[0]), bounds[0]), jnp.float32)
+    u = jnp.asarray(knob.to_u(knob.start(plist[0]), bounds[0]) if u0 is None else u0, jnp.float32)
     opt = optax.adam(lr)
     state = opt.init(u)
     history = []
@@ -231,29 +229,3 @@ def tune_fluid(knob: Knob, kws: Sequence[dict], objective: str, *, seconds: floa
             u = optax.apply_updates(u, updates)
     return {"history": history, "best": {k: best[k] for k in knob.names}, "best_objective": best["objective"],
             "best_step": best["step"], "wall_s": time.perf_counter() - t0}
-
-
-# ---------------------------------------------------------------------------------------
-# the packet side
-# ---------------------------------------------------------------------------------------
-
-def packet_objective(knob: Knob, kws: Sequence[dict], points: Sequence[dict], seeds: Sequence[int],
-                     objective: str, seconds: float, delay_weight: float = 1.0, progress=None) -> dict:
-    """Every point on every cell (`cells`' keywords) and seed of the packet simulator:
-    {"objective": [points, cells, seeds], "util_wire", "queue_mean_pkts", "drop_rate": the
-    same shape}.  One batch per cell (its flow count fixes the shapes)."""
-    obj = OBJECTIVES[objective]
-    shape = (len(points), len(kws), len(seeds))
-    out = {k: np.zeros(shape) for k in ("objective", "util_wire", "queue_mean_pkts", "drop_rate")}
-    for c, kw in enumerate(kws):
-        base = make_params(**kw)
-        runs = [make_params(**{**kw, **knob.packet_kw(pt, base)}) for pt in points for _ in seeds]
-        r = batch_reports(runs, [s for _ in points for s in seeds], seconds)
-        util = np.asarray(r["util_wire"], np.float64)
-        queue = np.asarray(r["queue_mean_pkts"], np.float64)
-        for k, v in (("util_wire", util), ("queue_mean_pkts", queue), ("drop_rate", r["drop_rate"]),
-                     ("objective", obj(util, queue, base, delay_weight))):
-            out[k][:, c, :] = np.asarray(v, np.float64).reshape(len(points), len(seeds))
-        if progress is not None:
-            progress.update(c + 1, extra=f"{int(base.long_flows)} flows")
-    return out

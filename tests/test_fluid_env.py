@@ -191,20 +191,38 @@ def test_gradient_tuning_raises_the_fluid_objective():
         assert float(back[k]) == pytest.approx(r["best"][k], rel=1e-3)
 
 
-def test_tune_aqm_writes_its_comparison(tmp_path):
+def test_gradient_tuning_is_a_study_of_the_kit(tmp_path):
+    """tune_study at toy size through the kit: the tuner trains from several starts, the grid
+    points are baselines that selection picks among (the grid search), the test pairs the
+    tuned points with the grid's best and the start on held-out seeds, and every run's reward
+    is the objective of its own summary; tune_aqm.py is the kit's stages."""
     from rlbm_jax.cli import tune_aqm
+    from rlbm_jax.study import pipeline
+    from rlbm_jax.study.pipeline import read_csv
+    from rlbm_jax.tune_study import declare
 
-    out = tmp_path / "t"
-    argv = ["--knob", "buffer", "--long-flows", "8", "--seconds", "3", "--warmup-s", "1", "--steps", "3",
-            "--grid", "buffer_bdp=0.25,1", "--tune-seeds", "1", "--test-seeds", "2", "--no-progress", "--out", str(out)]
-    assert tune_aqm.main(argv) == 0
-    r = json.loads((out / "results.json").read_text())
-    assert r["verdict"] in ("beats", "ties", "loses") and set(r["held_out"]) == {"start", "grid best", "fluid-tuned"}
-    assert len(r["grid"]) == 2 and r["config"]["test_seeds"] != r["config"]["tune_seeds"]
-    assert not set(r["config"]["test_seeds"]) & set(r["config"]["tune_seeds"])
-    assert (out / "summary.md").read_text().startswith("# Gradient-tuned buffer")
-    assert (out / "tuning.png").stat().st_size > 0
-    assert tune_aqm.main([*argv, "--grid", "nope=1"]) == 2  # a bad axis is refused by name
+    study = declare("tune-red", "red", flows=(4, 8), seconds=1.5, warmup_s=0.5, steps=2,
+                    axes={"min_th_frac": (0.002, 0.15), "max_th_frac": (1.0,), "max_p": (0.15,)},
+                    selection=(10_000,), test=(20_000, 20_001))
+    run, results = str(tmp_path / "run"), str(tmp_path / "kit")
+    cfg = pipeline.train_config(study, recipe="adam", seeds=[0, 1], run_dir=run, results=results)
+    assert cfg["agent"] == "fluid-tune" and cfg["fluid_tune"]["steps"] == 2
+    pipeline.train(study, cfg)
+    t0, t1 = (json.loads((tmp_path / "run" / f"tuned_seed{s}.json").read_text()) for s in (0, 1))
+    assert t0["u0"] != t1["u0"] and set(t0["point"]) == set(tune.KNOBS["red"].names)
+    sel = pipeline.select(study, pipeline.select_config(study, runs=[run], selection_seeds=1, seconds=None,
+                                                        warmup_s=None, chunk=8, results=results))
+    assert set(sel["chosen"]) == {"start", "grid"}
+    rep = pipeline.test(study, pipeline.test_config(study, test_seeds=2, seconds=None, warmup_s=None, chunk=8,
+                                                    results=results))
+    assert set(rep["comparisons"]["reward"]) == {"start", sel["chosen"]["grid"]}
+    cells = study.test_configs()
+    for r in read_csv(tmp_path / "kit" / "runs.csv"):
+        want = tune.power(float(r["util_wire"]), float(r["queue_mean_pkts"]), make_params(**cells[r["config"]]), 1.0)
+        assert float(r["reward"]) == pytest.approx(float(want), rel=1e-6)
+    assert all(r["ok"] for r in pipeline.export(study, pipeline.export_config(study, run_dir=run, results=results)))
+    assert tune_aqm.main(["train", "--knob", "buffer", "--run-dir", str(tmp_path / "b"), "--print-config"]) == 0
+    assert tune_aqm.main(["train", "--knob", "red", "--run-dir", str(tmp_path / "b"), "--seed", "20000"]) == 2
 
 
 def test_rl_mark_without_an_agent_is_drop_tail():

@@ -271,7 +271,7 @@ def test_the_thesis_agents_verdict_on_untouched_seeds_is_regenerated_byte_for_by
     assert c["diff"] == 0.0 and c["se"] == 0.0 and c["verdict"] == "tie"
 
 
-@pytest.mark.parametrize("name", ["thesis", "queuepilot", "abs", "lfq", "queuepilot-apg"])
+@pytest.mark.parametrize("name", ["thesis", "queuepilot", "abs", "lfq", "queuepilot-apg", "tune-red", "tune-buffer"])
 def test_every_declared_study_resolves_before_anything_runs(name):
     """A declaration's configurations batch per policy (every baseline's variant and the agent,
     on every configuration of a role), its recipes build a trainer on its training env, and the kit lists it."""
@@ -292,9 +292,13 @@ def test_every_declared_study_resolves_before_anything_runs(name):
             runs = _runs(study, configs, seeds, study.warmup_s, study.eval_s, b)
             assert len(runs) == len(configs) * len(seeds)
             assert all(n > round(study.warmup_s / study.step_s) for _, _, n in runs)
-            stacked = stack_params([make_params(**kw) for kw, _, _ in runs])
-            sizes = {x.shape[0] for x in jax.tree.leaves(stacked)}
-            assert sizes == {len(runs)}, (role, b and b.name, sizes)
+            groups = {}  # runs of the same static sizes batch together (rollout.run_batch)
+            for kw, _, _ in runs:
+                p = make_params(**kw)
+                groups.setdefault(jax.tree.structure(p), []).append(p)
+            for ps in groups.values():
+                sizes = {x.shape[0] for x in jax.tree.leaves(stack_params(ps))}
+                assert sizes == {len(ps)}, (role, b and b.name, sizes)
     obs_dim = len(study.make_env(make_params(**study.train_configs()[0])).obs_layout)
     for recipe, settings in study.recipes.items():
         if study.agent_kind is PPO:

@@ -13,7 +13,9 @@ An agent kind has
                     updates None: the recipe's (or the kind's default)
     train(study, cfg, run) -> a summary (`updates`: what was done); writes the run folder
     policies(study, run, cfg) -> (actor, [(training seed, actor args)], updates): each
-                    training seed's policy as an actor of `rlbm_jax.study.rollout`
+                    training seed's policy as an actor of `rlbm_jax.study.rollout`; actor None:
+                    a tuned configuration, args["overrides"](configuration) -> the make_params
+                    arguments it sets, the switch's own policy acting
     export(study, run, cfg, log) -> one record per seed (`ok`: the exported graph agrees
                     with the trained network)
     weights_missing(run, cfg) -> the seeds of a run without weights (a run that has none

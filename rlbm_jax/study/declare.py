@@ -94,6 +94,9 @@ class Study:
                          judged metrics, not judged (what a study's report reads)
     report_extra         None, or (runs.csv rows, the test's config, results folder) ->
                          markdown lines the report appends (it may write a figure there)
+    score                None, or (a run's results, its configuration) -> the run's reward: an
+                         objective of the run's summary (a tuner's: utilisation and queue) in
+                         place of the mean of the env's reward over the scored steps
     """
 
     name: str
@@ -124,6 +127,7 @@ class Study:
     step_max: tuple = ()
     recorded: tuple = ()
     report_extra: Callable | None = None
+    score: Callable | None = None
 
     def __post_init__(self):
         if not self.recipes:

@@ -150,9 +150,13 @@ def _runs(study: Study, configs: dict, seeds, warmup_s: float, seconds: float, b
 def _rollouts(study: Study, runs, steps, warm, actor, args, chunk, name):
     from rlbm_jax.study import rollout
 
-    return rollout.run_batch(study.eval_env, runs, steps, warm, actor, args, chunk=chunk,
-                             step_record=study.step_record, traces=study.traces, log=False, name=name,
-                             step_max=study.step_max)
+    res = rollout.run_batch(study.eval_env, runs, steps, warm, actor, args, chunk=chunk,
+                            step_record=study.step_record, traces=study.traces, log=False, name=name,
+                            step_max=study.step_max)
+    if study.score is not None:  # the study's objective of each run's summary is its reward
+        for (kw, *_), r in zip(runs, res):
+            r["reward"] = np.float64(study.score(r, kw))
+    return res
 
 
 def _actor_key(b):
@@ -185,8 +189,12 @@ def _policies(study: Study, names, runs_of, steps, warm, chunk, agents=()):
         bar.update(done, extra=v)
     for recipe, (actor, per_seed, updates, cfg) in loaded:
         for s, args in per_seed:
+            runs = runs_of(None)
+            if actor is None:  # a tuned configuration: the switch's own policy at the agent's values
+                runs = [({**kw, **args["overrides"](kw)}, *rest) for kw, *rest in runs]
             out[f"{recipe}-seed{s}"] = ({"kind": AGENT, "family": recipe, "training_seed": s, "updates": updates},
-                                        _rollouts(study, runs_of(None), steps, warm, actor, args, chunk, name=None))
+                                        _rollouts(study, runs, steps, warm, actor, args if actor else None, chunk,
+                                                  name=None))
             done += 1
             bar.update(done, extra=f"{recipe} seed {s}")
     bar.close()

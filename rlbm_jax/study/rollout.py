@@ -84,19 +84,34 @@ _COMPILED: dict = {}
 def run_batch(make_env, runs, steps: int, warm_steps: int, actor=None, args=None, *, chunk: int = 50,
               step_record=None, traces=(), log: bool = True, progress=None, name=None, step_max=()) -> list:
     """runs: list of (make_params kwargs, seed) or (make_params kwargs, seed, n_steps) (a run
-    shorter than `steps`).  Per-run result dicts (numpy), evaluated in batches of `chunk`
-    runs (the last padded: one shape, one compilation).  One compiled function per
+    shorter than `steps`).  Per-run result dicts (numpy), in the order of `runs`, evaluated in
+    batches of `chunk` runs (or all of them, where fewer) of the same static sizes (the last
+    padded: one shape, one compilation per set of static sizes and batch size).  One compiled function per
     (make_env, steps, warm_steps, actor or `name`, step_record, traces, step_max, static
     sizes, chunk), reused across calls.  `make_env(sim_params, steps)` builds the env of a
     run of `steps` steps; `progress(done)` is called after each batch."""
     if not runs:
         return []
     sims = [make_params(**r[0]) for r in runs]
+    groups = {}
+    for i, sp in enumerate(sims):  # runs whose static sizes differ (flow slots, senders) run batch by batch
+        groups.setdefault(jax.tree.structure(sp), []).append(i)
+    if len(groups) > 1:
+        out, done = [None] * len(runs), 0
+        for idx in groups.values():
+            part = run_batch(make_env, [runs[i] for i in idx], steps, warm_steps, actor, args, chunk=chunk,
+                             step_record=step_record, traces=traces, log=log, name=name, step_max=step_max,
+                             progress=None if progress is None else (lambda k, d=done: progress(d + k)))
+            for i, r in zip(idx, part):
+                out[i] = r
+            done += len(idx)
+        return out
     n_steps = [int(r[2]) if len(r) > 2 else steps for r in runs]
     bad = [n for n in n_steps if not warm_steps < n <= steps]
     if bad:
         raise ValueError(f"a run of {bad[0]} steps: every run must be longer than the {warm_steps} warm-up steps and "
                          f"at most the batch's {steps}")
+    chunk = min(chunk, len(runs))  # a small set of runs is not padded to a whole chunk
     ck = (make_env, steps, warm_steps, name if name is not None else actor, step_record, tuple(traces), log,
           tuple(step_max), jax.tree.structure(sims[0]), chunk)
     if ck not in _COMPILED:
