@@ -126,22 +126,10 @@ class FluidTuneAgent:
 
 
 def _plot(rows, path) -> None:
-    import matplotlib
+    from rlbm_jax.study.trainer import plot_seed_series
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for s in sorted({r["seed"] for r in rows}):
-        rr = [r for r in rows if r["seed"] == s]
-        ax.plot([r["step"] for r in rr], [r["objective"] for r in rr], label=f"seed {s}")
-    ax.set_xlabel("Adam step")
-    ax.set_ylabel("fluid objective (mean over cells)")
-    ax.set_title("gradient tuning through the fluid model")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plot_seed_series(rows, path, x="step", series=[("objective", "", "-")], xlabel="Adam step",
+                     ylabel="fluid objective (mean over cells)", title="gradient tuning through the fluid model")
 
 
 def point_name(knob, point: dict) -> str:

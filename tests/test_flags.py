@@ -56,6 +56,20 @@ def _study_fixture() -> Path:
 
 
 STUDY = _study_fixture()
+
+
+def _tune_fixture(knob: str) -> Path:
+    """A training run of the kit's tune-<knob> study (its config and tuned points; a
+    configuration reads no more)."""
+    run = STUDY / f"tune_{knob}"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"study": f"tune-{knob}", "recipe": "adam", "agent": "fluid-tune",
+                                                 "fluid_tune": {"steps": 1}, "seeds": [0]}))
+    (run / "tuned_seed0.json").write_text(json.dumps({"point": {}}))
+    return run
+
+
+TUNE_RUN, TUNE_BUFFER_RUN = str(_tune_fixture("red")), str(_tune_fixture("buffer"))
 # what comes before a script's subcommand (study.py's study name)
 PREFIX = {"study": ["queuepilot"]}
 
@@ -79,6 +93,8 @@ BASE_ARGV = {
     ("lfq", ("evaluate",)): ["--run-dir", LFQ_RUN],
     ("train_apg", ("evaluate",)): ["--run-dir", APG_RUN],
     ("train_apg", ("export",)): ["--run-dir", APG_RUN],
+    ("tune_aqm", ("evaluate",)): ["--run-dir", TUNE_RUN],
+    ("tune_aqm", ("export",)): ["--run-dir", TUNE_RUN],
     ("lfq", ("export",)): ["--run-dir", LFQ_RUN],
 }
 
@@ -134,6 +150,14 @@ SAMPLES = {
     ("train_apg", ("evaluate",), "test_seeds"): ["2"],
     ("train_apg", ("evaluate",), "selection_seeds"): ["2"],
     ("train_apg", ("evaluate",), "baselines"): ["pie-5ms"],
+    ("tune_aqm", ("evaluate",), "run_dir"): [TUNE_RUN + "/../tune_red"],
+    ("tune_aqm", ("export",), "run_dir"): [TUNE_RUN + "/../tune_red"],
+    ("tune_aqm", ("evaluate",), "out_dir"): ["out"],
+    ("tune_aqm", ("export",), "out_dir"): ["out"],
+    ("tune_aqm", ("evaluate",), "seconds"): ["30"],  # above the study's warm-up
+    ("tune_aqm", ("evaluate",), "test_seeds"): ["2"],
+    ("tune_aqm", ("evaluate",), "selection_seeds"): ["1"],
+    ("tune_aqm", ("evaluate",), "baselines"): ["start"],
     ("lfq", ("train",), "num_envs"): ["32"],
     ("lfq", ("evaluate",), "test_seeds"): ["1"],  # at most len(lfq.study.TEST_SEEDS)
     ("lfq", ("evaluate",), "selection_seeds"): ["1"],  # at most len(studies.lfq.SELECTION_SEEDS)
@@ -174,6 +198,8 @@ PAIRED = {
     ("evaluate", (), "name"): ["--policy", POLICY, "--name", "mine"],
     ("bench_env", (), "ns3_seconds"): ["--ns3", "--ns3-seconds", "41"],
     ("export_onnx", (), "seed"): ["--checkpoint", QP_RUN, "--seed", "1"],
+    ("tune_aqm", ("evaluate",), "knob"): ["--knob", "buffer", "--run-dir", TUNE_BUFFER_RUN],
+    ("tune_aqm", ("export",), "knob"): ["--knob", "buffer", "--run-dir", TUNE_BUFFER_RUN],
 }
 
 

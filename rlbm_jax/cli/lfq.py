@@ -30,8 +30,7 @@ import sys
 from pathlib import Path
 
 from rlbm_jax.cli import add_print_config, fail, parser, subcommand_main
-from rlbm_jax.cli.study import (add_kit_eval_args, add_kit_train_args, kit_eval_config, kit_evaluate, kit_train,
-                                kit_train_config)
+from rlbm_jax.cli.study import add_kit_stages, kit_commands, kit_stage_config
 from rlbm_jax.lfq import study as S
 from rlbm_jax.progress import fmt_s
 
@@ -41,15 +40,12 @@ PROG = "lfq.py"
 def build_parser():
     ap = parser(__doc__, PROG, print_config=False)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train", help="train the cap network by A/B forking: the study kit's train (study.py lfq train)")
-    add_kit_train_args(t, run_dir="runs/lfq", study="lfq")
-    e = sub.add_parser("evaluate", help="the trained seeds against the baselines on the test sweep: the study kit's "
-                                        "select, then test (study.py lfq select --runs RUN, then test)")
-    add_kit_eval_args(e, run_dir="runs/lfq", study="lfq")
-    x = sub.add_parser("export", help="one ONNX graph per training seed, checked: the study kit's export")
-    x.add_argument("--run-dir", default="runs/lfq", help="a train run's directory")
-    x.add_argument("--out-dir", default=None, help="the kit's results folder whose ledger records it (default: "
-                                                   "<run-dir>/kit)")
+    t, e, x = add_kit_stages(
+        sub, study="lfq", run_dir="runs/lfq",
+        train_help="train the cap network by A/B forking: the study kit's train (study.py lfq train)",
+        evaluate_help="the trained seeds against the baselines on the test sweep: the study kit's select, then test "
+                      "(study.py lfq select --runs RUN, then test)",
+        export_help="one ONNX graph per training seed, checked: the study kit's export")
     n = sub.add_parser("ns3", help="the exported graphs and the baselines in ns-3.37, beside JAX")
     n.add_argument("--run-dir", default="runs/lfq", help="a train run's directory, its graphs exported")
     n.add_argument("--test-seeds", type=int, default=len(S.TEST_SEEDS),
@@ -69,28 +65,11 @@ def build_parser():
 
 
 def run_config(a) -> dict:
-    if a.cmd == "train":
-        return {"cmd": "train", **kit_train_config("lfq", a)}
-    if a.cmd == "evaluate":
-        return {"cmd": "evaluate", **kit_eval_config("lfq", a)}
-    if a.cmd == "export":
-        from rlbm_jax.study import get, pipeline
-
-        return {"cmd": "export", **pipeline.export_config(get("lfq"), run_dir=a.run_dir,
-                                                          results=a.out_dir or str(Path(a.run_dir) / "kit"))}
+    if a.cmd != "ns3":
+        return kit_stage_config("lfq", a)
     from rlbm_jax.lfq import ns3
     return {"cmd": "ns3", **ns3.ns3_config(Path(a.run_dir), a.test_seeds, a.duration_s, a.configs, a.baselines, a.jobs,
                                            a.fresh_ns3, not a.no_jax, a.out_dir), "progress": not a.no_progress}
-
-
-def _export(a, cfg, argv) -> int:
-    from rlbm_jax.study import get, pipeline
-
-    try:
-        recs = pipeline.export(get("lfq"), cfg)
-    except ValueError as e:
-        return fail(PROG, str(e))
-    return 0 if all(r["ok"] for r in recs) else fail(PROG, "an exported graph disagrees with its network", 1)
 
 
 def _ns3(a, cfg, argv) -> int:
@@ -114,10 +93,7 @@ def study_ns3(kit: dict) -> int:
 
 
 def main(argv=None) -> int:
-    return subcommand_main(PROG, build_parser, run_config,
-                           {"train": lambda a, cfg, _: kit_train(PROG, cfg),
-                            "evaluate": lambda a, cfg, _: kit_evaluate(PROG, cfg), "ns3": _ns3, "export": _export},
-                           argv)
+    return subcommand_main(PROG, build_parser, run_config, {**kit_commands(PROG), "ns3": _ns3}, argv)
 
 
 if __name__ == "__main__":

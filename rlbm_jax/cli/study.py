@@ -201,6 +201,50 @@ def kit_evaluate(prog: str, cfg: dict) -> int:
     return 0
 
 
+# ---- a study script's train, evaluate and export, as the kit's stages ------------------------
+def add_kit_stages(sub, *, study: str, run_dir: str, train_help: str, evaluate_help: str, export_help: str):
+    """The `train`, `evaluate` and `export` subcommands of a study script (the kit's train;
+    select then test; export, each ledger in <run-dir>/kit); returns their parsers."""
+    t = sub.add_parser("train", help=train_help)
+    add_kit_train_args(t, run_dir=run_dir, study=study)
+    e = sub.add_parser("evaluate", help=evaluate_help)
+    add_kit_eval_args(e, run_dir=run_dir, study=study)
+    x = sub.add_parser("export", help=export_help)
+    x.add_argument("--run-dir", default=run_dir, help="a train run's directory")
+    x.add_argument("--out-dir", default=None, help="the kit's results folder whose ledger records it (default: "
+                                                   "<run-dir>/kit)")
+    return t, e, x
+
+
+def kit_stage_config(study: str, a) -> dict:
+    """The configuration of a study script's train, evaluate or export (`add_kit_stages`)."""
+    if a.cmd == "train":
+        return {"cmd": "train", **kit_train_config(study, a)}
+    if a.cmd == "evaluate":
+        return {"cmd": "evaluate", **kit_eval_config(study, a)}
+    from rlbm_jax.study import get, pipeline
+
+    return {"cmd": "export", **pipeline.export_config(get(study), run_dir=a.run_dir,
+                                                      results=a.out_dir or str(Path(a.run_dir) / "kit"))}
+
+
+def kit_export(prog: str, cfg: dict) -> int:
+    """The kit's export of a study script's run (exit 1 where a policy disagrees with its network)."""
+    from rlbm_jax.study import get, pipeline
+
+    try:
+        recs = pipeline.export(get(cfg["study"]), cfg)
+    except ValueError as e:
+        return fail(prog, str(e))
+    return 0 if all(r["ok"] for r in recs) else fail(prog, "an exported policy disagrees with its network", 1)
+
+
+def kit_commands(prog: str) -> dict:
+    """{train, evaluate, export: the function running it} of a study script."""
+    return {"train": lambda a, cfg, _: kit_train(prog, cfg), "evaluate": lambda a, cfg, _: kit_evaluate(prog, cfg),
+            "export": lambda a, cfg, _: kit_export(prog, cfg)}
+
+
 def main(argv=None) -> int:
     from rlbm_jax.study import get, pipeline
 

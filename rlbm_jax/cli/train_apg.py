@@ -22,11 +22,9 @@ the `queuepilot` study's: its verdict shares these test runs (`results/queuepilo
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from rlbm_jax.cli import add_print_config, fail, parser, subcommand_main
-from rlbm_jax.cli.study import (add_kit_eval_args, add_kit_train_args, kit_eval_config, kit_evaluate, kit_train,
-                                kit_train_config)
+from rlbm_jax.cli import add_print_config, parser, subcommand_main
+from rlbm_jax.cli.study import add_kit_stages, kit_commands, kit_stage_config
 
 PROG = "train_apg.py"
 STUDY = "queuepilot-apg"
@@ -35,46 +33,22 @@ STUDY = "queuepilot-apg"
 def build_parser():
     ap = parser(__doc__, PROG, print_config=False)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train", help="train the marking policy by APG: the study kit's train (study.py queuepilot-apg "
-                                     "train)")
-    add_kit_train_args(t, run_dir="runs/apg", study=STUDY)
-    e = sub.add_parser("evaluate", help="judge it against the classic AQMs on the packet simulator: the study kit's "
-                                        "select, then test")
-    add_kit_eval_args(e, run_dir="runs/apg", study=STUDY)
-    x = sub.add_parser("export", help="each seed's ONNX graph, checked: the study kit's export")
-    x.add_argument("--run-dir", default="runs/apg", help="a train run's directory")
-    x.add_argument("--out-dir", default=None, help="the kit's results folder whose ledger records it (default: "
-                                                   "<run-dir>/kit)")
-    for p in (t, e, x):
+    for p in add_kit_stages(
+            sub, study=STUDY, run_dir="runs/apg",
+            train_help="train the marking policy by APG: the study kit's train (study.py queuepilot-apg train)",
+            evaluate_help="judge it against the classic AQMs on the packet simulator: the study kit's select, then "
+                          "test",
+            export_help="each seed's ONNX graph, checked: the study kit's export"):
         add_print_config(p)
     return ap
 
 
 def run_config(a) -> dict:
-    if a.cmd == "train":
-        return {"cmd": "train", **kit_train_config(STUDY, a)}
-    if a.cmd == "evaluate":
-        return {"cmd": "evaluate", **kit_eval_config(STUDY, a)}
-    from rlbm_jax.study import get, pipeline
-
-    return {"cmd": "export", **pipeline.export_config(get(STUDY), run_dir=a.run_dir,
-                                                      results=a.out_dir or str(Path(a.run_dir) / "kit"))}
-
-
-def _export(a, cfg, argv) -> int:
-    from rlbm_jax.study import get, pipeline
-
-    try:
-        recs = pipeline.export(get(STUDY), cfg)
-    except ValueError as e:
-        return fail(PROG, str(e))
-    return 0 if all(r["ok"] for r in recs) else fail(PROG, "an exported graph disagrees with its network", 1)
+    return kit_stage_config(STUDY, a)
 
 
 def main(argv=None) -> int:
-    return subcommand_main(PROG, build_parser, run_config,
-                           {"train": lambda a, cfg, _: kit_train(PROG, cfg),
-                            "evaluate": lambda a, cfg, _: kit_evaluate(PROG, cfg), "export": _export}, argv)
+    return subcommand_main(PROG, build_parser, run_config, kit_commands(PROG), argv)
 
 
 if __name__ == "__main__":

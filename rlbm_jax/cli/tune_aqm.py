@@ -20,33 +20,22 @@ export checks each tuned point is a configuration the packet simulator takes.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from rlbm_jax import tune
-from rlbm_jax.cli import add_print_config, fail, parser, subcommand_main
-from rlbm_jax.cli.study import (add_kit_eval_args, add_kit_train_args, kit_eval_config, kit_evaluate, kit_train,
-                                kit_train_config)
+from rlbm_jax.cli import add_print_config, parser, subcommand_main
+from rlbm_jax.cli.study import add_kit_stages, kit_commands, kit_stage_config
 
 PROG = "tune_aqm.py"
-
-
-def _study(a) -> str:
-    return f"tune-{a.knob}"
 
 
 def build_parser():
     ap = parser(__doc__, PROG, print_config=False)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train", help="tune the knob through the fluid model: the study kit's train")
-    add_kit_train_args(t, run_dir="runs/tune_aqm", study="tune-red")  # (both studies' tuner takes the same options)
-    e = sub.add_parser("evaluate", help="the grid search, then the tuned points against its best: the study kit's "
-                                        "select, then test")
-    add_kit_eval_args(e, run_dir="runs/tune_aqm", study="tune-red")
-    x = sub.add_parser("export", help="each tuned point, checked: the study kit's export")
-    x.add_argument("--run-dir", default="runs/tune_aqm", help="a train run's directory")
-    x.add_argument("--out-dir", default=None, help="the kit's results folder whose ledger records it (default: "
-                                                   "<run-dir>/kit)")
-    for p in (t, e, x):
+    for p in add_kit_stages(  # (both studies' tuner takes the same options)
+            sub, study="tune-red", run_dir="runs/tune_aqm",
+            train_help="tune the knob through the fluid model: the study kit's train",
+            evaluate_help="the grid search, then the tuned points against its best: the study kit's select, then test",
+            export_help="each tuned point, checked: the study kit's export"):
         p.add_argument("--knob", choices=list(tune.KNOBS), default="red",
                        help="what is tuned: " + "; ".join(f"{k}: {v.text}" for k, v in tune.KNOBS.items()))
         add_print_config(p)
@@ -54,30 +43,11 @@ def build_parser():
 
 
 def run_config(a) -> dict:
-    if a.cmd == "train":
-        return {"cmd": "train", **kit_train_config(_study(a), a)}
-    if a.cmd == "evaluate":
-        return {"cmd": "evaluate", **kit_eval_config(_study(a), a)}
-    from rlbm_jax.study import get, pipeline
-
-    return {"cmd": "export", **pipeline.export_config(get(_study(a)), run_dir=a.run_dir,
-                                                      results=a.out_dir or str(Path(a.run_dir) / "kit"))}
-
-
-def _export(a, cfg, argv) -> int:
-    from rlbm_jax.study import get, pipeline
-
-    try:
-        pipeline.export(get(_study(a)), cfg)
-    except ValueError as e:
-        return fail(PROG, str(e))
-    return 0
+    return kit_stage_config(f"tune-{a.knob}", a)
 
 
 def main(argv=None) -> int:
-    return subcommand_main(PROG, build_parser, run_config,
-                           {"train": lambda a, cfg, _: kit_train(PROG, cfg),
-                            "evaluate": lambda a, cfg, _: kit_evaluate(PROG, cfg), "export": _export}, argv)
+    return subcommand_main(PROG, build_parser, run_config, kit_commands(PROG), argv)
 
 
 if __name__ == "__main__":

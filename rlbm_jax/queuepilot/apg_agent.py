@@ -144,20 +144,8 @@ APG = APGAgent()
 
 
 def plot_curves(rows, path) -> None:
-    import matplotlib
+    from rlbm_jax.study.trainer import plot_seed_series
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for s in sorted({r["seed"] for r in rows}):
-        c = [r for r in rows if r["seed"] == s]
-        ax.plot([x["env_steps"] for x in c], [x["reward"] for x in c], label=f"seed {s}: reward (fluid)")
-        ax.plot([x["env_steps"] for x in c], [x["surrogate"] for x in c], ":", label=f"seed {s}: surrogate")
-    ax.set_xlabel("fluid env steps")
-    ax.set_ylabel("mean reward per step (fluid rollouts)")
-    ax.set_title("APG through the fluid model")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plot_seed_series(rows, path, x="env_steps", series=[("reward", "reward (fluid)", "-"), ("surrogate", "surrogate", ":")],
+                     xlabel="fluid env steps", ylabel="mean reward per step (fluid rollouts)",
+                     title="APG through the fluid model")

@@ -59,6 +59,28 @@ def plot_curves(rows, path: Path) -> None:
     plt.close(fig)
 
 
+def plot_seed_series(rows, path: Path, *, x: str, series, xlabel: str, ylabel: str, title: str) -> None:
+    """One panel of `metrics.csv`-like rows: for each training seed, each (key, label, line
+    style) of `series` against `x` (a trainer's learning curve)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for s in sorted({r["seed"] for r in rows}):
+        rr = [r for r in rows if r["seed"] == s]
+        for key, label, style in series:
+            ax.plot([r[x] for r in rr], [r[key] for r in rr], style, label=f"seed {s}{': ' + label if label else ''}")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def train_seeds(ppo, *, seeds, run: Path, updates: int, chunk: int, time_budget_s: float | None = None,
                 init_from: str | None = None, label: str = "", reward_name: str = "reward") -> dict:
     """Train `ppo` from each of `seeds` (one vmapped call per chunk of `chunk` updates) for
