@@ -121,10 +121,9 @@ def _tiny_study():
     import dataclasses
 
     from rlbm_jax.study import get
-    from rlbm_jax.studies import lfq as decl
 
     study = get("lfq")
-    picked = lambda triples: decl._configs(triples)
+    picked = S.labelled_configs
     return dataclasses.replace(
         study, recipes={"tiny": {"alpha": 0.01, "flows": 4, "iterations": 4, "lr": 1e-3, "duration_s": (0.6, 0.8),
                                  "sim_overrides": SMALL}},

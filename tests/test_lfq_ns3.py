@@ -110,6 +110,11 @@ def test_lfq_ns3_cli_judges_an_exported_graph(tmp_path):
     assert cli.main(argv[:3] + ["--configs", "15.5:10.5:bbr"]) == 2
     assert cli.main(argv[:3] + ["--configs", "30:10:cubic"]) == 2  # beyond LFQ's 25 Mbit/s
     assert cli.main(argv + ["--no-jax"]) == 0
+    assert cli.main(argv) == 0  # (ns-3's runs from the run's cache) beside JAX's, the kit's rollout
+    jx = json.loads((run / "ns3" / "results.json").read_text())["runs"]["jax"]
+    assert np.asarray(jx["LFQ"]["bandwidth_mbps"]).shape == (1, 1, 2)
+    assert np.asarray(jx["fq-100"]["queue_max_pkts"]).shape == (1, 1, 2)
+    assert np.all(np.asarray(jx["fq-bdp"]["queue_max_pkts"]) <= np.asarray(jx["fq-bdp"]["cap_pkts"]))
     rep = json.loads((run / "ns3" / "results.json").read_text())
     assert rep["config"]["training_seeds"] == [0] and rep["config"]["training_seeds_without_policy"] == [1]
     assert np.asarray(rep["runs"]["ns3"]["LFQ"]["bandwidth_mbps"]).shape == (1, 1, 2)

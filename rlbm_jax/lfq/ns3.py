@@ -156,29 +156,27 @@ def run_ns3(cfg: dict, progress: bool = True) -> tuple[dict, dict]:
 
 
 def jax_runs(cfg: dict) -> tuple[dict | None, str]:
-    """The JAX evaluation of the same policies, configs and test seeds, run here by the study
-    kit's rollout (`rlbm_jax.studies.lfq`'s baselines and actors); (runs {policy: {metric:
-    [units, test seeds, configs]}}, where they came from)."""
+    """The JAX evaluation of the same policies (the training seeds with a graph), configs and
+    test seeds, run here by the study kit's rollout (`rlbm_jax.studies.lfq`'s baselines and
+    agent); (runs {policy: {metric: [units, test seeds, configs]}}, where they came from)."""
     from rlbm_jax.study import get, pipeline
-    from rlbm_jax.studies.lfq import _configs
 
     study = get("lfq")
-    configs = _configs([tuple(c) for c in cfg["configs"]])
+    configs = S.labelled_configs([tuple(c) for c in cfg["configs"]])
     seeds, seconds = cfg["test_seeds"], cfg["duration_s"]
     steps, warm = pipeline._steps(study, configs, seconds, 0.0)
+    runs_of = lambda b: pipeline._runs(study, configs, seeds, 0.0, seconds, b)
     names = [p for p in cfg["baselines_run"] if p != "LFQ"]
-    agents = [("LFQ", cfg["run_dir"])] if "LFQ" in cfg["baselines_run"] else []
-    table = pipeline._policies(study, names, lambda b: pipeline._runs(study, configs, seeds, 0.0, seconds, b),
-                               steps, warm, 50, agents=agents)
-    shape = (len(seeds), len(configs))
-    grid = lambda res, m: np.asarray([float(r[m]) for r in res]).reshape(len(configs), len(seeds)).T.reshape(shape)
-    out = {}
-    for p in cfg["baselines_run"]:
-        units = [res for pol, (meta, res) in table.items() if (meta["family"] == "LFQ" and meta["kind"] == "agent")
-                 == (p == "LFQ") and (p == "LFQ" or pol == p)]
-        # the agent's units are its training seeds [units, seeds, configs]; a baseline's its test seeds [seeds, 1, configs]
-        out[p] = {m: np.stack([grid(res, m) for res in units]) if p == "LFQ" else grid(units[0], m)[:, None]
-                  for m in S.METRICS}
+    table = {p: res for p, (_, res) in pipeline._policies(study, names, runs_of, steps, warm, 50).items()}
+    if "LFQ" in cfg["baselines_run"]:
+        actor, per_seed, _ = study.agent_kind.policies(study, Path(cfg["run_dir"]), {"seeds": cfg["training_seeds"]})
+        table["LFQ"] = [pipeline._rollouts(study, runs_of(None), steps, warm, actor, args, 50, name=None)
+                        for _, args in per_seed]
+    # a run's results in (config, seed) order -> [test seeds, configs]
+    grid = lambda res, m: np.asarray([float(r[m]) for r in res]).reshape(len(configs), len(seeds)).T
+    # the agent's units are its training seeds [units, seeds, configs]; a baseline's its test seeds [seeds, 1, configs]
+    out = {p: {m: (np.stack([grid(res, m) for res in table[p]]) if p == "LFQ" else grid(table[p], m)[:, None])
+               for m in S.METRICS} for p in cfg["baselines_run"]}
     return out, "run here (the study kit's rollout, `study.py lfq`)"
 
 

@@ -117,6 +117,18 @@ def config_params(configs, policy: str = "fq", cap_pkts: float = 100.0, **overri
     return stack_params([make_params(**config_kw(r, d, t, policy, cap_pkts, far, **overrides)) for r, d, t in configs])
 
 
+def label(rate_mbps: float, delay_ms: float, tcp: str) -> str:
+    """A configuration's name in a study's tables."""
+    return f"{rate_mbps:g}Mbps {delay_ms:g}ms {tcp}"
+
+
+def labelled_configs(triples) -> dict:
+    """{label: make_params arguments} of configurations (rate_mbps, delay_ms, tcp), every one
+    batching with every other."""
+    far = far_delay_line_ticks()
+    return {label(r, d, t): config_kw(r, d, t, delay_line_ticks=far) for r, d, t in triples}
+
+
 def train_configs():
     return [(r, d, t) for t in TCPS for r in TRAIN_RATES_MBPS for d in TRAIN_DELAYS_MS]
 

@@ -29,21 +29,12 @@ SELECTION_SEEDS = (4000, 4001)
 NOMINAL_RATE_BPS = 15e6  # step_s: the agent's interval at this bandwidth (a run's own depends on its bandwidth)
 
 
-def _label(r, d, t) -> str:
-    return f"{r:g}Mbps {d:g}ms {t}"
-
-
-def _configs(triples) -> dict:
-    far = S.far_delay_line_ticks()
-    return {_label(r, d, t): S.config_kw(r, d, t, delay_line_ticks=far) for r, d, t in triples}
-
-
 def selection_configs() -> dict:
-    return _configs([(r, d, t) for t in S.TCPS for r in SELECTION_SWEEP for d in SELECTION_SWEEP])
+    return S.labelled_configs([(r, d, t) for t in S.TCPS for r in SELECTION_SWEEP for d in SELECTION_SWEEP])
 
 
 def test_configs() -> dict:
-    return _configs(S.test_configs())
+    return S.labelled_configs(S.test_configs())
 
 
 def train_configs() -> list:
@@ -83,12 +74,12 @@ def report_extra(rows, cfg, out) -> list:
     """The learnt cap against the configuration (the paper's Tables I-IV: its correlation with
     the bandwidth at a fixed delay and with the delay at a fixed bandwidth, its mean) from
     runs.csv, and caps.png (the cap against delay and bandwidth beside the BDP)."""
-    triples = [c for c in S.test_configs() if _label(*c) in cfg["configs"]]
+    triples = [c for c in S.test_configs() if S.label(*c) in cfg["configs"]]
     agent_rows = [r for r in rows if r["kind"] == "agent"]
     units = sorted({int(r["training_seed"]) for r in agent_rows})
     seeds = sorted({int(r["seed"]) for r in agent_rows})
     at = {(int(r["training_seed"]), int(r["seed"]), r["config"]): float(r["cap_pkts"]) for r in agent_rows}
-    cap = np.asarray([[[at[(u, s, _label(*c))] for c in triples] for s in seeds] for u in units])
+    cap = np.asarray([[[at[(u, s, S.label(*c))] for c in triples] for s in seeds] for u in units])
     if not all(any(c[2] == t and c[0] == S.TEST_FIXED for c in triples) and
                any(c[2] == t and c[1] == S.TEST_FIXED for c in triples) for t in S.TCPS):
         return ["(The test ran part of the sweep: no cap correlations.)"]
