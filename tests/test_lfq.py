@@ -115,6 +115,9 @@ def test_ab_fork_branches_share_everything_before_and_differ_by_the_cap_after():
     assert np.all(np.isfinite(ret)) and ret[0, 0] != ret[0, 1] and np.all(ret[1] == 0)
 
 
+TINY_CONFIGS = [(24.5, 15.5, "cubic"), (5.5, 15.5, "newreno")]  # the fastest flow and a slow one (its own steps)
+
+
 def _tiny_study():
     """The lfq declaration with a tiny recipe (flows of 0.6-0.8 s on a ring of 101 packets) and
     a few configurations of the test sweep: the kit runs it as it runs the real one."""
@@ -127,9 +130,9 @@ def _tiny_study():
     return dataclasses.replace(
         study, recipes={"tiny": {"alpha": 0.01, "flows": 4, "iterations": 4, "lr": 1e-3, "duration_s": (0.6, 0.8),
                                  "sim_overrides": SMALL}},
-        selection_configs=lambda: picked([(11.25, 7.25, "newreno"), (19.25, 23.25, "cubic")]),
-        test_configs=lambda: picked([(15.5, 5.5, "newreno"), (24.5, 15.5, "cubic"), (5.5, 15.5, "newreno")]),
-        eval_s=0.5, legacy_runs={})
+        # (selection and test on the same two configurations, so that they share their compiled rollouts)
+        selection_configs=lambda: picked(TINY_CONFIGS), test_configs=lambda: picked(TINY_CONFIGS),
+        eval_s=0.3, legacy_runs={})
 
 
 def test_lfq_is_a_study_of_the_kit_trained_judged_exported_and_equal_to_its_own_rollout(tmp_path):
@@ -175,9 +178,9 @@ def test_lfq_is_a_study_of_the_kit_trained_judged_exported_and_equal_to_its_own_
     # the kit's runs against LFQ's own rollout (`deploy`), on the same configurations and steps
     with open(tmp_path / "kit" / "runs.csv") as f:
         runs = list(csv.DictReader(f))
-    configs = [(15.5, 5.5, "newreno"), (24.5, 15.5, "cubic"), (5.5, 15.5, "newreno")]
+    configs = TINY_CONFIGS
     env = S.make_env()
-    n = jnp.asarray(S.steps_for(np.full(3, 0.5), np.asarray([c[0] * 1e6 for c in configs])))
+    n = jnp.asarray(S.steps_for(np.full(len(configs), 0.3), np.asarray([c[0] * 1e6 for c in configs])))
     steps = int(n.max())
     assert steps == tcfg["steps"]
     net, params = S.CapNet(), S.load_params(tmp_path / "run" / "trained_seed1.msgpack")
@@ -187,7 +190,7 @@ def test_lfq_is_a_study_of_the_kit_trained_judged_exported_and_equal_to_its_own_
         want = jax.device_get(jax.jit(lambda k: S.deploy(env, cap_fn, k, S.config_params(configs), n, steps))(
             jax.random.PRNGKey(5000)))
         got = [r for r in runs if r["policy"] == policy]
-        assert len(got) == 3
+        assert len(got) == len(configs)
         np.testing.assert_array_equal([float(r["queue_max_pkts"]) for r in got], want["queue_max_pkts"])
         for m in ("bandwidth_mbps", "queue_pkts", "cap_pkts", "reward"):
             np.testing.assert_allclose([float(r[m]) for r in got], want[m], rtol=2e-5, err_msg=f"{policy} {m}")
