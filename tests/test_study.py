@@ -382,3 +382,31 @@ def test_the_committed_kit_results_are_regenerated_byte_for_byte(name, tmp_path,
     rep = pipeline.report(declare.get(name), str(rel))
     assert not rep["stale"]
     assert (tmp_path / rel / "RESULTS.md").read_text() == (src / "RESULTS.md").read_text()
+
+
+def test_every_committed_ns3_table_is_made_again_by_its_studys_report():
+    """Every committed ns-3 judging (results/*/ns3*/results.json) belongs to a kit study's
+    report: one committed kit folder's ledger chooses the run that holds it, and the study's
+    declared renderer makes its RESULTS.md again, to the byte, from its results.json."""
+    from rlbm_jax.study import declare, pipeline
+    from rlbm_jax.study.protocol import Ledger
+
+    root = Path(__file__).resolve().parents[1]
+    judged = {p.parent.relative_to(root) for p in root.glob("results/*/ns3*/results.json")}
+    assert judged  # the committed QueuePilot, ABS, LFQ and APG judgings
+    owner = {}
+    for led in sorted(root.glob("results/**/kit/ledger.json")):
+        name = json.loads(led.read_text())["study"]
+        study = declare.get(name)
+        sel = Ledger(led.parent, name, study.seeds).last("select")
+        cwd = os.getcwd()
+        os.chdir(root)
+        try:
+            folders = pipeline.ns3_folders(study, led.parent.relative_to(root), sel)
+        finally:
+            os.chdir(cwd)
+        for f in folders:
+            assert Path(f) not in owner, f"{f} belongs to {owner.get(Path(f))} and {name}"
+            owner[Path(f)] = name
+            assert pipeline.ns3_markdown(study, root / f) == (root / f / "RESULTS.md").read_text(), f
+    assert set(owner) == judged, f"ns-3 tables no study's report makes: {sorted(map(str, judged - set(owner)))}"

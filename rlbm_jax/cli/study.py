@@ -269,7 +269,7 @@ def main(argv=None) -> int:
         elif a.stage in ("test", "report"):
             rep = pipeline.test(study, cfg) if a.stage == "test" else pipeline.report(study, cfg["results"])
             print(pipeline.report_json(rep))
-            print(f"wrote {rep['markdown']}", file=sys.stderr)
+            print(f"wrote {', '.join(rep.get('written', [rep['markdown']]))}", file=sys.stderr)
         elif a.stage == "export":
             recs = pipeline.export(study, cfg)
             if not all(r["ok"] for r in recs):

@@ -61,4 +61,4 @@ STUDY = Study(
     eval_s=S.EVAL_S, warmup_s=S.EVAL_WARMUP_S, reward_scale=S.REWARD_SCALE,
     metrics={"util_wire": True, "delay_s": False, "throughput_mbps": True, "size_mean_pkts": False},
     legacy_runs={"results/abs": "lstm"},  # trained by scripts/abs.py (32 envs)
-    run_kw=_run_kw, ns3="rlbm_jax.cli.abs:study_ns3", step_record=S.record_step)
+    run_kw=_run_kw, ns3="rlbm_jax.cli.abs:study_ns3", ns3_markdown="rlbm_jax.abs.ns3:markdown", step_record=S.record_step)

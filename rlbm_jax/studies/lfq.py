@@ -108,4 +108,4 @@ STUDY = Study(
     step_record=record_step, step_max=("queue_max_pkts",), recorded=("cap_pkts",), report_extra=report_extra,
     agent=agent.AB_FORK, ticks_per_step=lfqf.LFQ_TICKS_PER_STEP, run_steps=run_steps,
     legacy_runs={"results/lfq": "paper-ab"},  # trained by scripts/lfq.py (512 flows, 23 iterations per seed)
-    ns3="rlbm_jax.cli.lfq:study_ns3")
+    ns3="rlbm_jax.cli.lfq:study_ns3", ns3_markdown="rlbm_jax.lfq.ns3:markdown")

@@ -43,4 +43,4 @@ STUDY = Study(
     eval_s=qp.EVAL_S, warmup_s=qp.EVAL_WARMUP_S,
     metrics={"util_wire": True, "drop_rate": False, "queue_mean_pkts": False, "drop_steps": False},
     legacy_runs={"results/queuepilot": "lstm"},  # trained by scripts/queuepilot.py (2048 envs x 64 steps)
-    ns3="rlbm_jax.cli.queuepilot:study_ns3", step_record=qp.record_step)
+    ns3="rlbm_jax.cli.queuepilot:study_ns3", ns3_markdown="rlbm_jax.queuepilot.ns3:markdown", step_record=qp.record_step)

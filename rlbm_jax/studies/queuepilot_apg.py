@@ -84,4 +84,4 @@ STUDY = dataclasses.replace(
                      "drop_width_pkts": 0.25, "init_bias": -3.0}},
     train_configs=train_configs,
     legacy_runs={"results/apg": "apg"},  # trained by scripts/train_apg.py (1,500 updates, seeds 10-12)
-    ns3=None, report_extra=beside_ppo)
+    ns3=None, ns3_markdown="rlbm_jax.queuepilot.ns3:markdown", report_extra=beside_ppo)

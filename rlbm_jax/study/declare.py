@@ -81,6 +81,10 @@ class Study:
                          function(config) -> exit code, config = the `ns3` stage's (the run,
                          its exported policies, the chosen baselines, seeds, jobs, out_dir);
                          imported when the stage runs (a script's module may hold it)
+    ns3_markdown         None, or "module:function" that renders a judging's ns3/results.json
+                         as its RESULTS.md: (the results.json record) -> text; `report`
+                         writes <results>/ns3/RESULTS.md again with it, so the ns-3 table
+                         too is made from a committed file
     agent                how the agent is trained, loaded and exported (`rlbm_jax.study.agents`:
                          an AgentKind; None is PPO, `agents.PPO`)
     ticks_per_step       > 0: the agent's interval is that many ticks (a packet-timed study,
@@ -121,6 +125,7 @@ class Study:
     train_draws: dict = dataclasses.field(default_factory=dict)
     legacy_runs: dict = dataclasses.field(default_factory=dict)
     ns3: str | None = None
+    ns3_markdown: str | None = None
     agent: Any = None
     ticks_per_step: int = 0
     run_steps: Callable | None = None

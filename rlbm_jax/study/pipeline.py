@@ -390,6 +390,32 @@ def ns3_config(study: Study, *, run_dir: str | None, seeds: int, jobs: int, resu
             "out_dir": str(Path(results) / "ns3")}
 
 
+def ns3_markdown(study: Study, folder) -> str:
+    """The RESULTS.md of an ns-3 judging folder, made again from its results.json with the
+    study's declared renderer (`Study.ns3_markdown`)."""
+    import importlib
+    import json
+
+    if study.ns3_markdown is None:
+        raise ValueError(f"study {study.name} declares no ns3_markdown: its ns-3 tables cannot be made again")
+    mod, fn = study.ns3_markdown.split(":")
+    rep = json.loads((Path(folder) / "results.json").read_text())
+    return getattr(importlib.import_module(mod), fn)(rep)
+
+
+def ns3_folders(study: Study, results: Path, sel: dict | None) -> list:
+    """The ns-3 judgings whose tables `report` makes again: <results>/ns3 and the chosen
+    run's ns3* folders (a study script's judging before the kit wrote them there), each
+    with its results.json; none where the study declares no renderer."""
+    if study.ns3_markdown is None:
+        return []
+    found = [Path(results) / "ns3"]
+    if sel is not None:
+        run = Path(sel["chosen_recipe"]["run_dir"])
+        found += sorted(p for p in run.glob("ns3*") if p.is_dir())
+    return [p for p in dict.fromkeys(found) if (p / "results.json").is_file()]
+
+
 # ---- report ----------------------------------------------------------------------------
 def _fmt(m, se=None, digits=4) -> str:
     return stats.fmt_mean_se((m, float("nan") if se is None else se), digits=digits, sign=True)
@@ -490,7 +516,11 @@ def report(study: Study, results: str) -> dict:
         L += [""] + list(study.report_extra(rows, cfg, out))
     (out / RESULTS_MD).write_text("\n".join(L) + "\n")
     _figure(comps["reward"], baselines, out / FIGURE, study)
-    return {"comparisons": comps, "stale": stale, "markdown": str(out / RESULTS_MD)}
+    written = [str(out / RESULTS_MD)]
+    for folder in ns3_folders(study, out, sel):
+        (folder / RESULTS_MD).write_text(ns3_markdown(study, folder))
+        written.append(str(folder / RESULTS_MD))
+    return {"comparisons": comps, "stale": stale, "markdown": str(out / RESULTS_MD), "written": written}
 
 
 def _figure(comp: dict, baselines: list, path: Path, study: Study) -> None:
