@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlbm_jax import flowstats
 from rlbm_jax.devices import batched, env_sharding
 from rlbm_jax.env import backends, metrics as mx, sim
 from rlbm_jax.env.switch import buffer
@@ -67,7 +68,7 @@ def _chunking(total: int, chunks: int):
 
 def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], agent: Callable | None = None,
                  agent_interval_s: float = 0.1, formulation=DEFAULT_FORMULATION, chunks: int = 20,
-                 show_progress: bool = True, plot_path=None) -> dict:
+                 show_progress: bool = True, plot_path=None, flow_sample_s: float | None = None) -> dict:
     """Simulate `seconds` of the scenario for every seed: the report fields' mean, std and
     per-seed values, and `tail`, the FCT slowdown per flow-size bucket pooled over seeds
     (`metrics.pooled_tail`; flows beyond the completion log, `log_overflow`, are not in it),
@@ -79,7 +80,9 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     trained on) every `agent_interval_s`.  `series` holds, at the end of each of the
     `chunks` stretches, the time, the buffer occupancy and the link's utilisation over the
     stretch (means over seeds); `plot_path` draws them with the FCT slowdown by flow size
-    (`plot_run`).  Seeds whose states cannot fit in memory are refused before compiling."""
+    (`plot_run`).  Seeds whose states cannot fit in memory are refused before compiling.
+    `flow_sample_s`: also sample the long flows that often (at least every call) and report
+    them, per flow group, with their fairness under `flows` (`rlbm_jax.flowstats`)."""
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"seconds must be a positive finite number, got {seconds!r}")
     if not (math.isfinite(agent_interval_s) and agent_interval_s > 0):
@@ -95,6 +98,8 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
             raise ValueError(f"the {name} backend draws no run yet: --plot needs a packet backend (--backend jax "
                              "or native)")
         return _run_fluid(params, seconds, seeds)
+    if flow_sample_s is not None:
+        flowstats.check(params, flow_sample_s)
     check_memory(params, len(seeds))
     keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
     t_start = time.perf_counter()
@@ -134,7 +139,16 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     # a stretch runs as calls of at most CALL_MAX_TICKS ticks (and one call of the rest), so
     # that a long stretch still moves the progress bar; the ticks per stretch are unchanged
     per_call = max(1, min(size, CALL_MAX_TICKS // max(1, ticks_per_unit)))
+    if flow_sample_s is not None:  # a call per sample of the long flows
+        per_call = max(1, min(per_call, int(round(flow_sample_s / (ticks_per_unit * float(params.tick_s))))))
     calls, rest = divmod(size, per_call)
+    sample = jax.jit(jax.vmap(lambda st: flowstats.sample(get_sim(st), int(params.long_flows))))
+    samples, sample_ticks = [], []
+
+    def take(st):
+        if flow_sample_s is not None:
+            samples.append(np.asarray(sample(st), np.float64))
+            sample_ticks.append(int(np.asarray(get_sim(st).tick).reshape(-1)[0]))
     bar = Progress(n_chunks * unit_s, unit=" sim-s", label=f"{len(seeds)} seed(s) ") if show_progress else None
     if bar:
         bar.update(0, extra="compiling", measure=False)  # a first line at once, before compiling
@@ -143,16 +157,19 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     compiled_rest = advance(rest).lower(state).compile() if rest else None
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
+    take(state)
     series = {"t_s": [], "queue_pkts": [], "util_wire": []}
     deq_before, offered_before = np.zeros(len(seeds)), np.zeros(len(seeds))
     for i in range(n_chunks):
         for j in range(calls):
             state = compiled(state)
+            take(state)
             if bar and j < calls - 1:
                 jax.block_until_ready(state)
                 bar.update((i + (j + 1) * per_call / size) * unit_s)
         if rest:
             state = compiled_rest(state)
+            take(state)
         jax.block_until_ready(state)
         now = get_sim(state)
         deq = np.asarray(now.metrics.deq_total, np.float64)
@@ -191,6 +208,9 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
                wall_s=time.perf_counter() - t_start, run_s=run_s, compile_s=compile_s,
                sim_seconds_per_wall_s=sum(r["sim_seconds"] for r in per_seed) / max(run_s, 1e-9),
                seeds=[int(s) for s in seeds], std=std, n_seeds=n_seeds, per_seed=per_seed)
+    if flow_sample_s is not None:
+        out["flows"] = flowstats.summarize(np.stack(samples, axis=1), np.asarray(sample_ticks) * float(params.tick_s),
+                                           params, seeds=[int(s) for s in seeds])
     if plot_path is not None:  # a figure that cannot be drawn loses nothing computed: its error is reported
         try:
             plot_run(series, flows, plot_path, title=f"{len(seeds)} seed(s), {seconds:g} s")

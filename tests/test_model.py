@@ -53,10 +53,10 @@ def _text(v):
 def test_every_make_params_field_is_declared_once():
     p = make_params()
     fields = set(SimParams.__dataclass_fields__)
-    declared = {q.field for q in model.PARAMS if q.field}
-    # every leaf and static field is set by exactly one declared parameter, bar the tables'
-    # (the flow sizes', the capacity schedule's: `model.TABLE_LEAVES`) and the static record
-    # of choices
+    declared = {q.field for q in model.PARAMS if q.field} | {q.group_leaf for q in model.PER_GROUP}
+    # every leaf and static field is set by exactly one declared parameter (a per-group one sets
+    # its first group's and its groups' leaves), bar the tables' (the flow sizes', the capacity
+    # schedule's: `model.TABLE_LEAVES`) and the static record of choices
     assert fields - declared == {*(f for leaves in model.TABLE_LEAVES.values() for f in leaves), "model_choices"}
     assert declared <= fields
     assert len({q.name for q in model.PARAMS}) == len(model.PARAMS)

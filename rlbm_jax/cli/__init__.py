@@ -110,6 +110,9 @@ def add_param_args(ap, names=None, *, groups=None, exclude=(), title: str | None
         for p in params:
             help_ = f"{p.doc} (simulator default: {p.default_text})"
             kw = dict(dest=p.name, default=None, help=help_)
+            if p.per_group:  # one value, or one per flow group
+                kw = {**kw, "nargs": "+", "help": help_.replace(" (simulator default", "; several: one per flow group "
+                                                                "(simulator default")}
             if p.kind == "bool":
                 g.add_argument(p.option, action=argparse.BooleanOptionalAction, **kw)
             elif p.kind == "choice":

@@ -4,6 +4,8 @@
     python scripts/simulate.py --scenario long --long-flows 16 --buffer-pkts 60 --tcp cubic
     python scripts/simulate.py --scenario long --long-flows 16 --policy codel --ecn
     python scripts/simulate.py --scenario dumbbell --policy fq-codel --seconds 10
+    python scripts/simulate.py --scenario long --senders 2 --long-flows 2 --flow-groups 2 \
+        --access-delay-s 0.0001 0.02 --tcp cubic newreno --warmup-s 10
 
 Scenarios are `rlbm_jax.scenarios`; every simulator parameter has a flag (unset flags
 keep the scenario's value).  --policy takes a baseline, an AQM (red, ared, pie, codel: the
@@ -19,10 +21,16 @@ SHA-256 of its values), and with --capacity-schedule the schedule (name, rows, p
 and peak rate, SHA-256); `util_wire` is then against the capacity the schedule offered, and
 `capacity_mean_bps` is that capacity's mean.  Retransmission timeouts, retransmitted packets offered to the
 buffer and spurious copies received (`rto_count`, `retx_arrivals`, `spurious_retx`) are
-report fields, and so are CE marks (`mark_rate`, `marks_c<c>`).
+report fields, and so are CE marks (`mark_rate`, `marks_c<c>`).  Flow groups (--flow-groups
+G: sender s is in group s mod G) give each group its own access delay and TCP (one value
+of --access-delay-s and --tcp per group).  --flow-stats (on by itself with several flow
+groups and long flows) reports each long flow's and group's goodput, share,
+retransmissions, mean cwnd, sRTT and min RTT, and Jain's index and the goodput ratio, over
+the run from --warmup-s (`flows` in the JSON, the lines on stderr; `rlbm_jax.flowstats`).
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -38,6 +46,7 @@ from rlbm_jax.simulate import run_scenario, with_policy
 PROG = "simulate.py"
 # the scenario builders' own arguments, besides make_params keywords
 SCENARIO_ONLY = ("policy",)  # --policy also takes a policy directory
+FLOW_SAMPLE_S = 0.01  # --flow-stats' sample period unless --flow-sample-s says
 
 
 def build_parser():
@@ -57,6 +66,12 @@ def build_parser():
     g.add_argument("--agent-interval-s", type=float, default=0.1, help="how often a policy directory acts (s)")
     g.add_argument("--json", default="-", help="output path, - for stdout")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--flow-stats", action=argparse.BooleanOptionalAction, default=None,
+                   help="report the long flows' goodput, share, retransmissions, cwnd, sRTT and min RTT per flow "
+                   "and flow group, with Jain's index and the goodput ratio (default: on with several flow groups "
+                   "and long flows)")
+    g.add_argument("--flow-sample-s", type=float, default=None,
+                   help=f"how often --flow-stats samples the flows (s; default {FLOW_SAMPLE_S})")
     g.add_argument("--plot", default=None, help="draw the run to this PNG: queue and utilisation over time, FCT "
                    "slowdown by flow size")
     return ap
@@ -136,9 +151,20 @@ def plan(a):
         backends.resolve(name, params)  # a named backend that cannot run it is refused by name
     if name == "fluid":
         fluid_refuses_given(param_kw(a))
+    flow_stats = a.flow_stats if a.flow_stats is not None else (params.flow_groups > 1 and int(params.long_flows) > 0)
+    if a.flow_sample_s is not None and not flow_stats:
+        raise ValueError("--flow-sample-s: no flow statistics are taken in this run (give --flow-stats)")
+    sample_s = (FLOW_SAMPLE_S if a.flow_sample_s is None else a.flow_sample_s) if flow_stats else None
+    if flow_stats:
+        from rlbm_jax import flowstats
+
+        flowstats.check(params, sample_s)
+        if name == "fluid":
+            raise ValueError("--flow-stats: the fluid backend has no flows to sample; use a packet backend")
     run = {"scenario": a.scenario, "policy": a.policy, "formulation": form.id if a.policy not in buffer.POLICY_NAMES
            else None, "seconds": a.seconds, "seeds": list(range(a.seed_base, a.seed_base + a.seeds)),
            "agent_interval_s": a.agent_interval_s, "backend": a.backend or backends.default(),
+           "flow_stats": bool(flow_stats), "flow_sample_s": sample_s,
            "json": a.json, "plot": a.plot, "progress": not a.no_progress, "cdf": cdf_info(kw.get("cdf", "websearch")),
            "config": config_record(kw, params)}
     cap = capacity_info(kw.get("capacity_schedule", capacity.NONE))
@@ -189,7 +215,7 @@ def main(argv=None):
             agent, _ = load_policy(a.policy, obs_layout=form.obs_layout(params.num_classes))
         res = run_scenario(params, seconds=a.seconds, seeds=run["seeds"], agent=agent,
                            agent_interval_s=a.agent_interval_s, formulation=form, show_progress=not a.no_progress,
-                           plot_path=a.plot)
+                           plot_path=a.plot, flow_sample_s=run["flow_sample_s"])
     except ValueError as e:
         return fail(PROG, name_flags(str(e), flags))
     res = {**run, **res}
@@ -200,6 +226,10 @@ def main(argv=None):
     except OSError as e:  # the results go to stdout rather than nowhere
         jsonio.write("-", res)
         return fail(PROG, f"--json {a.json}: not written ({e}); the results are on stdout", code=1)
+    if "flows" in res:
+        from rlbm_jax.flowstats import lines
+
+        print("\n".join(lines(res["flows"])), file=sys.stderr)
     if a.json != "-":
         print(f"wrote {a.json}", file=sys.stderr)
     if "plot_error" in res:  # the results are written; the figure alone failed

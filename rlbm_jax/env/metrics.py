@@ -134,12 +134,13 @@ def init_interval(num_classes: int, log_size: int = 16) -> Interval:
                     capacity_pkts=zf)
 
 
-def open_log_slowdown(active, done_sink, cls, start_s, size_bytes, now_s, params):
+def open_log_slowdown(active, done_sink, cls, start_s, size_bytes, now_s, params, base_rtt_s=None):
     """[P] sum over open flows (started, last byte not yet at the sink, finite size) of
     log(max(age, ideal) / ideal), ideal = base RTT + size * 8 / C: the log slowdown each
     would have if it finished now, at least 0.  A flow's increments over the intervals
-    it spans add up to the log slowdown it finishes with."""
-    ideal = params.base_rtt_s + size_bytes * 8.0 / params.bottleneck_rate_bps
+    it spans add up to the log slowdown it finishes with.  `base_rtt_s`: each flow's (its
+    flow group's), default the run's."""
+    ideal = (params.base_rtt_s if base_rtt_s is None else base_rtt_s) + size_bytes * 8.0 / params.bottleneck_rate_bps
     is_open = active & ~done_sink & jnp.isfinite(size_bytes)
     cost = jnp.log(jnp.maximum(now_s - start_s, ideal) / jnp.where(is_open, ideal, 1.0))
     by_cls = cls[:, None] == jnp.arange(params.num_classes)[None, :]

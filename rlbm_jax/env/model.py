@@ -54,6 +54,8 @@ class Param:
               for a choice, the largest value it runs for a bounded size, or True for a
               schedule it runs (without an entry a backend runs none: only the default)
     ns3       the ns-3 scenario's option (default: the name; "": it has none, ours only)
+    per_group a value, or one per flow group (`flow_groups`; sender s is in group s mod
+              flow_groups): `leaf` holds the first group's, and `group_leaf` all of them
     """
 
     name: str
@@ -73,6 +75,7 @@ class Param:
     derived: str = ""
     backends: dict = dataclasses.field(default_factory=dict)
     ns3: str | None = None
+    per_group: bool = False
 
     @property
     def field(self) -> str:
@@ -80,6 +83,11 @@ class Param:
         if self.leaf is not None:
             return self.leaf
         return self.name + "_id" if self.kind == "choice" and not self.keeps_value else self.name
+
+    @property
+    def group_leaf(self) -> str:
+        """The [flow_groups] SimParams field of a per-group parameter ("" for others)."""
+        return "group_" + self.field if self.per_group else ""
 
     @property
     def keeps_value(self) -> bool:
@@ -134,6 +142,12 @@ class Param:
             if self.default is None:
                 return
             raise ValueError(f"{self.name} must be given a value, got None")
+        if self.per_group and isinstance(value, (list, tuple, np.ndarray)):
+            if len(value) == 0:
+                raise ValueError(f"{self.name} must have one value, or one per flow group, got {value!r}")
+            for v in value:
+                self.check(v)
+            return
         n = self.name
         if self.kind == "bool":
             if not isinstance(value, (bool, np.bool_)) and value not in (0, 1):
@@ -214,7 +228,12 @@ PARAMS: tuple[Param, ...] = (
           flag="--senders", backends={"native": 1024}),
     Param("access_rate_bps", "topology", "float", 100e6, "each sender's access link rate (bit/s)", **POS,
           flag="--access-bps"),
-    Param("access_delay_s", "topology", "float", 0.1e-3, "access link one-way propagation delay (s)", **NONNEG),
+    Param("flow_groups", "topology", "int", 1, "sender groups, each with its own access delay and TCP (sender s "
+          "is in group s mod flow_groups; access_delay_s and tcp take one value per group)", lo=1, static=True,
+          backends={"native": 1, "fluid": 1}, ns3=""),
+    Param("access_delay_s", "topology", "float", 0.1e-3, "access link one-way propagation delay (s): one value, or "
+          "one per flow group (the first group's path is the reference: BDP, base RTT of the AQMs and formulations)",
+          **NONNEG, per_group=True),
     Param("bottleneck_rate_bps", "topology", "float", 10e6, "switch -> sink link rate (bit/s)", **POS,
           flag="--bottleneck-bps"),
     Param("bottleneck_delay_s", "topology", "float", 10e-3, "switch -> sink one-way propagation delay (s)", **NONNEG),
@@ -243,8 +262,9 @@ PARAMS: tuple[Param, ...] = (
     Param("class_threshold_bytes", "buffer", "floats", 2_000_000, "flow size above which a flow rises a class",
           lo=0.0),
     # ---- TCP ----------------------------------------------------------------------------
-    Param("tcp", "tcp", "choice", "cubic", "congestion control of every sender", choices=_tcp_names,
-          backends={"native": _native_tcps, "fluid": ("newreno", "cubic", "dctcp")}),
+    Param("tcp", "tcp", "choice", "cubic", "congestion control of the senders: one, or one per flow group",
+          choices=_tcp_names, backends={"native": _native_tcps, "fluid": ("newreno", "cubic", "dctcp")},
+          per_group=True),
     Param("mss_bytes", "tcp", "int", 1000, "payload per data packet (bytes)", lo=1),
     Param("initial_cwnd_pkts", "tcp", "int", 10, "initial congestion window (segments)", lo=1, flag="--initial-cwnd"),
     Param("min_rto_s", "tcp", "float", 0.010, "minimum retransmission timeout (s)", **POS),
@@ -363,6 +383,7 @@ SCHEDULES = tuple(p for p in PARAMS if p.kind == "schedule")
 # a schedule's static table length (0: no schedule)
 SCHEDULE_ROWS = {"capacity_schedule": "capacity_rows"}
 NAMES = tuple(BY_NAME)
+PER_GROUP = tuple(p for p in PARAMS if p.per_group)
 CHOICES = tuple(p for p in PARAMS if p.is_choice)
 BOUNDED = tuple(p for p in PARAMS if not p.is_choice and p.kind != "schedule" and p.backends)
 DEFAULTS = {p.name: p.default for p in PARAMS}
@@ -400,8 +421,17 @@ def choice_value(name: str, index: int):
 
 def used_choices(resolved: dict) -> tuple:
     """The static record of a run's model choices: ((name, value), ...) for every choice,
-    in declaration order (`SimParams.model_choices`; a batch holds the union)."""
-    return tuple((p.name, resolved[p.name]) for p in CHOICES)
+    in declaration order (`SimParams.model_choices`; a batch holds the union); a per-group
+    choice given one value per group is recorded once per value it takes."""
+    return merge_choices(tuple((p.name, v) for p in CHOICES for v in group_values(p, resolved[p.name])))
+
+
+def group_values(p: Param, value) -> tuple:
+    """The values of a parameter as a tuple: one per flow group where a per-group parameter
+    is given several, else the one value."""
+    if p.per_group and isinstance(value, (list, tuple, np.ndarray)):
+        return tuple(value)
+    return (value,)
 
 
 def merge_choices(*records) -> tuple:

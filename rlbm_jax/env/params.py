@@ -68,7 +68,10 @@ class SimParams:
 
     # ---- topology -------------------------------------------------------
     access_rate_bps: jnp.ndarray  # [] each sender's access link rate
-    access_delay_s: jnp.ndarray  # [] access link one-way propagation delay
+    access_delay_s: jnp.ndarray  # [] access link one-way propagation delay (the first flow group's)
+    # per flow group (G = flow_groups; sender s is in group s mod G): read by the tick only where G > 1
+    group_access_delay_s: jnp.ndarray  # [G] each group's access delay
+    group_tcp_id: jnp.ndarray  # [G] each group's TCP (tcp_id: the first group's)
     bottleneck_rate_bps: jnp.ndarray  # [] switch -> sink link rate
     bottleneck_delay_s: jnp.ndarray  # [] switch -> sink one-way propagation delay
     # the bottleneck's capacity schedule (rlbm_jax.env.capacity), K = capacity_rows rows (0: none,
@@ -141,6 +144,7 @@ class SimParams:
     warmup_s: jnp.ndarray  # [] excluded from time-averaged metrics
     # ---- static shapes -----------------------------------------------------
     num_senders: int = struct.field(pytree_node=False, default=10)
+    flow_groups: int = struct.field(pytree_node=False, default=1)
     num_classes: int = struct.field(pytree_node=False, default=2)
     num_flow_slots: int = struct.field(pytree_node=False, default=64)
     queue_capacity_pkts: int = struct.field(pytree_node=False, default=1000)
@@ -187,6 +191,23 @@ class SimParams:
         return 2.0 * (self.access_delay_s + self.bottleneck_delay_s) + ser_data + ser_ack
 
     @property
+    def group_base_rtt_s(self):
+        """[G] each flow group's empty-path RTT (`base_rtt_s` with its access delay)."""
+        return self.base_rtt_s + 2.0 * (self.group_access_delay_s - self.access_delay_s)
+
+    @property
+    def group_access_offset_s(self):
+        """[G] each flow group's sender -> switch time of a data packet (its senders' clock
+        shift, `access_offset_s`)."""
+        return self.data_pkt_bits / self.access_rate_bps + self.group_access_delay_s
+
+    @property
+    def group_ack_delay_ticks(self):
+        """[G] each flow group's `ack_delay_ticks`."""
+        rest = self.group_base_rtt_s - self.data_pkt_bits / self.bottleneck_rate_bps
+        return jnp.maximum(jnp.round(rest / self.tick_s).astype(jnp.int32) + 1, 1)
+
+    @property
     def access_offset_s(self):
         """Sender -> switch time of a data packet.  The simulator runs senders on the
         switch's clock shifted by this constant (the access path is uncongested)."""
@@ -208,8 +229,9 @@ class SimParams:
     def event_slots(self) -> int:
         """Flows that get full per-tick work: every flow named by this tick's ACK records
         (k at most), the new flow, and two more with due timers or open windows (any
-        further ones wait a tick and are counted in `events_deferred`)."""
-        return self.pkts_per_tick + 3
+        further ones wait a tick and are counted in `events_deferred`); with several flow
+        groups, each group's ACKs come from its own departure tick, k records each."""
+        return self.pkts_per_tick * self.flow_groups + 3
 
     @property
     def bdp_pkts(self):
@@ -253,8 +275,12 @@ def resolve(**kw) -> dict:
         raise ValueError(f"buffer_per_class_pkts ({int(caps.max())}) exceeds queue_capacity_pkts "
                          f"({r['queue_capacity_pkts']}), the static ring size; raise queue_capacity_pkts")
     policy = r["policy"]
-    variant = TCP_VARIANTS[TCP_NAMES.index(r["tcp"])]
-    r["ecn"] = bool(r["ecn"]) or variant.ecn_always  # DCTCP turns ECN on itself (ns-3.37 TcpDctcp::Init)
+    groups = _resolve_groups(r, num_senders)
+    variants = [TCP_VARIANTS[TCP_NAMES.index(t)] for t in groups["tcp"]]
+    if len({v.ecn_always for v in variants}) > 1:
+        raise ValueError(f"tcp: {', '.join(v.name for v in variants if v.ecn_always)} turns ECN on for its own "
+                         "senders, and ECN is one choice of the run here: give every flow group such a TCP, or none")
+    r["ecn"] = bool(r["ecn"]) or variants[0].ecn_always  # DCTCP turns ECN on itself (ns-3.37 TcpDctcp::Init)
     if buffer.needs_ecn(policy) and not r["ecn"]:
         raise ValueError(f"ecn: policy {policy!r} only marks (CE), so it needs ECN senders (ecn=True or tcp='dctcp')")
     alpha = buffer.default_alpha(policy, num_classes) if r["alpha"] is None else r["alpha"]
@@ -283,7 +309,7 @@ def resolve(**kw) -> dict:
         traffic.check_cdf(cdf.size_bytes, cdf.cdf, name=cdf.name)
     else:
         raise ValueError(f"cdf must be a table name, a CSV path or a SizeTable, got {type(cdf).__name__}")
-    rate, delays = r["bottleneck_rate_bps"], r["access_delay_s"] + r["bottleneck_delay_s"]
+    rate, delays = r["bottleneck_rate_bps"], max(groups["access_delay_s"]) + r["bottleneck_delay_s"]
     data_pkt_bits = (r["mss_bytes"] + DATA_HEADER_BYTES) * 8.0
     tick_s = r["pkts_per_tick"] * data_pkt_bits / rate
     _resolve_schedule(r, tick_s)
@@ -296,6 +322,28 @@ def resolve(**kw) -> dict:
         raise ValueError(f"delay_line_ticks ({r['delay_line_ticks']}) must be >= {need} for a base RTT of "
                          f"{base_rtt * 1e3:.2f} ms")
     return r
+
+
+def _resolve_groups(r: dict, num_senders: int) -> dict:
+    """The per-group parameters (`model.PER_GROUP`) as one value per flow group: {name:
+    [G values]}.  A list of one value is that value; a list of several needs flow_groups of
+    that many (a ValueError names what disagrees); flow_groups may not exceed the senders."""
+    G = int(r["flow_groups"])
+    if G > num_senders:
+        raise ValueError(f"flow_groups ({G}) must not exceed num_senders ({num_senders}): sender s is in group "
+                         "s mod flow_groups, so a group needs a sender")
+    out = {}
+    for p in model.PER_GROUP:
+        v = model.group_values(p, r[p.name])
+        if len(v) == 1:
+            r[p.name] = v[0]
+        elif len(v) != G:
+            raise ValueError(f"{p.name} has {len(v)} values ({', '.join(map(str, v))}) but flow_groups is {G}: give "
+                             f"one value, or one per flow group (--flow-groups {len(v)})")
+        else:
+            r[p.name] = tuple(v)
+        out[p.name] = list(v) * G if len(v) == 1 else list(v)
+    return out
 
 
 def _resolve_schedule(r: dict, tick_s: float) -> None:
@@ -325,7 +373,11 @@ def config_record(kw: dict, params: SimParams | None = None) -> dict:
     r = resolve(**kw)
     if params is not None:
         for name, value in choices_of(params):
-            r[name] = value
+            if not model.BY_NAME[name].per_group or params.flow_groups == 1:
+                r[name] = value
+        for c in model.PER_GROUP:  # several flow groups: each group's value, in group order
+            if c.is_choice and params.flow_groups > 1 and np.ndim(getattr(params, c.group_leaf)) == 1:
+                r[c.name] = tuple(c.values()[int(i)] for i in np.asarray(getattr(params, c.group_leaf)))
     return {p.name: model.json_value(r[p.name]) for p in model.PARAMS}
 
 
@@ -358,7 +410,8 @@ def choices_of(p: SimParams) -> tuple:
     batch: the union), read back through `model`'s declarations."""
     recs = []
     for c in model.CHOICES:
-        for v in np.unique(np.asarray(getattr(p, c.field)).reshape(-1)):
+        for v in np.unique(np.asarray(getattr(p, c.group_leaf if c.per_group and p.flow_groups > 1
+                                              else c.field)).reshape(-1)):
             recs.append((c.name, bool(v) if c.kind == "bool" else int(v) if c.keeps_value else c.values()[int(v)]))
     return model.merge_choices(recs)
 
@@ -388,10 +441,16 @@ def build(r: dict) -> SimParams:
     times, rates, cum, period = capacity.table(sched if isinstance(sched, capacity.Schedule) else None,
                                                int(r["capacity_rows"]), float(r["bottleneck_rate_bps"]))
     out = {}
+    G = int(r["flow_groups"])
     for p in model.PARAMS:
         if not p.field or p.static:
             continue
         v = r[p.name]
+        if p.per_group:
+            vals = model.group_values(p, v) * (G if not isinstance(v, (list, tuple, np.ndarray)) else 1)
+            out[p.group_leaf] = (_as_i32([p.values().index(x) for x in vals]) if p.kind == "choice"
+                                 else _as_f32(vals))
+            v = vals[0]
         if p.kind == "choice" and not p.keeps_value:
             out[p.field] = _as_i32(p.values().index(v))
         elif p.kind == "bool":
@@ -426,7 +485,18 @@ def validate(params: SimParams) -> None:
     _validate_schedule(params, leaves)
     if params.num_flow_slots < params.num_senders:
         raise ValueError("num_flow_slots must be >= num_senders")
-    need = int(np.ceil(np.max(np.asarray(params.base_rtt_s) / np.asarray(params.tick_s)))) + 3
+    G = params.flow_groups
+    for c in model.PER_GROUP:
+        g = leaves[c.group_leaf]
+        if g.shape[-1:] != (G,):
+            raise ValueError(f"{c.group_leaf} must have flow_groups ({G}) values, got {g.tolist()}")
+        if G > 1 and not np.array_equal(g[..., 0], leaves[c.field]):
+            raise ValueError(f"{c.field} must be the first flow group's value ({c.group_leaf}[0]), got "
+                             f"{leaves[c.field].tolist()} against {g[..., 0].tolist()}")
+    if G > params.num_senders:
+        raise ValueError("flow_groups must not exceed num_senders")
+    rtt = params.group_base_rtt_s if G > 1 else params.base_rtt_s
+    need = int(np.ceil(np.max(np.asarray(rtt) / np.asarray(params.tick_s)))) + 3
     if params.delay_line_ticks < need:
         raise ValueError(f"delay_line_ticks ({params.delay_line_ticks}) must be >= {need}")
     fq = np.asarray([buffer.needs_flow_queues(buffer.POLICY_NAMES[int(i)]) for i in leaves["policy_id"].reshape(-1)])

@@ -50,6 +50,9 @@ def make_randomized_params(env_params: EnvParams, *, buffer_pkts=(100, 1000), lo
     The wrapped sim's record of model choices gains every TCP the range allows (the draw is
     traced), so a backend that lacks one (native: DCTCP) is not chosen; drawing DCTCP turns
     ECN on, as its `make_params` does."""
+    if env_params.sim.flow_groups > 1:
+        raise ValueError(f"the randomized env draws one TCP for the whole run; its sim has flow_groups "
+                         f"{env_params.sim.flow_groups}, each with its own TCP: build it with flow_groups 1")
     lo, hi = (int(b) for b in buffer_pkts)
     if not 1 <= lo <= hi:
         raise ValueError(f"buffer_pkts range must satisfy 1 <= lo <= hi, got {buffer_pkts!r}")

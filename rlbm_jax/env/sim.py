@@ -23,7 +23,10 @@ What flows from one phase to the next is a small named tuple (`Clock`, `Sink`,
 disciplines (`disciplines`: RED, PIE, CoDel, the marker, FQ-CoDel) enter through the
 registry's hooks and flags alone; the tick's code names none of them.
 Senders run on the switch's clock shifted by the (uncongested) access-path delay,
-so a packet a sender emits in tick t is at the switch in tick t.
+so a packet a sender emits in tick t is at the switch in tick t.  With several flow
+groups (`params.flow_groups`) each group's senders have their own access delay, so their
+own shift, base RTT and ACK delay: the ACK phase reads each group's ACKs from its own
+departure tick.
 """
 from __future__ import annotations
 
@@ -98,6 +101,21 @@ def apply_knobs(state: SimState, knobs: dict) -> SimState:
     return state
 
 
+def flow_base_rtt_s(sender, params: SimParams):
+    """The empty-path RTT of flows of `sender` ([] or [F]): the run's `base_rtt_s`, or with
+    several flow groups their group's."""
+    if params.flow_groups == 1:
+        return params.base_rtt_s
+    return params.group_base_rtt_s[sender % params.flow_groups]
+
+
+def flow_access_offset_s(sender, params: SimParams):
+    """The sender -> switch time (the senders' clock shift) of flows of `sender`."""
+    if params.flow_groups == 1:
+        return params.access_offset_s
+    return params.group_access_offset_s[sender % params.flow_groups]
+
+
 def init(key, params: SimParams) -> SimState:
     P, F, S = params.num_classes, params.num_flow_slots, params.num_senders
     k = params.pkts_per_tick
@@ -107,11 +125,12 @@ def init(key, params: SimParams) -> SimState:
     # K long-lived flows in slots 0..K-1, one per sender in turn.
     slots = jnp.arange(F, dtype=jnp.int32)
     start = jax.random.uniform(k_long, (F,)) * params.long_flow_start_spread_s
-    hs = params.base_rtt_s + params.access_offset_s
+    rtt = flow_base_rtt_s(slots % S, params)
+    hs = rtt + flow_access_offset_s(slots % S, params)
     flows = tcp.start_flow(
         tcp.init_flows(F), slots < params.long_flows, sender=slots % S, cls=params.num_classes - 1,
         size_pkts=tcp.BIG_PKTS, size_bytes=jnp.inf, start_s=start,
-        data_tick=jnp.ceil((start + hs) / tick_s).astype(jnp.int32), handshake_rtt_s=params.base_rtt_s,
+        data_tick=jnp.ceil((start + hs) / tick_s).astype(jnp.int32), handshake_rtt_s=rtt,
         params=params)
     m = mx.init_metrics(P, params.queue_capacity_pkts, params.completion_log_size)
     m = m.replace(flows_started=jnp.asarray(params.long_flows, jnp.int32))
@@ -233,7 +252,7 @@ def _deliver(table, delivered, done_sink, rows, sink_tick, m, iv, params):
     done_sink = done_sink.at[jnp.where(done, flow, F)].set(True, mode="drop")
     arrive_s = (sink_tick + 1).astype(jnp.float32) * params.tick_s + params.bottleneck_delay_s
     fct = arrive_s - col("start_s")
-    ideal = params.base_rtt_s + size_b * 8.0 / params.bottleneck_rate_bps
+    ideal = flow_base_rtt_s(col("sender"), params) + size_b * 8.0 / params.bottleneck_rate_bps
     log_rec = jnp.stack([size_b, col("cls").astype(jnp.float32), fct, fct / ideal, col("start_s")], axis=-1)
     m, iv = mx.log_completions(m, iv, done, log_rec)
     n, n_spur = jnp.sum(cnt), jnp.sum(spur)
@@ -359,6 +378,23 @@ def _apply_acks(fl: tcp.FlowState, ack_rows, slots, clk: Clock, params: SimParam
     return fl.replace(active=fl.active & ~finished)
 
 
+def _ack_rows(state: SimState, t, params: SimParams):
+    """The departure records whose ACKs reach their senders at tick t: [k, WIRE_FIELDS] from
+    `ack_delay_ticks` ago; with G flow groups [G * k], group g's records from its own
+    `group_ack_delay_ticks` ago (the others of that departure tick emptied)."""
+    L = params.delay_line_ticks
+    if params.flow_groups == 1:
+        rows = state.wire[(t - params.ack_delay_ticks) % L]
+        return jnp.where(t >= params.ack_delay_ticks, rows, 0)
+    G = params.flow_groups
+    d = params.group_ack_delay_ticks  # [G]
+    rows = state.wire[(t - d) % L]  # [G, k, WIRE_FIELDS]
+    F = params.num_flow_slots
+    sender = tcp.column(state.flows, "sender")[jnp.minimum(rows[..., qm.FLOW], F - 1)]  # [G, k]
+    mine = (t >= d)[:, None] & (sender % G == jnp.arange(G)[:, None])
+    return jnp.where(mine[..., None], rows, 0).reshape(G * rows.shape[1], rows.shape[2])
+
+
 def ack_phase(state: SimState, clk: Clock, params: SimParams) -> Events:
     """Phase 2: the event flows are chosen (`_select_events`: the flows named by the ACK
     records due now, the slot a flow arriving now takes, and a few flows with a due timer
@@ -366,8 +402,7 @@ def ack_phase(state: SimState, clk: Clock, params: SimParams) -> Events:
     packets that left the bottleneck `ack_delay_ticks` ago reach their senders."""
     F = params.num_flow_slots
     t = clk.t
-    ack_rows = state.wire[(t - params.ack_delay_ticks) % params.delay_line_ticks]  # [k, WIRE_FIELDS]
-    ack_rows = jnp.where(t >= params.ack_delay_ticks, ack_rows, 0)
+    ack_rows = _ack_rows(state, t, params)  # [k * flow_groups, WIRE_FIELDS]
     due, slot, free = _arrival_due(state, clk, params)
     credit, budget = _earn_credit(state.access_credit, clk, params)
     slots, deferred = _select_events(state.flows, ack_rows[:, qm.FLOW], ack_rows[:, qm.COUNT],
@@ -428,12 +463,12 @@ def arrival_phase(state: SimState, clk: Clock, sink: Sink, ev: Events, fl: tcp.F
     cls = jnp.minimum(traffic.flow_class(size_b, params.class_threshold_bytes), P - 1)
     qdelay_s = state.queue.pkts[cls].astype(jnp.float32) * params.data_pkt_bits / params.bottleneck_rate_bps
     qdelay_s = _where(_flag(params, "syn_skips_queue"), 0.0, qdelay_s)  # (FQ-CoDel: a new queue, served first)
-    hs_rtt_s = params.base_rtt_s + qdelay_s
+    hs_rtt_s = flow_base_rtt_s(sender, params) + qdelay_s
     t_arr_s = state.next_arrival_s
     fl = tcp.start_flow(
         fl, is_new, sender=sender, cls=cls, size_pkts=jnp.ceil(size_b / params.mss_bytes).astype(jnp.int32),
         size_bytes=size_b, start_s=t_arr_s,
-        data_tick=jnp.ceil((t_arr_s + hs_rtt_s + params.access_offset_s) / clk.tick_s).astype(jnp.int32),
+        data_tick=jnp.ceil((t_arr_s + hs_rtt_s + flow_access_offset_s(sender, params)) / clk.tick_s).astype(jnp.int32),
         handshake_rtt_s=hs_rtt_s, params=params)
     reuse = (jnp.arange(F) == ev.new_slot) & start
     advance = ev.arrival_due & (start | ~ev.slot_free)
@@ -841,7 +876,8 @@ def open_cost(state: SimState, params: SimParams):
     """[P] `metrics.open_log_slowdown` of the flows open now."""
     col = lambda n: tcp.column(state.flows, n)
     return mx.open_log_slowdown(col("active"), state.done_sink, col("cls"), col("start_s"), col("size_bytes"),
-                                state.tick.astype(jnp.float32) * params.tick_s, params)
+                                state.tick.astype(jnp.float32) * params.tick_s, params,
+                                base_rtt_s=flow_base_rtt_s(col("sender"), params))
 
 
 def open_interval(state: SimState, params: SimParams) -> SimState:

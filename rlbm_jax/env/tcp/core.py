@@ -52,6 +52,14 @@ class AckView(NamedTuple):
     rtt_s: jnp.ndarray  # RTT sample (valid where has)
 
 
+def flow_tcp(sender, params):
+    """The TCP variant id (`tcp_id`) of flows of `sender` ([] or [F]): the run's, or with
+    several flow groups their group's (sender s is in group s mod flow_groups)."""
+    if params.flow_groups == 1:
+        return params.tcp_id
+    return params.group_tcp_id[sender % params.flow_groups]
+
+
 def ect_syns(params):
     """Whether this run's SYNs are ECT (a variant that turns ECN on by itself: DCTCP)."""
     return params.ecn & flag(params.tcp_id, [v.ecn_always for v in VARIANTS])
@@ -61,7 +69,8 @@ def loss_ssthresh(fl, flight, params):
     """The variant's ssthresh after a loss or an echoed mark, and its own fields to set
     with the cut."""
     out = [v.ssthresh(fl, flight, params) for v in VARIANTS]
-    return select(params.tcp_id, [o[0] for o in out]), merge(params.tcp_id, fl, [o[1] for o in out])
+    tcp_id = flow_tcp(fl.sender, params)
+    return select(tcp_id, [o[0] for o in out]), merge(tcp_id, fl, [o[1] for o in out])
 
 
 def start_flow(fl, mask, *, sender, cls, size_pkts, size_bytes, start_s, data_tick, handshake_rtt_s, params):
@@ -69,7 +78,7 @@ def start_flow(fl, mask, *, sender, cls, size_pkts, size_bytes, start_s, data_ti
     scalars or [F] arrays)."""
     fresh = init_flows(fl.active.shape[0])
     srtt = jnp.asarray(handshake_rtt_s, jnp.float32)
-    own = merge(params.tcp_id, fresh, [{n: getattr(fresh, n) + val for n, val in v.on_start(params).items()}
+    own = merge(flow_tcp(sender, params), fresh, [{n: getattr(fresh, n) + val for n, val in v.on_start(params).items()}
                                       for v in VARIANTS])  # e.g. DCTCP's alpha = 1 (DctcpAlphaOnInit)
     fresh = fresh.replace(
         active=fresh.active | True, sender=fresh.sender + sender, cls=fresh.cls + cls,
@@ -99,7 +108,7 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     retransmissions (they acknowledge nothing; each makes the receiver ACK at once), and
     the CE-marked packets among those ACKed with the highest id of them (ECN echo)."""
     has = acked > 0
-    tcp_id = params.tcp_id
+    tcp_id = flow_tcp(fl.sender, params)
 
     g = jnp.minimum(acked, fl.ghost)
     # ghosts' ACKs arrive in the order go-back-N resends them: first those already resent
@@ -299,7 +308,7 @@ def on_timeouts(fl, t, params, tick_s):
     ghost = fl.ghost + in_flight
     rto_s = jnp.minimum(fl.rto_s * 2.0, params.max_rto_s)
     w = lambda new, old: jnp.where(fire, new, old)
-    own = merge(params.tcp_id, fl, [v.on_timeout(fl, params) for v in VARIANTS])
+    own = merge(flow_tcp(fl.sender, params), fl, [v.on_timeout(fl, params) for v in VARIANTS])
     fl = fl.replace(
         ssthresh=w(ss_new, fl.ssthresh),
         cwnd=w(jnp.ones_like(fl.cwnd), fl.cwnd),

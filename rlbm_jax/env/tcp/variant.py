@@ -6,8 +6,9 @@ go-back-N, RTT estimation, delayed ACKs and the ECN response (CWR).  A variant i
 ns-3.37 puts in a TcpCongestionOps: the window after a congestion event, the growth per
 ACK, what it learns from each ACK, and its own per-flow state.  Every hook works on
 whole [F] arrays of flow slots; `core` evaluates every registered variant and keeps, per
-run, the one `params.tcp_id` names (so configurations with different TCPs batch under
-`vmap`).  Hooks return the variant's own fields they change as a dict; a field a hook
+flow, the one its TCP id names (`core.flow_tcp`: the run's `params.tcp_id`, or with several
+flow groups its group's `params.group_tcp_id`), so configurations with different TCPs
+batch under `vmap` and flows with different TCPs share a run.  Hooks return the variant's own fields they change as a dict; a field a hook
 leaves out keeps its value.
 
 A new variant is a module with a `Variant` subclass instance and one line in

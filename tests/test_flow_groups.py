@@ -1,0 +1,165 @@
+"""Flow groups: senders with their own base RTT and TCP in one run (`flow_groups`, one value
+of `access_delay_s` and `tcp` per group), the long flows' statistics and fairness
+(`rlbm_jax.flowstats`), and what refuses them by name."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from rlbm_jax.env import backends, model, sim, tcp
+from rlbm_jax.env.params import config_record, make_params, validate
+from rlbm_jax.simulate import run_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+# two long flows on a 10 Mbit/s dumbbell (base RTT 21.2 ms with the default access delay)
+TWO = dict(num_classes=1, policy="droptail", load=0.0, num_senders=2, num_flow_slots=4, long_flows=2,
+           bottleneck_rate_bps=10e6, bottleneck_delay_s=10e-3, access_rate_bps=100e6, long_flow_start_spread_s=1.0)
+
+
+def _bdp_pkts(**kw):
+    return int(round(float(make_params(**{**TWO, **kw}).bdp_pkts)))
+
+
+def _flows(p, *, seconds, seeds, show_progress=False):
+    """The long flows' report of a run (`simulate.run_scenario`, sampled every 10 ms)."""
+    return run_scenario(p, seconds=seconds, seeds=seeds, flow_sample_s=0.01, show_progress=show_progress)["flows"]
+
+
+def _run(p, ticks, key=1):
+    return jax.jit(lambda k: sim.run(sim.init(k, p), p, ticks)[0])(jax.random.PRNGKey(key))
+
+
+def test_groups_of_one_delay_and_one_tcp_run_exactly_as_one_group():
+    """Two flow groups given the same access delay and TCP are one population: the run's
+    integers (flow table, queue, counters) and floats equal the one-group run's exactly."""
+    kw = dict(TWO, buffer_per_class_pkts=30, warmup_s=0.0)
+    one = _run(make_params(**kw), 20000)
+    two = _run(make_params(**kw, flow_groups=2, access_delay_s=[1e-4, 1e-4], tcp=["cubic", "cubic"]), 20000)
+    a, b = jax.tree.leaves(one), jax.tree.leaves(two)
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert int(one.metrics.drop_total) > 0  # the run had losses and recoveries to agree on
+
+
+def test_each_group_sees_its_own_base_rtt():
+    """With no loss (a buffer larger than any window reaches) each long flow's smallest RTT
+    sample is its group's empty-path RTT, 2 x its access delay apart, and its sRTT is above it."""
+    p = make_params(**dict(TWO, bottleneck_rate_bps=100e6, buffer_per_class_pkts=5000, queue_capacity_pkts=5000),
+                    flow_groups=2, access_delay_s=[0.1e-3, 20e-3])
+    rep = _flows(p, seconds=2.0, seeds=[0], show_progress=False)
+    base = np.asarray(p.group_base_rtt_s)
+    assert base[1] - base[0] == pytest.approx(2 * (20e-3 - 0.1e-3), rel=1e-5)
+    for f in rep["flows"]:
+        assert f["base_rtt_s"] == pytest.approx(float(base[f["group"]]))
+        assert f["min_rtt_s"]["mean"] == pytest.approx(f["base_rtt_s"], abs=2 * float(p.tick_s))
+        assert f["srtt_mean_s"]["mean"] >= f["min_rtt_s"]["mean"]
+        assert f["retx_pkts"]["mean"] == 0
+
+
+def test_two_identical_cubic_flows_share_a_one_bdp_buffer_fairly():
+    """Two CUBIC flows, same RTT, a 1-BDP drop-tail buffer, 60 s with the first 10 left out,
+    8 seeds: the goodput ratio within 0.8-1.25 and Jain's index >= 0.95 (seed means), the
+    link nearly full, and the flows' shares adding up to one."""
+    p = make_params(**TWO, buffer_per_class_pkts=_bdp_pkts(), warmup_s=10.0)
+    rep = _flows(p, seconds=60.0, seeds=range(8), show_progress=False)
+    fr = rep["fairness"]
+    assert 0.8 <= fr["goodput_ratio"]["mean"] <= 1.25, fr
+    assert fr["jain"]["mean"] >= 0.95, fr
+    assert fr["utilisation"]["mean"] > 0.85, fr
+    shares = np.asarray(rep["per_seed"]["flows"]["share"])
+    np.testing.assert_allclose(shares.sum(axis=1), 1.0, rtol=1e-9)
+
+
+def test_cubic_favours_the_shorter_base_rtt():
+    """Two CUBIC flows whose base RTTs are 21 and 61 ms on a 1-BDP buffer: the shorter one
+    takes the larger share (goodput ratio above 1 by more than twice its seed error), as
+    RTT-unfairness has it for loss-based congestion control."""
+    p = make_params(**TWO, buffer_per_class_pkts=_bdp_pkts(), warmup_s=10.0, flow_groups=2,
+                    access_delay_s=[0.1e-3, 20e-3])
+    rep = _flows(p, seconds=60.0, seeds=range(6), show_progress=False)
+    r = rep["fairness"]["goodput_ratio"]
+    assert r["mean"] - 2 * r["se"] > 1.0, r
+    g = rep["groups"]
+    assert g[0]["goodput_bps"]["mean"] > g[1]["goodput_bps"]["mean"]
+    assert g[0]["srtt_mean_s"]["mean"] < g[1]["srtt_mean_s"]["mean"]
+
+
+def test_each_group_runs_its_own_tcp():
+    """CUBIC and NewReno in one run: each flow's congestion control is its group's. The
+    NewReno flow never touches CUBIC's columns; the CUBIC flow has set its W_max at a loss;
+    after the run each flow's ssthresh is what its own variant's cut would leave."""
+    p = make_params(**TWO, buffer_per_class_pkts=20, flow_groups=2, tcp=["cubic", "newreno"])
+    s = _run(p, 40000)
+    fl = tcp.unpack(s.flows)
+    assert int(fl.tx_next[0] - fl.next_new[0]) > 0 and int(fl.tx_next[1] - fl.next_new[1]) > 0  # both lost packets
+    assert float(fl.w_max[0]) > 0 and float(fl.w_max[1]) == 0  # CUBIC's origin, set at its losses only
+    assert int(fl.epoch_start[1]) == -1
+    # the registry's own choice for each flow (core.flow_tcp)
+    ids = np.asarray(tcp.core.flow_tcp(fl.sender[:2], p))
+    assert [tcp.TCP_NAMES[i] for i in ids] == ["cubic", "newreno"]
+
+
+def test_flow_groups_are_declared_recorded_and_refused_by_name():
+    """Per-group values are checked against flow_groups, recorded per group in the config,
+    and every place that cannot run groups refuses them by name: native and fluid (the
+    manifest), the ns-3 scenario, the randomized env; DCTCP's ECN cannot be split."""
+    p = make_params(**TWO, flow_groups=2, tcp=["cubic", "newreno"], access_delay_s=[1e-3, 5e-3])
+    validate(p)
+    rec = config_record({**TWO, "flow_groups": 2, "tcp": ["cubic", "newreno"], "access_delay_s": [1e-3, 5e-3]}, p)
+    assert rec["tcp"] == ["cubic", "newreno"] and rec["access_delay_s"] == [1e-3, 5e-3] and rec["flow_groups"] == 2
+    assert ("tcp", "cubic") in p.model_choices and ("tcp", "newreno") in p.model_choices
+    assert config_record(TWO)["tcp"] == "cubic" and config_record(TWO)["access_delay_s"] == 1e-4  # unchanged
+    for b in ("native", "fluid"):
+        assert "flow_groups=2" in model.refusal(b, p)
+    with pytest.raises(ValueError, match="flow_groups is 2"):
+        make_params(**TWO, flow_groups=2, access_delay_s=[1e-3, 2e-3, 3e-3])
+    with pytest.raises(ValueError, match="one per flow group"):
+        make_params(**TWO, tcp=["cubic", "newreno"])
+    with pytest.raises(ValueError, match="must not exceed num_senders"):
+        make_params(**TWO, flow_groups=3)
+    with pytest.raises(ValueError, match="dctcp turns ECN on"):
+        make_params(**TWO, flow_groups=2, tcp=["dctcp", "cubic"])
+    with pytest.raises(ValueError, match="unknown tcp"):
+        make_params(**TWO, flow_groups=2, tcp=["cubic", "bbr9"])
+    from rlbm_jax.ns3.harness import Cell, ns3_args
+
+    with pytest.raises(ValueError, match="no option for flow_groups"):
+        ns3_args(Cell("two", "long", {**TWO, "flow_groups": 2, "tcp": ["cubic", "newreno"]}, 1.0), 1)
+    from rlbm_jax.env.randomize import make_randomized_params
+    from rlbm_jax.env.rlbm_env import RLBMEnv
+
+    env = RLBMEnv(make_params(**{**TWO, "policy": "rl"}, flow_groups=2, tcp=["cubic", "newreno"]))
+    with pytest.raises(ValueError, match="flow_groups 1"):
+        make_randomized_params(env.default_params)
+    assert backends.resolve("auto", p) == "jax"
+
+
+def test_simulate_reports_two_groups_and_their_fairness(tmp_path):
+    """`simulate.py` with two groups: the flags reach the params and the record, and the
+    output holds each group's statistics and the fairness lines (on by themselves)."""
+    out = tmp_path / "two.json"
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "simulate.py"), "--scenario", "long", "--senders", "2",
+                        "--long-flows", "2", "--flow-groups", "2", "--access-delay-s", "0.0001", "0.02",
+                        "--tcp", "cubic", "newreno", "--bottleneck-bps", "10e6", "--seconds", "4", "--warmup-s", "1",
+                        "--seeds", "2", "--no-progress", "--json", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["config"]["tcp"] == ["cubic", "newreno"] and res["config"]["access_delay_s"] == [0.0001, 0.02]
+    assert res["flow_stats"] is True and res["backend"] == "jax"
+    g = res["flows"]["groups"]
+    assert [x["tcp"] for x in g] == ["cubic", "newreno"] and g[1]["base_rtt_s"] > g[0]["base_rtt_s"] + 0.039
+    assert "group 1 (newreno, base RTT" in r.stderr and "Jain's index" in r.stderr and "goodput ratio" in r.stderr
+    assert res["flows"]["window_s"][0] == pytest.approx(1.0, abs=0.011)
+
+
+def test_a_flow_sample_period_without_flow_statistics_is_refused(capsys):
+    """--flow-sample-s in a run that takes no flow statistics would be dropped: refused."""
+    from rlbm_jax.cli import simulate
+
+    assert simulate.main(["--scenario", "long", "--long-flows", "2", "--flow-sample-s", "0.02", "--print-config"]) == 2
+    assert "--flow-sample-s: no flow statistics" in capsys.readouterr().err
