@@ -230,7 +230,7 @@ PARAMS: tuple[Param, ...] = (
           flag="--access-bps"),
     Param("flow_groups", "topology", "int", 1, "sender groups, each with its own access delay and TCP (sender s "
           "is in group s mod flow_groups; access_delay_s and tcp take one value per group)", lo=1, static=True,
-          backends={"native": 1, "fluid": 1}, ns3=""),
+          backends={"native": 1, "fluid": 1}),
     Param("access_delay_s", "topology", "float", 0.1e-3, "access link one-way propagation delay (s): one value, or "
           "one per flow group (the first group's path is the reference: BDP, base RTT of the AQMs and formulations)",
           **NONNEG, per_group=True),

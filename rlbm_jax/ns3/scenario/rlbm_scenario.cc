@@ -200,6 +200,11 @@ struct Params {
     // topology
     uint32_t numSenders;
     double accessRateBps, accessDelayS, bottleneckRateBps, bottleneckDelayS;
+    // flow groups: sender s is in group s % flowGroups, with its own access delay and TCP
+    // (accessDelayS and tcp are the first group's)
+    uint32_t flowGroups = 1;
+    std::vector<double> groupAccessDelayS;
+    std::vector<std::string> groupTcp;
     // buffer
     uint32_t numClasses;
     std::vector<uint32_t> classCapPkts;
@@ -284,6 +289,11 @@ struct Params {
                DataPktBits() / bottleneckRateBps + a / accessRateBps + a / bottleneckRateBps;
     }
 
+    uint32_t GroupOf(uint32_t sender) const { return sender % flowGroups; }
+
+    /// A flow group's empty-path RTT: BaseRttS with its access delay.
+    double GroupBaseRttS(uint32_t g) const { return BaseRttS() + 2.0 * (groupAccessDelayS[g] - accessDelayS); }
+
     /// Flow class: the number of class thresholds the size exceeds.
     uint32_t ClassOf(double sizeBytes) const {
         uint32_t c = 0;
@@ -335,7 +345,10 @@ Options DeclareOptions() {
     Options o;
     o.Add("num_senders", "10", "number of sender hosts");
     o.Add("access_rate_bps", "100e6", "rate of each sender's access link (bit/s)");
-    o.Add("access_delay_s", "0.0001", "one-way propagation delay of an access link (s)");
+    o.Add("flow_groups", "1", "sender groups (sender s is in group s mod flow_groups), each with its own access "
+                              "delay and TCP: access_delay_s and tcp take one value or one per group");
+    o.Add("access_delay_s", "0.0001", "one-way propagation delay of an access link (s): one value, or a comma "
+                                      "list of one per flow group");
     o.Add("bottleneck_rate_bps", "10e6", "switch -> sink link rate (bit/s)");
     o.Add("bottleneck_delay_s", "0.01", "switch -> sink one-way propagation delay (s)");
     o.Add("num_classes", "2", "number of traffic classes (FIFOs) at the bottleneck");
@@ -371,7 +384,8 @@ Options DeclareOptions() {
     o.Add("codel_interval_s", "0.1", "codel, fq-codel: interval (s)");
     o.Add("fq_flows", "1024", "fq-codel: number of flow queues");
     o.Add("fq_quantum_bytes", "0", "fq-codel: deficit round-robin quantum (bytes; 0 = the device MTU)");
-    o.Add("tcp", "cubic", "congestion control: cubic, newreno or dctcp (ECN on)");
+    o.Add("tcp", "cubic", "congestion control: cubic, newreno or dctcp (ECN on): one, or a comma list of one per "
+                          "flow group");
     o.Add("mss_bytes", "1000", "TCP payload bytes per segment");
     o.Add("initial_cwnd_pkts", "10", "initial congestion window (segments)");
     o.Add("min_rto_s", "0.01", "minimum retransmission timeout (s)");
@@ -500,7 +514,19 @@ Params ParseCommandLine(int argc, char* argv[]) {
     Params c;
     c.numSenders = ToInt("num_senders", o["num_senders"], 1, 16000);
     c.accessRateBps = ToFinite("access_rate_bps", o["access_rate_bps"], 0, true);
-    c.accessDelayS = ToFinite("access_delay_s", o["access_delay_s"], 0, false);
+    c.flowGroups = ToInt("flow_groups", o["flow_groups"], 1, c.numSenders);
+    auto perGroup = [&](const std::string& name) {
+        auto v = SplitList(o[name]);
+        if (v.size() == 1) v.assign(c.flowGroups, v[0]);
+        if (v.size() != c.flowGroups) {
+            BadParameter(name, "need one value or flow_groups (" + std::to_string(c.flowGroups) + ") values");
+        }
+        return v;
+    };
+    for (const auto& d : perGroup("access_delay_s")) {
+        c.groupAccessDelayS.push_back(ToFinite("access_delay_s", d, 0, false));
+    }
+    c.accessDelayS = c.groupAccessDelayS[0];
     c.bottleneckRateBps = ToFinite("bottleneck_rate_bps", o["bottleneck_rate_bps"], 0, true);
     c.bottleneckDelayS = ToFinite("bottleneck_delay_s", o["bottleneck_delay_s"], 0, false);
 
@@ -583,7 +609,13 @@ Params ParseCommandLine(int argc, char* argv[]) {
     c.fqFlows = ToInt("fq_flows", o["fq_flows"], 1, 1000000);
     c.fqQuantumBytes = ToInt("fq_quantum_bytes", o["fq_quantum_bytes"], 0, 100000000);
 
-    c.tcp = OneOf("tcp", o["tcp"], {"cubic", "newreno", "dctcp"});
+    for (const auto& t : perGroup("tcp")) {
+        c.groupTcp.push_back(OneOf("tcp", t, {"cubic", "newreno", "dctcp"}));
+        if ((c.groupTcp.back() == "dctcp") != (c.groupTcp[0] == "dctcp")) {
+            BadParameter("tcp", "dctcp turns ECN on for the whole run here: give every flow group dctcp, or none");
+        }
+    }
+    c.tcp = c.groupTcp[0];
     if (c.tcp == "dctcp") c.ecn = true; // TcpDctcp turns ECN on itself; the disc must mark
     if (c.policy == "rl-mark" && !c.ecn) {
         BadParameter("ecn", "--policy=rl-mark only marks (it never drops below the limit): it needs --ecn=1");
@@ -1317,6 +1349,39 @@ struct Flow {
     bool failed = false;
     bool completed = false;
     Ptr<Socket> socket;
+    // a long flow's own record (`long_flows` of the report): its latest cwnd and RTT (the
+    // socket's RTT trace, ns-3's m_lastRtt), its data segments sent and of them
+    // retransmissions (bytes at or below the highest sent), and the window's samples
+    uint32_t longIndex = 0; // k of long flow k (sender k mod num_senders)
+    uint32_t cwndBytes = 0;
+    double rttS = 0, minRttS = std::numeric_limits<double>::infinity();
+    uint64_t txSegs = 0, retxSegs = 0;
+    SequenceNumber32 highTx{0};
+    bool sentAny = false;
+    uint64_t receivedAtWarmup = 0, retxAtWarmup = 0;
+    bool warm = false;
+    double cwndSum = 0, rttSum = 0;
+    uint64_t samples = 0;
+
+    void OnCwnd(uint32_t, uint32_t now) { cwndBytes = now; }
+
+    void OnRtt(Time, Time now) {
+        rttS = now.GetSeconds();
+        if (rttS > 0) minRttS = std::min(minRttS, rttS);
+    }
+
+    void OnTx(Ptr<const Packet> p, const TcpHeader& h, Ptr<const TcpSocketBase>) {
+        const uint32_t n = p->GetSize();
+        if (n == 0) return;
+        const SequenceNumber32 end = h.GetSequenceNumber() + n;
+        ++txSegs;
+        if (sentAny && end <= highTx) {
+            ++retxSegs;
+        } else {
+            highTx = end;
+            sentAny = true;
+        }
+    }
 
     void OnConnected(Ptr<Socket>) {
         connected = true;
@@ -1415,6 +1480,14 @@ std::string JsonArr(const std::vector<T>& v) {
     return out + "]";
 }
 
+std::string JsonStrArr(const std::vector<std::string>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) {
+        out += (i ? ", " : "") + JsonStr(v[i]);
+    }
+    return out + "]";
+}
+
 /// An object whose members keep their insertion order.
 class JsonObject {
   public:
@@ -1442,6 +1515,13 @@ class JsonObject {
 // ---------------------------------------------------------------------------
 // the scenario
 // ---------------------------------------------------------------------------
+
+/// The congestion control (counting its RTOs) of a `tcp` name.
+TypeId CongestionOpsOf(const std::string& tcp) {
+    return tcp == "cubic"   ? RtoCountingCongestionOps<TcpCubic>::GetTypeId()
+           : tcp == "dctcp" ? RtoCountingCongestionOps<TcpDctcp>::GetTypeId()
+                            : RtoCountingCongestionOps<TcpNewReno>::GetTypeId();
+}
 
 class Scenario {
   public:
@@ -1479,12 +1559,14 @@ class Scenario {
     void ScheduleNextArrival();
     void ScheduleFlowsFromFile();
     void OnArrival();
-    void StartFlow(uint32_t sender, uint64_t sizeBytes, bool isLong);
+    void StartFlow(uint32_t sender, uint64_t sizeBytes, bool isLong, uint32_t longIndex);
     void OnSinkRx(Ptr<const Packet> packet, const Address& from);
     void OnBottleneckTx(Ptr<const Packet> packet);
     void OnCwnd(uint32_t, uint32_t cwnd) { m_traceCwnd = cwnd; }
     void OnSsthresh(uint32_t, uint32_t ssthresh) { m_traceSsthresh = ssthresh; }
     void SampleCwnd();
+    void SampleLongFlows();
+    std::string LongFlowsJson(double measured) const;
     JsonObject ConfigJson() const;
     // agent intervals
     using Record = std::vector<std::pair<std::string, std::string>>;
@@ -1549,6 +1631,7 @@ void Scenario::BuildTopology() {
     access.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue(kLosslessQueue));
     std::vector<NetDeviceContainer> accessDevs;
     for (uint32_t i = 0; i < c.numSenders; ++i) {
+        access.SetChannelAttribute("Delay", TimeValue(Seconds(c.groupAccessDelayS[c.GroupOf(i)])));
         accessDevs.push_back(access.Install(m_senders.Get(i), sw));
     }
 
@@ -1565,6 +1648,11 @@ void Scenario::BuildTopology() {
 
     InternetStackHelper stack;
     stack.InstallAll();
+    // each sender's sockets take its flow group's congestion control
+    for (uint32_t i = 0; i < c.numSenders; ++i) {
+        m_senders.Get(i)->GetObject<TcpL4Protocol>()->SetAttribute(
+            "SocketType", TypeIdValue(CongestionOpsOf(c.groupTcp[c.GroupOf(i)])));
+    }
 
     // Queue discs go in before addresses are assigned, else Assign() installs FqCoDel.
     InstallPort(bnPort);
@@ -1725,8 +1813,9 @@ void Scenario::BuildTraffic() {
 
     for (uint32_t k = 0; k < c.longFlows; ++k) {
         const double t = c.longFlowStartSpreadS > 0 ? m_longStartU->GetValue(0, c.longFlowStartSpreadS) : 0.0;
-        Simulator::Schedule(Seconds(t), &Scenario::StartFlow, this, k % c.numSenders, uint64_t(0), true);
+        Simulator::Schedule(Seconds(t), &Scenario::StartFlow, this, k % c.numSenders, uint64_t(0), true, k);
     }
+    if (c.longFlows > 0) Simulator::ScheduleNow(&Scenario::SampleLongFlows, this);
 
     if (!c.flowsIn.empty()) {
         ScheduleFlowsFromFile();
@@ -1762,7 +1851,7 @@ void Scenario::ScheduleFlowsFromFile() {
         const double size = ToFinite("flows_in", d, 0, true);
         if (t >= std::min(m_cfg.arrivalStopS, m_cfg.seconds)) continue;
         const uint64_t bytes = std::max<uint64_t>(1, uint64_t(std::llround(size)));
-        Simulator::Schedule(Seconds(t), &Scenario::StartFlow, this, uint32_t(sender), bytes, false);
+        Simulator::Schedule(Seconds(t), &Scenario::StartFlow, this, uint32_t(sender), bytes, false, 0u);
     }
 }
 
@@ -1777,13 +1866,14 @@ void Scenario::ScheduleNextArrival() {
 void Scenario::OnArrival() {
     const uint32_t sender = m_senderU->GetInteger(0, m_cfg.numSenders - 1);
     const uint64_t size = m_sizes.Sample(m_sizeU->GetValue(0.0, 1.0));
-    StartFlow(sender, size, false);
+    StartFlow(sender, size, false, 0);
     ScheduleNextArrival();
 }
 
-void Scenario::StartFlow(uint32_t sender, uint64_t sizeBytes, bool isLong) {
+void Scenario::StartFlow(uint32_t sender, uint64_t sizeBytes, bool isLong, uint32_t longIndex) {
     auto flow = std::make_unique<Flow>();
     flow->sender = sender;
+    flow->longIndex = longIndex;
     flow->sizeBytes = sizeBytes;
     flow->isLong = isLong;
     flow->cls = isLong ? m_cfg.numClasses - 1 : m_cfg.ClassOf(double(sizeBytes));
@@ -1805,6 +1895,13 @@ void Scenario::StartFlow(uint32_t sender, uint64_t sizeBytes, bool isLong) {
                           MakeCallback(&Flow::OnConnectFailed, flow.get()));
     s->SetSendCallback(MakeCallback(&Flow::OnSendSpace, flow.get()));
 
+    if (isLong) {
+        Flow* f = flow.get();
+        f->cwndBytes = m_cfg.initialCwndPkts * m_cfg.mssBytes;
+        s->TraceConnectWithoutContext("CongestionWindow", MakeCallback(&Flow::OnCwnd, f));
+        s->TraceConnectWithoutContext("RTT", MakeCallback(&Flow::OnRtt, f));
+        s->TraceConnectWithoutContext("Tx", MakeCallback(&Flow::OnTx, f));
+    }
     if (m_cwndOs && !m_traceFlow && (isLong || m_cfg.longFlows == 0)) {
         m_traceFlow = flow.get();
         m_traceCwnd = m_cfg.initialCwndPkts * m_cfg.mssBytes;
@@ -1832,7 +1929,7 @@ void Scenario::OnSinkRx(Ptr<const Packet> packet, const Address& from) {
     if (!f.isLong && f.received >= f.sizeBytes) {
         f.completed = true;
         const double fct = Simulator::Now().GetSeconds() - f.startS;
-        const double ideal = m_cfg.BaseRttS() + double(f.sizeBytes) * 8.0 / m_cfg.bottleneckRateBps;
+        const double ideal = m_cfg.GroupBaseRttS(m_cfg.GroupOf(f.sender)) + double(f.sizeBytes) * 8.0 / m_cfg.bottleneckRateBps;
         m_completions.push_back({f.sizeBytes, f.cls, fct, fct / ideal, f.startS});
         m_byKey.erase(it);
         m_ivDone.push_back(m_completions.back());
@@ -1851,6 +1948,58 @@ void Scenario::SampleCwnd() {
     if (!m_traceFlow->completed && !m_traceFlow->failed && next <= m_cfg.seconds + 1e-12) {
         Simulator::Schedule(Seconds(m_cfg.traceIntervalS), &Scenario::SampleCwnd, this);
     }
+}
+
+/// Every trace_interval_s: each long flow's cwnd and RTT into the window's sums; at the
+/// first sample of the window, its received bytes and retransmissions so far.
+void Scenario::SampleLongFlows() {
+    if (Measuring()) {
+        for (const auto& f : m_flows) {
+            if (!f->isLong) continue;
+            if (!f->warm) {
+                f->warm = true;
+                f->receivedAtWarmup = f->received;
+                f->retxAtWarmup = f->retxSegs;
+                continue; // the window's first sample opens it
+            }
+            f->cwndSum += double(f->cwndBytes) / m_cfg.mssBytes;
+            f->rttSum += f->rttS;
+            ++f->samples;
+        }
+    }
+    if (Simulator::Now().GetSeconds() + m_cfg.traceIntervalS <= m_cfg.seconds + 1e-12) {
+        Simulator::Schedule(Seconds(m_cfg.traceIntervalS), &Scenario::SampleLongFlows, this);
+    }
+}
+
+/// The report's `long_flows`: per long flow (in k order) its group and TCP, goodput and
+/// retransmissions from the window's first sample, and the mean cwnd and RTT of its samples.
+std::string Scenario::LongFlowsJson(double measured) const {
+    std::vector<const Flow*> longs;
+    for (const auto& f : m_flows) {
+        if (f->isLong) longs.push_back(f.get());
+    }
+    std::sort(longs.begin(), longs.end(), [](const Flow* a, const Flow* b) { return a->longIndex < b->longIndex; });
+    std::string out = "[";
+    for (size_t i = 0; i < longs.size(); ++i) {
+        const Flow& f = *longs[i];
+        const uint32_t g = m_cfg.GroupOf(f.sender);
+        const double n = std::max<double>(f.samples, 1);
+        JsonObject o;
+        o.Num("flow", f.longIndex)
+            .Num("sender", f.sender)
+            .Num("group", g)
+            .Str("tcp", m_cfg.groupTcp[g])
+            .Num("base_rtt_s", m_cfg.GroupBaseRttS(g))
+            .Num("goodput_bps", double(f.received - f.receivedAtWarmup) * 8.0 / measured)
+            .Num("retx_pkts", double(f.retxSegs - f.retxAtWarmup))
+            .Num("cwnd_mean_pkts", f.cwndSum / n)
+            .Num("srtt_mean_s", f.rttSum / n)
+            .Num("min_rtt_s", std::isfinite(f.minRttS) ? f.minRttS : std::numeric_limits<double>::quiet_NaN())
+            .Num("samples", double(f.samples));
+        out += (i ? ", " : "") + o.Dump("      ");
+    }
+    return out + "]";
 }
 
 void Scenario::OnSinkDeliver(const Ipv4Header& ip, Ptr<const Packet> segment, uint32_t) {
@@ -1901,7 +2050,8 @@ std::vector<double> Scenario::OpenLogSlowdown() const {
     std::vector<double> out(m_cfg.numClasses, 0.0);
     for (const auto& f : m_flows) {
         if (f->isLong || f->completed) continue;
-        const double ideal = m_cfg.BaseRttS() + double(f->sizeBytes) * 8.0 / m_cfg.bottleneckRateBps;
+        const double ideal =
+            m_cfg.GroupBaseRttS(m_cfg.GroupOf(f->sender)) + double(f->sizeBytes) * 8.0 / m_cfg.bottleneckRateBps;
         out[f->cls] += std::log(std::max(now - f->startS, ideal) / ideal);
     }
     return out;
@@ -2064,7 +2214,8 @@ JsonObject Scenario::ConfigJson() const {
     JsonObject o;
     o.Num("num_senders", c.numSenders)
         .Num("access_rate_bps", c.accessRateBps)
-        .Num("access_delay_s", c.accessDelayS)
+        .Raw("access_delay_s", c.flowGroups > 1 ? JsonArr(c.groupAccessDelayS) : JsonNum(c.accessDelayS))
+        .Num("flow_groups", c.flowGroups)
         .Num("bottleneck_rate_bps", c.bottleneckRateBps)
         .Num("bottleneck_delay_s", c.bottleneckDelayS)
         .Num("num_classes", c.numClasses)
@@ -2092,7 +2243,7 @@ JsonObject Scenario::ConfigJson() const {
         .Num("codel_interval_s", c.codelIntervalS)
         .Num("fq_flows", c.fqFlows)
         .Num("fq_quantum_bytes", c.fqQuantumBytes)
-        .Str("tcp", c.tcp)
+        .Raw("tcp", c.flowGroups > 1 ? JsonStrArr(c.groupTcp) : JsonStr(c.tcp))
         .Num("mss_bytes", c.mssBytes)
         .Num("initial_cwnd_pkts", c.initialCwndPkts)
         .Num("min_rto_s", c.minRtoS)
@@ -2210,6 +2361,7 @@ std::string Scenario::Report(double wallS) const {
         .Num("measured_s", measured)
         .Num("agent_intervals", m_intervalsClosed);
     if (!c.capTimesS.empty()) o.Num("capacity_mean_bps", offeredBits / measured);
+    if (c.longFlows > 0) o.Raw("long_flows", LongFlowsJson(measured));
     for (uint32_t k = 0; k < c.numClasses; ++k) {
         const std::string s = std::to_string(k);
         o.Num("queue_mean_pkts_c" + s, st.classPktSeconds[k] / histTotal)
@@ -2247,9 +2399,7 @@ void Scenario::WriteFlows(std::ostream& os) const {
 
 /// ns-3 defaults that the scenario overrides.
 void SetDefaults(const Params& c) {
-    const TypeId cc = c.tcp == "cubic"   ? RtoCountingCongestionOps<TcpCubic>::GetTypeId()
-                      : c.tcp == "dctcp" ? RtoCountingCongestionOps<TcpDctcp>::GetTypeId()
-                                         : RtoCountingCongestionOps<TcpNewReno>::GetTypeId();
+    const TypeId cc = CongestionOpsOf(c.tcp);
     Config::SetDefault("ns3::TcpDctcp::DctcpShiftG", DoubleValue(c.dctcpG));
     Config::SetDefault("ns3::TcpL4Protocol::SocketType", TypeIdValue(cc));
     g_ssAckCapSegs = c.ssAckCapSegs;
