@@ -369,13 +369,14 @@ def test_a_fitted_baseline_trains_on_declared_training_seeds_and_its_fit_is_on_r
         Baseline("x", "x", {}, act, fit=fit)
 
 
-@pytest.mark.parametrize("name", ["queuepilot", "abs", "lfq"])
-def test_the_committed_kit_results_are_regenerated_byte_for_byte(name, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name,folder", [("queuepilot", "queuepilot"), ("abs", "abs"), ("lfq", "lfq"),
+                                         ("tune-red", "tune_aqm/red_kit"), ("tune-buffer", "tune_aqm/buffer_kit")])
+def test_the_committed_kit_results_are_regenerated_byte_for_byte(name, folder, tmp_path, monkeypatch):
     """`report` on a copy of a committed kit folder (its ledger, selection.csv and runs.csv)
     writes the committed RESULTS.md again, to the byte, and finds nothing stale."""
     from rlbm_jax.study import declare, pipeline
 
-    rel = Path("results") / name / "kit"
+    rel = Path("results") / folder / "kit"
     src = Path(__file__).resolve().parents[1] / rel
     shutil.copytree(src, tmp_path / rel, ignore=shutil.ignore_patterns("RESULTS.md", "verdict.png"))
     monkeypatch.chdir(tmp_path)

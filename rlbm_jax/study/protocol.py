@@ -178,8 +178,17 @@ def chosen_variants(results_dir) -> dict | None:
 def stale_fields(recorded: dict, now: dict) -> dict:
     """{parameter: (recorded, now)} for every simulator parameter whose recorded value
     (a `params.config_record`) differs from what the declaration resolves to now: a result
-    made under another model than the one the study runs today."""
-    return {k: (recorded.get(k), v) for k, v in now.items() if recorded.get(k) != v}
+    made under another model than the one the study runs today.  A parameter the record
+    does not name did not exist when it was made: it counts as recorded at its declared
+    default, which by the project's rule is the model before it (`flow_groups` 1, say)."""
+    from rlbm_jax.env import model
+
+    def was(k):
+        if k in recorded:
+            return recorded[k]
+        return model.json_value(model.DEFAULTS[k]) if k in model.DEFAULTS else None
+
+    return {k: (recorded.get(k), v) for k, v in now.items() if was(k) != v}
 
 
 def check_run_length(seconds: float, warmup_s: float) -> None:
