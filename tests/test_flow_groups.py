@@ -2,8 +2,6 @@
 of `access_delay_s` and `tcp` per group), the long flows' statistics and fairness
 (`rlbm_jax.flowstats`), and what refuses them by name."""
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -156,21 +154,23 @@ def test_flow_groups_are_declared_recorded_and_refused_by_name():
     assert backends.resolve("auto", p) == "jax"
 
 
-def test_simulate_reports_two_groups_and_their_fairness(tmp_path):
+def test_simulate_reports_two_groups_and_their_fairness(tmp_path, capsys):
     """`simulate.py` with two groups: the flags reach the params and the record, and the
     output holds each group's statistics and the fairness lines (on by themselves)."""
+    from rlbm_jax.cli import simulate
+
     out = tmp_path / "two.json"
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "simulate.py"), "--scenario", "long", "--senders", "2",
-                        "--long-flows", "2", "--flow-groups", "2", "--access-delay-s", "0.0001", "0.02",
-                        "--tcp", "cubic", "newreno", "--bottleneck-bps", "10e6", "--seconds", "4", "--warmup-s", "1",
-                        "--seeds", "2", "--no-progress", "--json", str(out)], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
+    code = simulate.main(["--scenario", "long", "--senders", "2", "--long-flows", "2", "--flow-groups", "2",
+                          "--access-delay-s", "0.0001", "0.02", "--tcp", "cubic", "newreno", "--bottleneck-bps", "10e6",
+                          "--seconds", "4", "--warmup-s", "1", "--seeds", "2", "--no-progress", "--json", str(out)])
+    r = capsys.readouterr()
+    assert code == 0, r.err
     res = json.loads(out.read_text())
     assert res["config"]["tcp"] == ["cubic", "newreno"] and res["config"]["access_delay_s"] == [0.0001, 0.02]
     assert res["flow_stats"] is True and res["backend"] == "jax"
     g = res["flows"]["groups"]
     assert [x["tcp"] for x in g] == ["cubic", "newreno"] and g[1]["base_rtt_s"] > g[0]["base_rtt_s"] + 0.039
-    assert "group 1 (newreno, base RTT" in r.stderr and "Jain's index" in r.stderr and "goodput ratio" in r.stderr
+    assert "group 1 (newreno, base RTT" in r.err and "Jain's index" in r.err and "goodput ratio" in r.err
     assert res["flows"]["window_s"][0] == pytest.approx(1.0, abs=0.011)
 
 
@@ -180,3 +180,15 @@ def test_a_flow_sample_period_without_flow_statistics_is_refused(capsys):
 
     assert simulate.main(["--scenario", "long", "--long-flows", "2", "--flow-sample-s", "0.02", "--print-config"]) == 2
     assert "--flow-sample-s: no flow statistics" in capsys.readouterr().err
+
+
+def test_the_readme_s_two_flow_lines_are_the_committed_run_s():
+    """The fairness lines the README quotes are those `flowstats.lines` gives of the committed
+    run (results/two_flows/run.json), which its command made."""
+    from rlbm_jax.flowstats import lines
+
+    run = json.loads((ROOT / "results" / "two_flows" / "run.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    for line in lines(run["flows"]):
+        assert f"    {line}\n" in readme, line
+    assert run["config"]["tcp"] == ["cubic", "newreno"] and run["config"]["flow_groups"] == 2
