@@ -14,7 +14,8 @@ retransmissions sent (transmissions that were not new data).  Over the measureme
     retx_pkts         retransmissions sent in the window (go-back-N resends included)
     cwnd_mean_pkts    mean of the window's samples
     srtt_mean_s       mean of the window's samples of the smoothed RTT
-    min_rtt_s         the smallest RTT sample a flow took (since its last RTO), at the end
+    min_rtt_s         the smallest RTT sample of the run (the samples' smallest of the
+                      sender's minimum, which a timeout clears)
 
 Groups sum goodput and retransmissions over their flows and average the rest.  `jain` is
 Jain's index over the flows' goodput, (sum x)^2 / (K sum x^2); `goodput_ratio` is flow 0's
@@ -84,7 +85,8 @@ def summarize(x: np.ndarray, times: np.ndarray, params: SimParams, *, seeds: lis
         "retx_pkts": f["retx_pkts"][:, -1] - f["retx_pkts"][:, first],
         "cwnd_mean_pkts": f["cwnd_pkts"][:, first + 1:].mean(axis=1),
         "srtt_mean_s": f["srtt_s"][:, first + 1:].mean(axis=1),
-        "min_rtt_s": f["min_rtt_s"][:, -1],
+        # the smallest RTT sample of the run (a timeout clears the sender's own minimum)
+        "min_rtt_s": _nan_inf(np.where(f["min_rtt_s"] > 0, f["min_rtt_s"], np.inf).min(axis=1)),
     }
     grp = flow_groups_of(params, K)
     G = params.flow_groups
@@ -93,12 +95,13 @@ def summarize(x: np.ndarray, times: np.ndarray, params: SimParams, *, seeds: lis
         agg = np.sum if k in ("goodput_bps", "share", "retx_pkts") else np.mean
         per_group[k] = np.stack([agg(v[:, grp == g], axis=1) if np.any(grp == g) else np.full(len(seeds), np.nan)
                                  for g in range(G)], axis=1)
-    jain = total[:, 0] ** 2 / (K * np.sum(goodput ** 2, axis=1))
+    sq = np.sum(goodput ** 2, axis=1)
+    jain = np.where(sq > 0, total[:, 0] ** 2 / (K * np.where(sq > 0, sq, 1.0)), np.nan)
     fair = {"jain": jain, "utilisation": total[:, 0] / float(params.bottleneck_rate_bps)}
-    if G == 2:
-        fair["goodput_ratio"] = per_group["goodput_bps"][:, 0] / per_group["goodput_bps"][:, 1]
-    elif K >= 2:
-        fair["goodput_ratio"] = goodput[:, 0] / goodput[:, 1]
+    if G == 2 and K >= 2:
+        fair["goodput_ratio"] = _ratio(per_group["goodput_bps"][:, 0], per_group["goodput_bps"][:, 1])
+    elif G == 1 and K >= 2:
+        fair["goodput_ratio"] = _ratio(goodput[:, 0], goodput[:, 1])
 
     def ms(a):
         a = np.asarray(a, np.float64)
@@ -108,6 +111,7 @@ def summarize(x: np.ndarray, times: np.ndarray, params: SimParams, *, seeds: lis
     tcps, rtts = _tcp_names(params), _delays(params)
     return {
         "window_s": [float(times[first]), float(times[-1])], "samples": int(len(times) - first),
+        "sample_s": float(np.median(np.diff(times))),
         "seeds": seeds, "long_flows": K,
         "flows": [{"flow": k, "group": int(grp[k]), "tcp": tcps[grp[k]], "base_rtt_s": rtts[grp[k]],
                    **{name: {"mean": _py(v[:, k].mean()), "se": ms(v[:, k:k + 1])["se"][0]}
@@ -122,20 +126,35 @@ def summarize(x: np.ndarray, times: np.ndarray, params: SimParams, *, seeds: lis
 
 def lines(rep: dict) -> list[str]:
     """The report as lines a person reads: one per flow group (one per flow where there is a
-    flow per group), then the fairness."""
+    flow per group), then the fairness; a value with no sample reads n/a."""
+    def v(x, scale=1.0, digits=3):
+        m = x["mean"]
+        return "n/a" if m is None else f"{m * scale:.{digits}f}"
+
     out = []
     rows = rep["groups"] if len(rep["groups"]) > 1 else rep["flows"]
     for r in rows:
         name = f"group {r['group']}" if "flows" in r and isinstance(r["flows"], int) else f"flow {r['flow']}"
-        out.append(f"{name} ({r['tcp']}, base RTT {r['base_rtt_s'] * 1e3:.1f} ms): goodput "
-                   f"{r['goodput_bps']['mean'] / 1e6:.2f} Mbit/s (share {r['share']['mean']:.3f}), "
-                   f"{r['retx_pkts']['mean']:.0f} retransmissions, mean cwnd {r['cwnd_mean_pkts']['mean']:.1f} pkts, "
-                   f"sRTT {r['srtt_mean_s']['mean'] * 1e3:.1f} ms, min RTT {r['min_rtt_s']['mean'] * 1e3:.1f} ms")
+        head = f"{name} ({r['tcp']}, base RTT {r['base_rtt_s'] * 1e3:.1f} ms)"
+        if isinstance(r.get("flows"), int) and r["flows"] == 0:
+            out.append(f"{head}: no long flow")
+            continue
+        out.append(f"{head}: goodput {v(r['goodput_bps'], 1e-6, 2)} Mbit/s (share {v(r['share'])}), "
+                   f"{v(r['retx_pkts'], 1, 0)} retransmissions, mean cwnd {v(r['cwnd_mean_pkts'], 1, 1)} pkts, "
+                   f"sRTT {v(r['srtt_mean_s'], 1e3, 1)} ms, min RTT {v(r['min_rtt_s'], 1e3, 1)} ms")
     fr = rep["fairness"]
-    tail = f", goodput ratio {fr['goodput_ratio']['mean']:.3f}" if "goodput_ratio" in fr else ""
+    tail = f", goodput ratio {v(fr['goodput_ratio'])}" if "goodput_ratio" in fr else ""
     out.append(f"fairness over {rep['window_s'][0]:g}-{rep['window_s'][1]:g} s, {len(rep['seeds'])} seed(s): "
-               f"Jain's index {fr['jain']['mean']:.3f}{tail}, utilisation {fr['utilisation']['mean']:.3f}")
+               f"Jain's index {v(fr['jain'])}{tail}, utilisation {v(fr['utilisation'])}")
     return out
+
+
+def _ratio(a, b):
+    return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
+
+
+def _nan_inf(a):
+    return np.where(np.isfinite(a), a, np.nan)
 
 
 def _py(a):

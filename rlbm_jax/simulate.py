@@ -100,6 +100,10 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
         return _run_fluid(params, seconds, seeds)
     if flow_sample_s is not None:
         flowstats.check(params, flow_sample_s)
+        if agent is not None and flow_sample_s < agent_interval_s * (1 - 1e-9):
+            raise ValueError(f"the flows' sample period ({flow_sample_s:g} s) is shorter than the agent's interval "
+                             f"({agent_interval_s:g} s): a run an agent drives is sampled once per agent step at "
+                             "the most (--flow-sample-s at least --agent-interval-s)")
     check_memory(params, len(seeds))
     keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
     t_start = time.perf_counter()

@@ -192,3 +192,20 @@ def test_the_readme_s_two_flow_lines_are_the_committed_run_s():
     for line in lines(run["flows"]):
         assert f"    {line}\n" in readme, line
     assert run["config"]["tcp"] == ["cubic", "newreno"] and run["config"]["flow_groups"] == 2
+
+
+def test_a_group_without_a_long_flow_is_reported_not_fatal():
+    """One long flow in two groups: the empty group reads "no long flow", there is no ratio
+    to give, and every other number is there; an agent's run is not sampled more finely
+    than its agent acts."""
+    from rlbm_jax.flowstats import lines
+
+    p = make_params(**{**TWO, "long_flows": 1}, flow_groups=2, access_delay_s=[1e-4, 0.02])
+    rep = _flows(p, seconds=2.0, seeds=[0, 1])
+    text = "\n".join(lines(rep))
+    assert "group 1 (cubic, base RTT 61.0 ms): no long flow" in text and "goodput ratio" not in text, text
+    assert rep["groups"][0]["flows"] == 1 and rep["groups"][0]["share"]["mean"] == pytest.approx(1.0)
+    assert rep["fairness"]["jain"]["mean"] == pytest.approx(1.0)
+    assert rep["sample_s"] == pytest.approx(0.01, rel=0.05)
+    with pytest.raises(ValueError, match="shorter than the agent's interval"):
+        run_scenario(p, seconds=1.0, seeds=[0], agent=lambda obs: obs, flow_sample_s=0.01, show_progress=False)

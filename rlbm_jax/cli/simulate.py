@@ -71,7 +71,8 @@ def build_parser():
                    "and flow group, with Jain's index and the goodput ratio (default: on with several flow groups "
                    "and long flows)")
     g.add_argument("--flow-sample-s", type=float, default=None,
-                   help=f"how often --flow-stats samples the flows (s; default {FLOW_SAMPLE_S})")
+                   help=f"how often --flow-stats samples the flows (s; default {FLOW_SAMPLE_S}, with a policy "
+                   "directory its --agent-interval-s at least)")
     g.add_argument("--plot", default=None, help="draw the run to this PNG: queue and utilisation over time, FCT "
                    "slowdown by flow size")
     return ap
@@ -154,7 +155,9 @@ def plan(a):
     flow_stats = a.flow_stats if a.flow_stats is not None else (params.flow_groups > 1 and int(params.long_flows) > 0)
     if a.flow_sample_s is not None and not flow_stats:
         raise ValueError("--flow-sample-s: no flow statistics are taken in this run (give --flow-stats)")
-    sample_s = (FLOW_SAMPLE_S if a.flow_sample_s is None else a.flow_sample_s) if flow_stats else None
+    driven = a.policy not in buffer.POLICY_NAMES  # a policy directory acts every --agent-interval-s
+    default_s = max(FLOW_SAMPLE_S, a.agent_interval_s) if driven else FLOW_SAMPLE_S
+    sample_s = (default_s if a.flow_sample_s is None else a.flow_sample_s) if flow_stats else None
     if flow_stats:
         from rlbm_jax import flowstats
 
