@@ -139,6 +139,17 @@ def report(cells, res, seeds) -> str:
     return "\n".join(L) + "\n"
 
 
+def run_config(a) -> dict:
+    """What a command runs: the grid's cells (each one's make_params arguments), seeds, ns-3
+    processes and outputs (results.json records it)."""
+    out = Path(a.out)
+    cells = grid(a.pairs, a.rates, a.buffers, a.disciplines)
+    return {"pairs": a.pairs, "rates_bps": a.rates, "buffers_bdp": a.buffers, "disciplines": a.disciplines,
+            "seeds": list(range(1, a.seeds + 1)), "jobs": a.jobs, "out": str(out),
+            "report": str(a.report or out / "REPORT.md"), "ns3_runs": str(a.ns3_runs or out / "ns3_runs"),
+            "cells": {c.name: {"kw": c.kw, "seconds": c.seconds} for c in cells}}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", nargs="+", choices=list(PAIRS), default=list(PAIRS))
@@ -150,11 +161,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="calibration/results/flows")
     ap.add_argument("--report", default=None, help="markdown report (default: <out>/REPORT.md)")
     ap.add_argument("--ns3-runs", default=None, help="ns-3's run cache (default <out>/ns3_runs)")
+    ap.add_argument("--print-config", action="store_true", help="print what this command would run (JSON) and exit")
     a = ap.parse_args(argv)
     if a.seeds < 1 or a.jobs < 1:
         ap.error("--seeds and --jobs must be at least 1")
+    cfg = run_config(a)
+    if a.print_config:
+        print(json.dumps(cfg, indent=1))
+        return 0
     cells = grid(a.pairs, a.rates, a.buffers, a.disciplines)
-    seeds = list(range(1, a.seeds + 1))
+    seeds = cfg["seeds"]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     binary = build_ns3()
@@ -170,9 +186,9 @@ def main(argv=None) -> int:
         ok = all(r["ok"] for r in res[c.name]["verdict"])
         print(f"[{i + 1}/{len(cells)}] {c.name}: {'agrees' if ok else 'misses'} "
               f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-        jsonio.write(out / "results.json", {"seeds": seeds, "cells": res})  # a partial grid is kept as it grows
+        jsonio.write(out / "results.json", {"config": cfg, "seeds": seeds, "cells": res})  # a partial grid is kept as it grows
     text = report([c for c in cells if c.name in res], res, seeds)
-    Path(a.report or out / "REPORT.md").write_text(text)
+    Path(cfg["report"]).write_text(text)
     print(text)
     return 0
 

@@ -209,3 +209,27 @@ def test_a_group_without_a_long_flow_is_reported_not_fatal():
     assert rep["sample_s"] == pytest.approx(0.01, rel=0.05)
     with pytest.raises(ValueError, match="shorter than the agent's interval"):
         run_scenario(p, seconds=1.0, seeds=[0], agent=lambda obs: obs, flow_sample_s=0.01, show_progress=False)
+
+
+@pytest.mark.parametrize("argv,key", [(["--pairs", "cubic-rtt"], "pairs"), (["--rates", "100e6"], "rates_bps"),
+                                      (["--buffers", "2"], "buffers_bdp"), (["--disciplines", "fq-codel"], "disciplines"),
+                                      (["--seeds", "3"], "seeds"), (["--jobs", "1"], "jobs"), (["--out", "x/y"], "out"),
+                                      (["--report", "r.md"], "report"), (["--ns3-runs", "cache"], "ns3_runs")])
+def test_every_option_of_the_flows_calibration_reaches_its_configuration(argv, key, capsys):
+    """calibration/flows.py: each option changes what --print-config says it runs (the
+    record results.json keeps), and the grid's cells follow the pair, rate, buffer and
+    discipline options."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("calibration_flows", ROOT / "calibration" / "flows.py")
+    flows = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(flows)
+
+    def config(extra):
+        assert flows.main(["--print-config", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    base, changed = config([]), config(argv)
+    assert base[key] != changed[key], key
+    if key in ("pairs", "rates_bps", "buffers_bdp", "disciplines"):
+        assert set(changed["cells"]) < set(base["cells"]) or set(changed["cells"]) - set(base["cells"])
