@@ -190,6 +190,14 @@ class SimParams:
         ser_ack = ACK_BYTES * 8.0 / self.access_rate_bps + ACK_BYTES * 8.0 / self.bottleneck_rate_bps
         return 2.0 * (self.access_delay_s + self.bottleneck_delay_s) + ser_data + ser_ack
 
+    def of_sender(self, run_value, group_values, sender):
+        """A per-group quantity for flows of `sender` ([] or [F]): `run_value` (the run's
+        scalar) with one flow group, so the one-group tick is unchanged; else
+        `group_values[sender mod flow_groups]`."""
+        if self.flow_groups == 1:
+            return run_value
+        return group_values[sender % self.flow_groups]
+
     @property
     def group_base_rtt_s(self):
         """[G] each flow group's empty-path RTT (`base_rtt_s` with its access delay)."""

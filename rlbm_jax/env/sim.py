@@ -104,16 +104,12 @@ def apply_knobs(state: SimState, knobs: dict) -> SimState:
 def flow_base_rtt_s(sender, params: SimParams):
     """The empty-path RTT of flows of `sender` ([] or [F]): the run's `base_rtt_s`, or with
     several flow groups their group's."""
-    if params.flow_groups == 1:
-        return params.base_rtt_s
-    return params.group_base_rtt_s[sender % params.flow_groups]
+    return params.of_sender(params.base_rtt_s, params.group_base_rtt_s, sender)
 
 
 def flow_access_offset_s(sender, params: SimParams):
     """The sender -> switch time (the senders' clock shift) of flows of `sender`."""
-    if params.flow_groups == 1:
-        return params.access_offset_s
-    return params.group_access_offset_s[sender % params.flow_groups]
+    return params.of_sender(params.access_offset_s, params.group_access_offset_s, sender)
 
 
 def init(key, params: SimParams) -> SimState:

@@ -55,9 +55,7 @@ class AckView(NamedTuple):
 def flow_tcp(sender, params):
     """The TCP variant id (`tcp_id`) of flows of `sender` ([] or [F]): the run's, or with
     several flow groups their group's (sender s is in group s mod flow_groups)."""
-    if params.flow_groups == 1:
-        return params.tcp_id
-    return params.group_tcp_id[sender % params.flow_groups]
+    return params.of_sender(params.tcp_id, params.group_tcp_id, sender)
 
 
 def ect_syns(params):
