@@ -290,6 +290,19 @@ PARAMS: tuple[Param, ...] = (
     Param("ecn", "tcp", "bool", False, "ECN-capable senders (RFC 3168); AQMs mark instead of drop "
           "(always on with dctcp)", backends={"fluid": (False, True)}),
     Param("dctcp_g", "tcp", "float", 0.0625, "DCTCP: weight of a window's marked fraction in alpha", **PROB),
+    Param("pacing", "tcp", "choice", "off", "sender pacing: off (a sender sends whenever its window allows), or "
+          "ns-3.37's TcpSocketState pacing (one segment per MSS / pacing rate; the rate max(cwnd, pipe) x "
+          "pacing_ss_ratio (cwnd < ssthresh / 2) or pacing_ca_ratio / sRTT after every ACK, at most "
+          "max_pacing_rate_bps): one, or one per flow group", choices=("off", "ns-3.37"), per_group=True),
+    Param("max_pacing_rate_bps", "tcp", "float", 4e9, "pacing: the highest pacing rate in payload bit/s (ns-3.37 "
+          "MaxPacingRate); below the bottleneck's rate a paced sender sends at it: one, or one per flow group",
+          **POS, per_group=True),
+    Param("pacing_ss_ratio", "tcp", "float", 2.0, "pacing: the rate as a multiple of cwnd / sRTT while cwnd < "
+          "ssthresh / 2 (ns-3.37 PacingSsRatio, 200 %)", **POS),
+    Param("pacing_ca_ratio", "tcp", "float", 1.2, "pacing: the rate as a multiple of cwnd / sRTT from cwnd >= "
+          "ssthresh / 2 (ns-3.37 PacingCaRatio, 120 %)", **POS),
+    Param("pace_initial_window", "tcp", "bool", False, "pacing: pace the first initial_cwnd_pkts segments too "
+          "(ns-3.37 PaceInitialWindow; off: they leave at once)"),
     # ---- TCP model choices (ns-3.37's where it departs from the RFCs) ----------------------
     Param("rto_recovery", "tcp-model", "choice", "go-back-n", "after a timeout resend everything not yet ACKed or "
           "SACKed (go-back-n, ns-3.37) or only the losses (sack)", choices=("go-back-n", "sack"),

@@ -31,6 +31,7 @@ ECN_CWR_NAMES = model.BY_NAME["ecn_cwr"].values()
 RTT_SAMPLES_NAMES = model.BY_NAME["rtt_samples"].values()
 RTO_REARM_NAMES = model.BY_NAME["rto_rearm"].values()
 RED_SYN_NAMES = model.BY_NAME["red_syn"].values()
+PACING_NAMES = model.BY_NAME["pacing"].values()
 # the TCP model of rlbm_jax 0.2, before go-back-N (the committed results of that version
 # were made with it; a run config that names no model choice predates them)
 LEGACY_TCP_MODEL = dict(rto_recovery="sack", rtt_samples="every-ack")
@@ -72,6 +73,8 @@ class SimParams:
     # per flow group (G = flow_groups; sender s is in group s mod G): read by the tick only where G > 1
     group_access_delay_s: jnp.ndarray  # [G] each group's access delay
     group_tcp_id: jnp.ndarray  # [G] each group's TCP (tcp_id: the first group's)
+    group_pacing_id: jnp.ndarray  # [G] each group's pacing (pacing_id: the first group's)
+    group_max_pacing_rate_bps: jnp.ndarray  # [G] each group's highest pacing rate
     bottleneck_rate_bps: jnp.ndarray  # [] switch -> sink link rate
     bottleneck_delay_s: jnp.ndarray  # [] switch -> sink one-way propagation delay
     # the bottleneck's capacity schedule (rlbm_jax.env.capacity), K = capacity_rows rows (0: none,
@@ -116,6 +119,11 @@ class SimParams:
     hystart_delay_max_s: jnp.ndarray  # []
     ecn: jnp.ndarray  # [] bool: senders mark data ECT and react to echoed CE marks (RFC 3168; always with DCTCP)
     dctcp_g: jnp.ndarray  # [] DCTCP: weight of a window's marked fraction in alpha (ns-3 DctcpShiftG)
+    pacing_id: jnp.ndarray  # [] index into PACING_NAMES (0 off, 1 ns-3.37's TcpSocketState pacing)
+    max_pacing_rate_bps: jnp.ndarray  # [] pacing: the highest rate (payload bit/s)
+    pacing_ss_ratio: jnp.ndarray  # [] pacing: rate / (cwnd / sRTT) while cwnd < ssthresh / 2
+    pacing_ca_ratio: jnp.ndarray  # [] pacing: rate / (cwnd / sRTT) otherwise
+    pace_initial_window: jnp.ndarray  # [] bool: the first initial_cwnd_pkts segments are paced too
     # ---- AQM (the policy's `aqm`, rlbm_jax.env.switch.disciplines; ns-3.37 queue-disc names) --
     red_min_th_pkts: jnp.ndarray  # [] RED/ARED: average queue where early drops start
     red_max_th_pkts: jnp.ndarray  # [] ... where the probability reaches max_p (gentle: rises to 1 at 2x)

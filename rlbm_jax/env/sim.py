@@ -188,12 +188,13 @@ def _rotated_exclusive_cumsum(x, offset):
     return jnp.roll(excl, offset, axis=0)
 
 
-def _select_events(table, rec_flows, rec_count, new_slot, t, num_events, sender_ok):
+def _select_events(table, rec_flows, rec_count, new_slot, t, num_events, sender_ok, pace_due=None):
     """Pick the flows that need work this tick: the flows named by this tick's ACK
     records and the new flow (they always have a place), then flows whose timer is
-    due or whose window and sender's access link let them send, taken from a starting
-    slot that rotates every tick so that none waits for ever.  Returns ([E] slot ids,
-    F marking an empty entry; number of such flows deferred to a later tick)."""
+    due or whose window, pacer (`pace_due` [F], where some flow paces) and sender's
+    access link let them send, taken from a starting slot that rotates every tick so that
+    none waits for ever.  Returns ([E] slot ids, F marking an empty entry; number of such
+    flows deferred to a later tick)."""
     F = table.ints.shape[1]
     k = rec_flows.shape[0]
     col = lambda n: tcp.column(table, n)
@@ -204,6 +205,8 @@ def _select_events(table, rec_flows, rec_count, new_slot, t, num_events, sender_
     window = jnp.floor(col("cwnd")).astype(jnp.int32) > col("outstanding")
     data = (col("lost_q") > 0) | (col("gbn_left") > 0) | (col("next_new") < col("size_pkts"))
     can_send = window & data & sender_ok[col("sender")]
+    if pace_due is not None:
+        can_send = can_send & pace_due
     has = rec_count > 0
     earlier_same = (rec_flows[None, :] == rec_flows[:, None]) & has[None, :] & (jnp.arange(k)[None, :] < jnp.arange(k)[:, None])
     rec = jnp.where(has & ~jnp.any(earlier_same, axis=1), rec_flows, F)  # [k], duplicates -> F
@@ -401,8 +404,13 @@ def ack_phase(state: SimState, clk: Clock, params: SimParams) -> Events:
     ack_rows = _ack_rows(state, t, params)  # [k * flow_groups, WIRE_FIELDS]
     due, slot, free = _arrival_due(state, clk, params)
     credit, budget = _earn_credit(state.access_credit, clk, params)
+    pace_due = None
+    if tcp.pacing.enabled(params):
+        col = lambda n: tcp.column(state.flows, n)
+        pace_due = tcp.pacing.due(col("pace_wait_s"), col("pace_tick"), col("next_new"), col("sender"), t, params,
+                                  clk.tick_s)
     slots, deferred = _select_events(state.flows, ack_rows[:, qm.FLOW], ack_rows[:, qm.COUNT],
-                                     jnp.where(due & free, slot, F), t, params.event_slots, budget >= 1)
+                                     jnp.where(due & free, slot, F), t, params.event_slots, budget >= 1, pace_due)
     valid = slots < F
     fl = tcp.unpack(state.flows.rows(jnp.minimum(slots, F - 1)))
     fl = fl.replace(active=fl.active & valid)
@@ -488,7 +496,7 @@ def transmit_phase(fl: tcp.FlowState, ev: Events, clk: Clock, params: SimParams)
     new data, as far as its window allows (tcp.wanted); each access link serves its event
     flows in turn with its whole packets of credit."""
     S = params.num_senders
-    n_retx, n_spur, n_new = tcp.wanted(fl, clk.t)
+    n_retx, n_spur, n_new = tcp.wanted(fl, clk.t, params, clk.tick_s)
     want = n_retx + n_spur + n_new
     by_sender = (fl.sender[:, None] == jnp.arange(S)[None, :]) & fl.active[:, None]  # [E, S]
     ahead = jnp.sum(jnp.where(by_sender, jnp.cumsum(jnp.where(by_sender, want[:, None], 0), axis=0)

@@ -2,6 +2,7 @@
 detection, recovery, RTO, ECN response) and the congestion controls registered in
 `variants` (NewReno, CUBIC with HyStart, DCTCP), each in its own module.  See `variant`
 for what a variant supplies and how a new one is added."""
+from rlbm_jax.env.tcp import pacing
 from rlbm_jax.env.tcp.core import (GO_BACK_N, RTT_CUMULATIVE, RTT_EVERY_ACK, SACK_ONLY, AckView, ect_syns,
                                    loss_ssthresh, on_acks, on_queue_drop, on_queue_drops, on_sent, on_timeouts,
                                    start_flow, wanted)
@@ -11,7 +12,7 @@ from rlbm_jax.env.tcp.variant import CWR, LOSS, OPEN, RECOVERY, Fields, Variant
 from rlbm_jax.env.tcp.variants import CUBIC, DCTCP, NEWRENO, TCP_NAMES, VARIANTS, by_name
 
 __all__ = [
-    "AckView", "BIG_PKTS", "BOOL_FIELDS", "CUBIC", "CWR", "DCTCP", "FLOAT_FIELDS", "Fields", "FlowState", "FlowTable",
+    "AckView", "BIG_PKTS", "pacing", "BOOL_FIELDS", "CUBIC", "CWR", "DCTCP", "FLOAT_FIELDS", "Fields", "FlowState", "FlowTable",
     "GO_BACK_N", "INT_FIELDS", "LOSS", "NEWRENO", "OPEN", "RECOVERY", "RTT_CUMULATIVE", "RTT_EVERY_ACK", "SACK_ONLY",
     "TCP_NAMES", "VARIANTS", "Variant", "by_name", "column", "ect_syns", "init_flows", "loss_ssthresh", "on_acks",
     "on_queue_drop", "on_queue_drops", "on_sent", "on_timeouts", "pack", "start_flow", "unpack", "unsettled", "wanted",

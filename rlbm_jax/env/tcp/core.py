@@ -29,6 +29,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rlbm_jax.env.tcp import pacing
 from rlbm_jax.env.tcp.flows import _COL, FlowTable, column, init_flows, unsettled
 from rlbm_jax.env.tcp.variant import CWR, LOSS, OPEN, RECOVERY, flag, merge, select
 from rlbm_jax.env.tcp.variants import VARIANTS
@@ -86,6 +87,9 @@ def start_flow(fl, mask, *, sender, cls, size_pkts, size_bytes, start_s, data_ti
         srtt_s=fresh.srtt_s + srtt, rttvar_s=fresh.rttvar_s + srtt / 2,
         rto_s=fresh.rto_s + _rto(srtt, srtt / 2, params), **own,
     )
+    if pacing.enabled(params):  # ns-3.37 sets the rate once the handshake's RTT is known
+        rate = pacing.rate_pps(fresh.cwnd, 0.0, fresh.ssthresh, srtt, sender, params)
+        fresh = fresh.replace(pace_rate_pps=jnp.where(pacing.paced(sender, params), rate, fresh.pace_rate_pps))
     return jax.tree.map(lambda new, old: jnp.where(mask, new.astype(old.dtype), old), fresh, fl)
 
 
@@ -282,10 +286,14 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     rto_deadline = jnp.where(rearm, t + _ticks(rto_s, tick_s), fl.rto_deadline)
     rec_partial = jnp.where(enter, False, fl.rec_partial | (was_rec & progress))
 
+    cwnd = jnp.maximum(cwnd, 1.0)
+    if pacing.enabled(params):  # ns-3.37 UpdatePacingRate at the end of every ACK
+        rate = pacing.rate_pps(cwnd, outstanding.astype(jnp.float32), ssthresh, srtt, fl.sender, params)
+        own["pace_rate_pps"] = jnp.where(has & pacing.paced(fl.sender, params), rate, fl.pace_rate_pps)
     return fl_cut.replace(
         ghost=ghost, outstanding=outstanding, retx_out=retx_out, acked=n_acked, srtt_s=srtt, rttvar_s=rttvar,
         rto_s=rto_s, da_parity=da_parity, lost_q=lost_q, undet=undet, ssthresh=ssthresh, state=state,
-        prr_delivered=prr_delivered, prr_out=prr_out, recover_fs=recover_fs, cwnd=jnp.maximum(cwnd, 1.0),
+        prr_delivered=prr_delivered, prr_out=prr_out, recover_fs=recover_fs, cwnd=cwnd,
         rto_deadline=rto_deadline, rec_partial=rec_partial, gbn_left=gbn_left, gbn_ahead=gbn_ahead,
         ecn_recover_tx=ecn_recover_tx, ece_pending=ece_pending, **own,
     )
@@ -307,6 +315,8 @@ def on_timeouts(fl, t, params, tick_s):
     rto_s = jnp.minimum(fl.rto_s * 2.0, params.max_rto_s)
     w = lambda new, old: jnp.where(fire, new, old)
     own = merge(flow_tcp(fl.sender, params), fl, [v.on_timeout(fl, params) for v in VARIANTS])
+    if pacing.enabled(params):
+        own.update(pacing.on_timeout(fl, fire, t, params))
     fl = fl.replace(
         ssthresh=w(ss_new, fl.ssthresh),
         cwnd=w(jnp.ones_like(fl.cwnd), fl.cwnd),
@@ -323,11 +333,14 @@ def on_timeouts(fl, t, params, tick_s):
     return fl, fire
 
 
-def wanted(fl, t):
+def wanted(fl, t, params=None, tick_s=None):
     """Retransmissions of lost packets, go-back-N resends of packets in flight (spurious)
-    and new packets each flow's window lets it send now ([F] each), in that order."""
+    and new packets each flow's window (and, where it paces, its pacer: `pacing.allowed`)
+    lets it send now ([F] each), in that order."""
     ready = fl.active & (t >= fl.data_tick)
     allow = jnp.maximum(jnp.floor(fl.cwnd).astype(jnp.int32) - fl.outstanding, 0)
+    if params is not None and pacing.enabled(params):
+        allow = jnp.minimum(allow, pacing.allowed(fl, t, params, tick_s))
     allow = jnp.where(ready, allow, 0)
     n_retx = jnp.minimum(allow, fl.lost_q)
     n_spur = jnp.minimum(allow - n_retx, fl.gbn_left)
@@ -347,6 +360,7 @@ def on_sent(fl, t, n_retx, n_spur, n_new, adm, params, tick_s):
     first_drop = fl.tx_next + n_retx + n_spur + adm_new
     undet_tx = jnp.where((drop_new > 0) & (fl.undet == 0), first_drop, fl.undet_tx)
     deadline = jnp.where(idle & (sent > 0), t + _ticks(fl.rto_s, tick_s), fl.rto_deadline)
+    paced = pacing.after_send(fl, t, sent, params, tick_s) if pacing.enabled(params) else {}
     return fl.replace(
         outstanding=fl.outstanding + sent,
         lost_q=fl.lost_q - n_retx,
@@ -358,7 +372,7 @@ def on_sent(fl, t, n_retx, n_spur, n_new, adm, params, tick_s):
         tx_next=fl.tx_next + sent,
         prr_out=fl.prr_out + jnp.where((fl.state == RECOVERY) | (fl.state == CWR), sent, 0),
         rto_deadline=deadline,
-        gbn_left=fl.gbn_left - n_spur, gbn_ahead=fl.gbn_ahead + n_spur,
+        gbn_left=fl.gbn_left - n_spur, gbn_ahead=fl.gbn_ahead + n_spur, **paced,
     )
 
 

@@ -31,6 +31,9 @@ Per flow the sender keeps:
                (with `params.ecn_cwr` "ns-3.37": at the last entry to CWR only)
   ece_pending  ECN, `params.ecn_cwr` "ns-3.37": a CE mark the receiver still echoes has
                been ACKed, and no ACK that moves the cumulative ACK has carried it yet
+  pace_*       pacing (`params.pacing` "ns-3.37", `core.pace_allowed`): the pacing rate,
+               and the time the pacer lets the next segment go, as an offset from the
+               start of tick `pace_tick` (so it stays small and exact in float32)
 """
 from __future__ import annotations
 
@@ -80,10 +83,13 @@ class _Shared:
     gbn_ahead: jnp.ndarray  # int32 go-back-N: ghosts resent before their original's ACK
     ecn_recover_tx: jnp.ndarray  # int32 ECN: tx_next at the last window reduction
     ece_pending: jnp.ndarray  # bool ECN (ecn_cwr "ns-3.37"): an echo waits for a cumulative ACK
+    pace_rate_pps: jnp.ndarray  # float32 pacing (params.pacing): the pacing rate, packets per second
+    pace_wait_s: jnp.ndarray  # float32 pacing: when the next paced segment may leave, after the start of tick pace_tick
+    pace_tick: jnp.ndarray  # int32 pacing: the tick pace_wait_s counts from
 
 
 SHARED_FLOAT = ("size_bytes", "start_s", "cwnd", "ssthresh", "recover_fs", "srtt_s", "rttvar_s", "rto_s",
-                "delay_min_s")
+                "delay_min_s", "pace_rate_pps", "pace_wait_s")
 SHARED_BOOL = ("active", "rec_partial", "ece_pending")
 _INITIAL = {n: 0 for n in _Shared.__annotations__}
 for _v in VARIANTS:

@@ -205,6 +205,8 @@ struct Params {
     uint32_t flowGroups = 1;
     std::vector<double> groupAccessDelayS;
     std::vector<std::string> groupTcp;
+    std::vector<bool> groupPacing;            // TcpSocketState::EnablePacing of the group's senders
+    std::vector<double> groupMaxPacingRateBps; // TcpSocketState::MaxPacingRate of the group's senders
     // buffer
     uint32_t numClasses;
     std::vector<uint32_t> classCapPkts;
@@ -229,6 +231,8 @@ struct Params {
     uint32_t delayedAck, dupthresh;
     double cubicBeta, cubicC;
     double dctcpG;
+    double pacingSsRatio, pacingCaRatio; // TcpSocketState::PacingSsRatio / PacingCaRatio, as fractions
+    bool paceInitialWindow;
     bool cubicFastConvergence, hystart;
     uint32_t hystartLowWindowPkts, hystartMinSamples;
     double hystartAckDeltaS, hystartDelayMinS, hystartDelayMaxS;
@@ -386,6 +390,13 @@ Options DeclareOptions() {
     o.Add("fq_quantum_bytes", "0", "fq-codel: deficit round-robin quantum (bytes; 0 = the device MTU)");
     o.Add("tcp", "cubic", "congestion control: cubic, newreno or dctcp (ECN on): one, or a comma list of one per "
                           "flow group");
+    o.Add("pacing", "off", "sender pacing: off or ns-3.37 (TcpSocketState::EnablePacing): one, or a comma list "
+                           "of one per flow group");
+    o.Add("max_pacing_rate_bps", "4e9", "pacing: the highest pacing rate (TcpSocketState::MaxPacingRate, bit/s): "
+                                        "one, or a comma list of one per flow group");
+    o.Add("pacing_ss_ratio", "2", "pacing: rate / (cwnd / sRTT) while cwnd < ssthresh / 2 (PacingSsRatio / 100)");
+    o.Add("pacing_ca_ratio", "1.2", "pacing: rate / (cwnd / sRTT) otherwise (PacingCaRatio / 100)");
+    o.Add("pace_initial_window", "0", "pacing: pace the initial window too (TcpSocketState::PaceInitialWindow)");
     o.Add("mss_bytes", "1000", "TCP payload bytes per segment");
     o.Add("initial_cwnd_pkts", "10", "initial congestion window (segments)");
     o.Add("min_rto_s", "0.01", "minimum retransmission timeout (s)");
@@ -616,6 +627,13 @@ Params ParseCommandLine(int argc, char* argv[]) {
         }
     }
     c.tcp = c.groupTcp[0];
+    for (const auto& v : perGroup("pacing")) c.groupPacing.push_back(OneOf("pacing", v, {"off", "ns-3.37"}) != "off");
+    for (const auto& v : perGroup("max_pacing_rate_bps")) {
+        c.groupMaxPacingRateBps.push_back(ToFinite("max_pacing_rate_bps", v, 0, true));
+    }
+    c.pacingSsRatio = ToFinite("pacing_ss_ratio", o["pacing_ss_ratio"], 0, true);
+    c.pacingCaRatio = ToFinite("pacing_ca_ratio", o["pacing_ca_ratio"], 0, true);
+    c.paceInitialWindow = ToBool("pace_initial_window", o["pace_initial_window"]);
     if (c.tcp == "dctcp") c.ecn = true; // TcpDctcp turns ECN on itself; the disc must mark
     if (c.policy == "rl-mark" && !c.ecn) {
         BadParameter("ecn", "--policy=rl-mark only marks (it never drops below the limit): it needs --ecn=1");
@@ -1488,6 +1506,13 @@ std::string JsonStrArr(const std::vector<std::string>& v) {
     return out + "]";
 }
 
+/// The run's pacing as the config records it: "off" / "ns-3.37", or one per flow group.
+std::string PacingJson(const Params& c) {
+    std::vector<std::string> v;
+    for (bool on : c.groupPacing) v.push_back(on ? "ns-3.37" : "off");
+    return c.flowGroups > 1 ? JsonStrArr(v) : JsonStr(v[0]);
+}
+
 /// An object whose members keep their insertion order.
 class JsonObject {
   public:
@@ -1879,6 +1904,11 @@ void Scenario::StartFlow(uint32_t sender, uint64_t sizeBytes, bool isLong, uint3
     flow->cls = isLong ? m_cfg.numClasses - 1 : m_cfg.ClassOf(double(sizeBytes));
     flow->startS = Simulator::Now().GetSeconds();
 
+    // the socket's TcpSocketState takes the attribute defaults when it is made: its group's pacing
+    const uint32_t g = m_cfg.GroupOf(sender);
+    Config::SetDefault("ns3::TcpSocketState::EnablePacing", BooleanValue(m_cfg.groupPacing[g]));
+    Config::SetDefault("ns3::TcpSocketState::MaxPacingRate",
+                       DataRateValue(DataRate(uint64_t(std::llround(m_cfg.groupMaxPacingRateBps[g])))));
     Ptr<Socket> s = Socket::CreateSocket(m_senders.Get(sender), TcpSocketFactory::GetTypeId());
     flow->socket = s;
     s->Bind();
@@ -2244,6 +2274,12 @@ JsonObject Scenario::ConfigJson() const {
         .Num("fq_flows", c.fqFlows)
         .Num("fq_quantum_bytes", c.fqQuantumBytes)
         .Raw("tcp", c.flowGroups > 1 ? JsonStrArr(c.groupTcp) : JsonStr(c.tcp))
+        .Raw("pacing", PacingJson(c))
+        .Raw("max_pacing_rate_bps", c.flowGroups > 1 ? JsonArr(c.groupMaxPacingRateBps)
+                                                      : JsonNum(c.groupMaxPacingRateBps[0]))
+        .Num("pacing_ss_ratio", c.pacingSsRatio)
+        .Num("pacing_ca_ratio", c.pacingCaRatio)
+        .Raw("pace_initial_window", c.paceInitialWindow ? "true" : "false")
         .Num("mss_bytes", c.mssBytes)
         .Num("initial_cwnd_pkts", c.initialCwndPkts)
         .Num("min_rto_s", c.minRtoS)
@@ -2404,6 +2440,9 @@ void SetDefaults(const Params& c) {
     Config::SetDefault("ns3::TcpL4Protocol::SocketType", TypeIdValue(cc));
     g_ssAckCapSegs = c.ssAckCapSegs;
     Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(c.mssBytes));
+    Config::SetDefault("ns3::TcpSocketState::PacingSsRatio", UintegerValue(uint32_t(std::lround(c.pacingSsRatio * 100))));
+    Config::SetDefault("ns3::TcpSocketState::PacingCaRatio", UintegerValue(uint32_t(std::lround(c.pacingCaRatio * 100))));
+    Config::SetDefault("ns3::TcpSocketState::PaceInitialWindow", BooleanValue(c.paceInitialWindow));
     Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(c.initialCwndPkts));
     Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(c.delayedAck));
     Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(kSocketBufferBytes));
