@@ -245,6 +245,20 @@ def test_the_model_table_lists_every_parameter():
         assert f"`{q.name}`" in table
 
 
+def test_every_parameter_is_an_option_whose_help_prints():
+    """Each declaration is an option of a script's parser and its help text renders (argparse
+    formats help with %: a stray percent sign in a doc line breaks --help of every script)."""
+    import argparse
+
+    from rlbm_jax.cli import add_param_args
+
+    ap = argparse.ArgumentParser()
+    add_param_args(ap)
+    text = ap.format_help()
+    for q in model.PARAMS:
+        assert q.option in text, q.name
+
+
 TOY_PARAM = '''    Param("toy_rate", "traffic", "choice", "single", "a toy: flows arrive at twice the rate (double)",
           choices=("single", "double")),
 '''

@@ -298,9 +298,9 @@ PARAMS: tuple[Param, ...] = (
           "MaxPacingRate); below the bottleneck's rate a paced sender sends at it: one, or one per flow group",
           **POS, per_group=True),
     Param("pacing_ss_ratio", "tcp", "float", 2.0, "pacing: the rate as a multiple of cwnd / sRTT while cwnd < "
-          "ssthresh / 2 (ns-3.37 PacingSsRatio, 200 %)", **POS),
+          "ssthresh / 2 (ns-3.37 PacingSsRatio: 200, in percent)", **POS),
     Param("pacing_ca_ratio", "tcp", "float", 1.2, "pacing: the rate as a multiple of cwnd / sRTT from cwnd >= "
-          "ssthresh / 2 (ns-3.37 PacingCaRatio, 120 %)", **POS),
+          "ssthresh / 2 (ns-3.37 PacingCaRatio: 120, in percent)", **POS),
     Param("pace_initial_window", "tcp", "bool", False, "pacing: pace the first initial_cwnd_pkts segments too "
           "(ns-3.37 PaceInitialWindow; off: they leave at once)"),
     # ---- TCP model choices (ns-3.37's where it departs from the RFCs) ----------------------
