@@ -97,8 +97,6 @@ def train(groups: Sequence[tuple], cfg: APGConfig, progress=None, log_every: int
     """groups: (FluidEnv, its EnvParams, SimParams stacked over the group's envs [E]).  Returns {"weights",
     "curve": [{"update", "env_steps", "surrogate", "reward", "drop_steps", "grad_norm",
     "wall_s"}], "env_steps", "wall_s", "compile_s"}."""
-    import optax
-
     env0 = groups[0][0]
     obs_dim = env0.obs_shape[0]
     if getattr(env0.formulation.reward, "name", None) != "queuepilot":
@@ -108,54 +106,20 @@ def train(groups: Sequence[tuple], cfg: APGConfig, progress=None, log_every: int
         if env.obs_shape != env0.obs_shape or env.formulation.id != env0.formulation.id:
             raise ValueError("apg.train: every group must run the same formulation")
     weights = init_weights(jax.random.PRNGKey(cfg.seed), obs_dim, cfg)
-    opt = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr))
+    reset_all, update, opt = _programs(groups, cfg)
     opt_state = opt.init(weights)
     H = cfg.horizon
     key = jax.random.PRNGKey(cfg.seed)
-
-    def reset(env, ep, sims):
-        return jax.vmap(lambda sp: env.reset_env(key, ep.replace(sim=sp)))(sims)
-
-    def rollout(w, env, ep, sims, obs, st):
-        def body(c, _):
-            obs, st = c
-            a = act(w, obs)
-            obs, st, r, _, info = jax.vmap(lambda s_, a_, sp: env.step_env(key, s_, a_, ep.replace(sim=sp)))(
-                st, a, sims)
-            return (obs, st), (surrogate(info, cfg.drop_width_pkts), r, info["dropped_step"])
-
-        (obs, st), (sur, r, dropped) = jax.lax.scan(body, (obs, st), None, length=H)
-        return obs, st, sur.mean(), r.mean(), dropped.mean()
-
-    def loss(w, carry):
-        sur, rew, drop, new = [], [], [], []
-        for (env, ep, sims), (obs, st) in zip(groups, carry):
-            obs, st, s, r, d = rollout(w, env, ep, sims, obs, st)
-            sur.append(s)
-            rew.append(r)
-            drop.append(d)
-            new.append((obs, st))
-        return -jnp.mean(jnp.stack(sur)), (new, jnp.mean(jnp.stack(rew)), jnp.mean(jnp.stack(drop)))
-
-    @jax.jit
-    def update(w, opt_state, carry):
-        carry = jax.lax.stop_gradient(carry)
-        (l, (new, r, d)), g = jax.value_and_grad(loss, has_aux=True)(w, carry)
-        upd, opt_state = opt.update(g, opt_state, w)
-        gn = jnp.sqrt(sum(jnp.sum(x ** 2) for x in jax.tree.leaves(g)))
-        return optax.apply_updates(w, upd), opt_state, new, -l, r, d, gn
-
-    reset_all = jax.jit(lambda: [reset(env, ep, sims) for env, ep, sims in groups])
     n_envs = sum(int(np.shape(sims.bottleneck_rate_bps)[0]) for _, _, sims in groups)
     t0 = time.perf_counter()
-    carry = reset_all()
+    carry = reset_all(key)
     curve = []
     per_episode = cfg.episode_steps // H
     compile_s = None
     for i in range(cfg.updates):
         if i and i % per_episode == 0:
-            carry = reset_all()
-        weights, opt_state, carry, sur, r, d, gn = update(weights, opt_state, carry)
+            carry = reset_all(key)
+        weights, opt_state, carry, sur, r, d, gn = update(weights, opt_state, carry, key)
         if compile_s is None:
             jax.block_until_ready(weights)
             compile_s = time.perf_counter() - t0
@@ -170,6 +134,60 @@ def train(groups: Sequence[tuple], cfg: APGConfig, progress=None, log_every: int
     wall = time.perf_counter() - t0
     return {"weights": jax.device_get(weights), "curve": curve, "env_steps": cfg.updates * H * n_envs,
             "num_envs": n_envs, "wall_s": wall, "compile_s": compile_s}
+
+
+# the programs of the last `train` call: (its groups, its settings but the seed, the programs)
+_LAST_PROGRAMS: list = []
+
+
+def _programs(groups: Sequence[tuple], cfg: APGConfig):
+    """(reset_all(key), update(weights, opt_state, carry, key), the optimiser) of `groups`
+    and `cfg`.  The seed reaches them only as their `key` argument, so the next call for the
+    same groups with the same settings but the seed (a run's next training seed) reuses
+    them, traced and compiled once."""
+    import optax
+
+    settings = repr(dataclasses.replace(cfg, seed=0))
+    if _LAST_PROGRAMS and _LAST_PROGRAMS[0] is groups and _LAST_PROGRAMS[1] == settings:
+        return _LAST_PROGRAMS[2]
+    opt = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr))
+    H = cfg.horizon
+
+    def reset(env, ep, sims, key):
+        return jax.vmap(lambda sp: env.reset_env(key, ep.replace(sim=sp)))(sims)
+
+    def rollout(w, env, ep, sims, obs, st, key):
+        def body(c, _):
+            obs, st = c
+            a = act(w, obs)
+            obs, st, r, _, info = jax.vmap(lambda s_, a_, sp: env.step_env(key, s_, a_, ep.replace(sim=sp)))(
+                st, a, sims)
+            return (obs, st), (surrogate(info, cfg.drop_width_pkts), r, info["dropped_step"])
+
+        (obs, st), (sur, r, dropped) = jax.lax.scan(body, (obs, st), None, length=H)
+        return obs, st, sur.mean(), r.mean(), dropped.mean()
+
+    def loss(w, carry, key):
+        sur, rew, drop, new = [], [], [], []
+        for (env, ep, sims), (obs, st) in zip(groups, carry):
+            obs, st, s, r, d = rollout(w, env, ep, sims, obs, st, key)
+            sur.append(s)
+            rew.append(r)
+            drop.append(d)
+            new.append((obs, st))
+        return -jnp.mean(jnp.stack(sur)), (new, jnp.mean(jnp.stack(rew)), jnp.mean(jnp.stack(drop)))
+
+    @jax.jit
+    def update(w, opt_state, carry, key):
+        carry = jax.lax.stop_gradient(carry)
+        (l, (new, r, d)), g = jax.value_and_grad(loss, has_aux=True)(w, carry, key)
+        upd, opt_state = opt.update(g, opt_state, w)
+        gn = jnp.sqrt(sum(jnp.sum(x ** 2) for x in jax.tree.leaves(g)))
+        return optax.apply_updates(w, upd), opt_state, new, -l, r, d, gn
+
+    reset_all = jax.jit(lambda key: [reset(env, ep, sims, key) for env, ep, sims in groups])
+    _LAST_PROGRAMS[:] = [groups, settings, (reset_all, update, opt)]
+    return reset_all, update, opt
 
 
 def save(path, weights, env: FluidEnv, extra: dict | None = None) -> None:

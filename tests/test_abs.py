@@ -332,8 +332,10 @@ def test_the_cli_is_the_study_kit_and_trains_exports_and_evaluates(tmp_path):
     assert abs_cli.main(["train", "--run-dir", str(tmp_path / "x"), "--seed", "1000"]) == 2  # a selection seed
     assert abs_cli.main(["export", "--run-dir", str(run)]) == 0
     assert (run / "policy_seed1.onnx").is_file()
+    # (batches of 2 runs: each TCP's selection runs, 2 traces x 1 seed, are one batch, so the test's
+    # batches have the selection's shape and reuse its compiled rollouts)
     assert abs_cli.main(["evaluate", "--run-dir", str(run), "--seconds", "0.6", "--warmup-s", "0.2", "--test-seeds",
-                         "2", "--selection-seeds", "1", "--baselines", "fix-10", "--chunk", "8"]) == 0
+                         "2", "--selection-seeds", "1", "--baselines", "fix-10", "--chunk", "2"]) == 0
     ledger = json.loads((run / "kit" / "ledger.json").read_text())
     assert [e["stage"] for e in ledger["entries"]] == ["train", "select", "test"]
     sel, test = ledger["entries"][1:]

@@ -186,9 +186,11 @@ def test_lfq_is_a_study_of_the_kit_trained_judged_exported_and_equal_to_its_own_
     net, params = S.CapNet(), S.load_params(tmp_path / "run" / "trained_seed1.msgpack")
     bdp = jnp.asarray(np.clip(S.bdp_pkts([c[0] * 1e6 for c in configs], [c[1] * 1e-3 for c in configs]), 1, 1000),
                       jnp.float32)
-    for policy, cap_fn in (("tiny-seed1", lambda o: net.apply(params, o)), ("fq-bdp", lambda o: bdp)):
-        want = jax.device_get(jax.jit(lambda k: S.deploy(env, cap_fn, k, S.config_params(configs), n, steps))(
-            jax.random.PRNGKey(5000)))
+    # one compiled `deploy` for both policies: the network's cap, or the BDP, as its argument says
+    deploy = jax.jit(lambda k, net_caps: S.deploy(env, lambda o: jnp.where(net_caps, net.apply(params, o), bdp), k,
+                                                  S.config_params(configs), n, steps))
+    for policy, net_caps in (("tiny-seed1", True), ("fq-bdp", False)):
+        want = jax.device_get(deploy(jax.random.PRNGKey(5000), net_caps))
         got = [r for r in runs if r["policy"] == policy]
         assert len(got) == len(configs)
         np.testing.assert_array_equal([float(r["queue_max_pkts"]) for r in got], want["queue_max_pkts"])

@@ -105,10 +105,10 @@ def test_every_baseline_variant_batches_over_the_configurations_and_names_its_al
     names = list(qp.baseline_variants(100))
     assert {qp.algorithm_of(v) for v in names} == set(qp.ALGORITHMS)
     assert qp.algorithm_of("fq-codel-2ms") == "fq-codel" and qp.algorithm_of("codel-2ms") == "codel"
+    bufs = [int(make_params(**qp.config_kw(n, r, t)).buffer_pkts) for n, r, t in cfgs]  # (made once: every variant's)
     for v in names:
         ps = []
-        for n, r, t in cfgs:
-            buf = int(make_params(**qp.config_kw(n, r, t)).buffer_pkts)
+        for (n, r, t), buf in zip(cfgs, bufs):
             ps.append(make_params(**qp.config_kw(n, r, t, **qp.baseline_variants(buf)[v])))
             assert int(ps[-1].buffer_pkts) == buf and bool(ps[-1].ecn)
         stacked = stack_params(ps)

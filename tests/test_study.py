@@ -118,9 +118,11 @@ def _run(cwd, *args, ok=True):
     return p
 
 
-# every stage of the toy study in one process, one after the other (compiled rollouts reused)
-STAGES = [["toy", "train", "--num-seeds", "2", "--updates", "4", "--chunk", "2"], ["toy", "select"], ["toy", "test"],
-          ["toy", "export"], ["toy", "ns3"]]
+# every stage of the toy study in one process, one after the other (compiled rollouts reused:
+# the test runs in batches of one run, the shape of the selection's one run, so the rollouts
+# compiled for the selection serve it)
+STAGES = [["toy", "train", "--num-seeds", "2", "--updates", "4", "--chunk", "2"], ["toy", "select"],
+          ["toy", "test", "--chunk", "1"], ["toy", "export"], ["toy", "ns3"]]
 DRIVER = """import json, sys
 from rlbm_jax.cli.study import main
 print(json.dumps([main(a) for a in json.loads(sys.argv[1])]))
@@ -275,6 +277,8 @@ def test_the_thesis_agents_verdict_on_untouched_seeds_is_regenerated_byte_for_by
 def test_every_declared_study_resolves_before_anything_runs(name):
     """A declaration's configurations batch per policy (every baseline's variant and the agent,
     on every configuration of a role), its recipes build a trainer on its training env, and the kit lists it."""
+    import pickle
+
     import jax
 
     from rlbm_jax.env.params import make_params, stack_params
@@ -286,6 +290,14 @@ def test_every_declared_study_resolves_before_anything_runs(name):
     study = declare.get(name)
     base = study.baseline_map()
     assert len({b.family for b in base.values()}) >= 2
+    made = {}  # the params of each distinct set of arguments, made once (most runs share theirs)
+
+    def params_of(kw):
+        key = pickle.dumps(kw)
+        if key not in made:
+            made[key] = make_params(**kw)
+        return made[key]
+
     for role, configs in (("selection", study.selection_configs()), ("test", study.test_configs())):
         seeds = study.seeds.first(role, 2)
         for b in [None, *base.values()]:
@@ -294,7 +306,7 @@ def test_every_declared_study_resolves_before_anything_runs(name):
             assert all(n > round(study.warmup_s / study.step_s) for _, _, n in runs)
             groups = {}  # runs of the same static sizes batch together (rollout.run_batch)
             for kw, _, _ in runs:
-                p = make_params(**kw)
+                p = params_of(kw)
                 groups.setdefault(jax.tree.structure(p), []).append(p)
             for ps in groups.values():
                 sizes = {x.shape[0] for x in jax.tree.leaves(stack_params(ps))}

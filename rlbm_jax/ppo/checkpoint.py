@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 
@@ -51,13 +52,18 @@ class Checkpointer:
         return max(steps) if steps else None
 
     def restore(self, template, update: int | None = None):
-        """`template`: a state (or `jax.eval_shape` of one) with the saved structure."""
+        """`template`: a state (or `jax.eval_shape` of one) with the saved structure.  The
+        arrays come back as fresh ones on the default device (not committed to it), as
+        `PPO.init` makes them: a jitted update compiled for a run's first state takes the
+        restored state as it is, without a second compilation (orbax's arrays, committed,
+        would be lowered with their placement spelled out: another program)."""
         update = self.latest() if update is None else update
         if update is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct((1,) if _empty(x) else x.shape, x.dtype), template)
         out = self._ckpt.restore(self.directory / str(int(update)), args=ocp.args.StandardRestore(abstract))
-        return jax.tree.map(lambda t, x: jax.numpy.zeros(t.shape, t.dtype) if _empty(t) else x, template, out)
+        return jax.tree.map(lambda t, x: jax.numpy.zeros(t.shape, t.dtype) if _empty(t) else
+                            jax.device_put(np.asarray(x)), template, out)
 
     def close(self) -> None:
         self._ckpt.close()

@@ -102,7 +102,26 @@ class PPOAgent:
         ppo, params, obs_stats, seeds, updates = self.load(study, run, cfg)
         args = [(s, rollout.actor_args(ppo, trainer.seed_slice(params, j), trainer.seed_slice(obs_stats, j)))
                 for j, s in enumerate(seeds)]
-        return rollout.lstm_actor(ppo), args, updates
+        return self._actor(study, cfg, ppo), args, updates
+
+    # {(study, PPO settings, episode_s): (study, actor)}: see `_actor`
+    _actors: dict = {}
+
+    def _actor(self, study, cfg: dict, ppo):
+        """The actor of `ppo`, one per (study, PPO settings, episode length): the network and
+        action map it applies are those alone (the weights are its args), so every stage of
+        a process that judges a run of those settings (select, then test) hands
+        `rollout.run_batch` the same actor, and the rollout compiled for the first serves the
+        others in place of a fresh trace and compilation."""
+        import json
+
+        from rlbm_jax.study import rollout
+
+        key = (id(study), json.dumps(cfg[self.settings_key], sort_keys=True, default=repr), cfg.get("episode_s"))
+        held = self._actors.get(key)
+        if held is None or held[0] is not study:  # (the study is held, so its id is not another's)
+            held = self._actors[key] = (study, rollout.lstm_actor(ppo))
+        return held[1]
 
     def export(self, study, run: Path, cfg: dict, log=print) -> list:
         from rlbm_jax.study.export import export_seeds
