@@ -57,10 +57,11 @@ def rate_pps(cwnd, pipe, ssthresh, srtt_s, sender, params):
     return jnp.where(srtt_s > 0, jnp.minimum(rate, top), top)
 
 
-def _unpaced_left(fl, params):
-    """[F] int32: segments still to go before pacing starts (the initial window's)."""
+def _unpaced_left(next_new, params):
+    """[F] int32: segments still to go before pacing starts (the initial window's), given the
+    new segments sent so far."""
     iw = params.initial_cwnd_pkts.astype(jnp.int32)
-    return jnp.where(params.pace_initial_window, 0, jnp.maximum(iw - fl.next_new, 0))
+    return jnp.where(params.pace_initial_window, 0, jnp.maximum(iw - next_new, 0))
 
 
 def _next_offset_s(pace_wait_s, pace_tick, t, tick_s):
@@ -70,9 +71,8 @@ def _next_offset_s(pace_wait_s, pace_tick, t, tick_s):
 
 def due(pace_wait_s, pace_tick, next_new, sender, t, params, tick_s):
     """[F] bool: the pacer would let the flow send in tick t (always, for an unpaced flow)."""
-    iw = params.initial_cwnd_pkts.astype(jnp.int32)
-    early = ~params.pace_initial_window & (next_new < iw)
-    return ~paced(sender, params) | early | (_next_offset_s(pace_wait_s, pace_tick, t, tick_s) < tick_s)
+    return (~paced(sender, params) | (_unpaced_left(next_new, params) > 0)
+            | (_next_offset_s(pace_wait_s, pace_tick, t, tick_s) < tick_s))
 
 
 def allowed(fl, t, params, tick_s):
@@ -81,14 +81,14 @@ def allowed(fl, t, params, tick_s):
     rel = _next_offset_s(fl.pace_wait_s, fl.pace_tick, t, tick_s)
     n = jnp.where(rel < tick_s, jnp.ceil((tick_s - rel) * fl.pace_rate_pps), 0.0)
     n = jnp.minimum(n, float(UNPACED)).astype(jnp.int32)
-    return jnp.where(paced(fl.sender, params), jnp.minimum(_unpaced_left(fl, params) + n, UNPACED), UNPACED)
+    return jnp.where(paced(fl.sender, params), jnp.minimum(_unpaced_left(fl.next_new, params) + n, UNPACED), UNPACED)
 
 
 def after_send(fl, t, sent, params, tick_s) -> dict:
     """The pacer's fields after the flows sent `sent` [F] segments in tick t: the segments
     past the initial window's left a gap apart from the first one's time."""
     rel = _next_offset_s(fl.pace_wait_s, fl.pace_tick, t, tick_s)
-    n = jnp.maximum(sent - jnp.minimum(sent, _unpaced_left(fl, params)), 0)
+    n = jnp.maximum(sent - jnp.minimum(sent, _unpaced_left(fl.next_new, params)), 0)
     moved = paced(fl.sender, params) & (n > 0)
     wait = rel + n.astype(jnp.float32) / jnp.maximum(fl.pace_rate_pps, 1e-30)
     return {"pace_wait_s": jnp.where(moved, wait, fl.pace_wait_s), "pace_tick": jnp.where(moved, t, fl.pace_tick)}
