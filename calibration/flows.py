@@ -7,7 +7,8 @@
 
 The grid: pairs of long flows (`cubic-cubic`: two CUBIC flows, the same base RTT;
 `cubic-rtt`: two CUBIC flows whose access delays are 0.1 and 20 ms; `cubic-newreno`: a CUBIC
-flow and a NewReno flow, the same base RTT), each flow its own flow group (`flow_groups`),
+flow and a NewReno flow, the same base RTT; `bbr-cubic`: a BBR flow and a CUBIC flow, the
+same base RTT) and one BBR flow alone (`bbr`), each flow its own flow group (`flow_groups`),
 on a dumbbell of `--rates` with a 10 ms bottleneck delay, a drop-tail FIFO or FQ-CoDel whose
 buffer is 0.2, 1 or 4 BDP (of the first flow's path), `--seeds` seeds. 60 s runs at 10
 Mbit/s, 30 s at 100 Mbit/s, the first sixth left out; long flows start in the first second.
@@ -46,6 +47,8 @@ PAIRS = {  # name: (tcp per group, access delay per group)
     "cubic-cubic": (("cubic", "cubic"), (1e-4, 1e-4)),
     "cubic-rtt": (("cubic", "cubic"), (1e-4, 0.02)),
     "cubic-newreno": (("cubic", "newreno"), (1e-4, 1e-4)),
+    "bbr": (("bbr",), (1e-4,)),
+    "bbr-cubic": (("bbr", "cubic"), (1e-4, 1e-4)),
 }
 BUFFERS_BDP = (0.2, 1.0, 4.0)
 DISCIPLINES = ("droptail", "fq-codel")
@@ -57,9 +60,11 @@ ACCEPT = {"util_wire": ("abs", 0.03, None), "share": ("abs", 0.10, None), "retx_
 
 def cell(pair: str, rate_bps: float, buffer_bdp: float, disc: str) -> Cell:
     tcps, delays = PAIRS[pair]
+    n = len(tcps)
     seconds = SECONDS.get(rate_bps, 30.0)
-    kw = dict(num_classes=1, load=0.0, num_senders=2, num_flow_slots=4, long_flows=2, flow_groups=2,
-              tcp=list(tcps), access_delay_s=list(delays), access_rate_bps=1e9, bottleneck_rate_bps=rate_bps,
+    per = (lambda v: list(v)) if n > 1 else (lambda v: v[0])  # one flow: one group, the run's values
+    kw = dict(num_classes=1, load=0.0, num_senders=n, num_flow_slots=2 * n, long_flows=n, flow_groups=n,
+              tcp=per(tcps), access_delay_s=per(delays), access_rate_bps=1e9, bottleneck_rate_bps=rate_bps,
               bottleneck_delay_s=0.01, long_flow_start_spread_s=1.0, warmup_s=seconds / 6, mss_bytes=1448)
     bdp = float(make_params(**{**kw, "policy": "droptail"}).bdp_pkts)
     kw.update(policy=disc, buffer_per_class_pkts=max(2, int(round(buffer_bdp * bdp))))
@@ -79,7 +84,7 @@ def run_ours(c: Cell, seeds: list[int]) -> dict:
             "seeds": [{"util_wire": r["util_wire"], "queue_mean_pkts": r["queue_mean_pkts"],
                        "flows": [{"share": fl["share"][i][k], "goodput_bps": fl["goodput_bps"][i][k],
                                   "retx_pkts": fl["retx_pkts"][i][k], "srtt_mean_s": fl["srtt_mean_s"][i][k],
-                                  "cwnd_mean_pkts": fl["cwnd_mean_pkts"][i][k]} for k in range(2)]}
+                                  "cwnd_mean_pkts": fl["cwnd_mean_pkts"][i][k]} for k in range(len(fl["share"][i]))]}
                       for i, r in enumerate(res["per_seed"])]}
 
 
@@ -104,7 +109,7 @@ def verdict(ours: list[dict], ns3: list[dict]) -> list[dict]:
     """One row per checked quantity: ours, ns-3's, the error, whether it is within ACCEPT."""
     rows = []
     for metric, (kind, tol, floor) in ACCEPT.items():
-        for k in ((None,) if metric in ("util_wire", "queue_mean_pkts") else (0, 1)):
+        for k in ((None,) if metric in ("util_wire", "queue_mean_pkts") else range(len(ours[0]["flows"]))):
             a, b = _mean(ours, metric, k), _mean(ns3, metric, k)
             err = a - b if kind == "abs" else (a - b) / abs(b) if b else (0.0 if a == 0 else math.inf)
             ok = abs(err) <= tol or (floor is not None and abs(a - b) <= floor)
@@ -123,7 +128,9 @@ def report(cells, res, seeds) -> str:
           "| cell | util | share[0] | retx[0] | retx[1] | queue | verdict |", "| --- | --- | --- | --- | --- | --- | --- |"]
 
     def cellfmt(v, metric, pct=False):
-        r = next(x for x in v if x["metric"] == metric)
+        r = next((x for x in v if x["metric"] == metric), None)
+        if r is None:  # (a cell of one flow)
+            return "-"
         mark = "" if r["ok"] else " **x**"
         if r["kind"] == "abs":
             return f"{r['ours']:.3f} / {r['ns3']:.3f}{mark}"

@@ -303,6 +303,14 @@ PARAMS: tuple[Param, ...] = (
           "ssthresh / 2 (ns-3.37 PacingCaRatio: 120, in percent)", **POS),
     Param("pace_initial_window", "tcp", "bool", False, "pacing: pace the first initial_cwnd_pkts segments too "
           "(ns-3.37 PaceInitialWindow; off: they leave at once)"),
+    Param("bbr_high_gain", "tcp", "float", 2.89, "BBR: the pacing and window gain of STARTUP (its inverse paces "
+          "DRAIN; ns-3.37 TcpBbr HighGain)", lo=1.0, lo_open=True),
+    Param("bbr_bw_window_rounds", "tcp", "int", 10, "BBR: rounds the max filter of the delivery rate spans "
+          "(ns-3.37 BwWindowLength)", lo=1),
+    Param("bbr_rtt_window_s", "tcp", "float", 10.0, "BBR: the min RTT expires after this long, and PROBE_RTT "
+          "follows (ns-3.37 RttWindowLength, s)", **POS),
+    Param("bbr_probe_rtt_s", "tcp", "float", 0.2, "BBR: least time in PROBE_RTT at 4 segments in flight "
+          "(ns-3.37 ProbeRttDuration, s)", **POS),
     # ---- TCP model choices (ns-3.37's where it departs from the RFCs) ----------------------
     Param("rto_recovery", "tcp-model", "choice", "go-back-n", "after a timeout resend everything not yet ACKed or "
           "SACKed (go-back-n, ns-3.37) or only the losses (sack)", choices=("go-back-n", "sack"),

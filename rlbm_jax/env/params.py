@@ -124,6 +124,10 @@ class SimParams:
     pacing_ss_ratio: jnp.ndarray  # [] pacing: rate / (cwnd / sRTT) while cwnd < ssthresh / 2
     pacing_ca_ratio: jnp.ndarray  # [] pacing: rate / (cwnd / sRTT) otherwise
     pace_initial_window: jnp.ndarray  # [] bool: the first initial_cwnd_pkts segments are paced too
+    bbr_high_gain: jnp.ndarray  # [] BBR: STARTUP's pacing and window gain (DRAIN paces at its inverse)
+    bbr_bw_window_rounds: jnp.ndarray  # [] int32 BBR: rounds of the delivery rate's max filter
+    bbr_rtt_window_s: jnp.ndarray  # [] BBR: the min RTT's expiry
+    bbr_probe_rtt_s: jnp.ndarray  # [] BBR: least time in PROBE_RTT
     # ---- AQM (the policy's `aqm`, rlbm_jax.env.switch.disciplines; ns-3.37 queue-disc names) --
     red_min_th_pkts: jnp.ndarray  # [] RED/ARED: average queue where early drops start
     red_max_th_pkts: jnp.ndarray  # [] ... where the probability reaches max_p (gentle: rises to 1 at 2x)

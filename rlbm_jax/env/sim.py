@@ -133,7 +133,7 @@ def init(key, params: SimParams) -> SimState:
     return SimState(
         tick=jnp.zeros((), jnp.int32),
         seed=jax.random.bits(k_seed, (), jnp.uint32),
-        flows=tcp.pack(flows),
+        flows=tcp.pack(flows, wide=tcp.wide(params)),
         delivered=jnp.zeros((F,), jnp.int32),
         done_sink=jnp.zeros((F,), bool),
         queue=qm.init_queue(P, params.queue_capacity_pkts),
@@ -846,6 +846,9 @@ def tick(state: SimState, params: SimParams) -> SimState:
 def tick_phases(state: SimState, params: SimParams) -> tuple[SimState, Phases]:
     """`tick`, also returning what each phase handed the next (under `jit`, what the caller
     does not use is not computed)."""
+    if tcp.wide(params) and state.flows.ints.shape[0] < len(tcp.INT_FIELDS):
+        raise ValueError("these params run a TCP with its own flow columns (tcp=bbr) but the state's flow table "
+                         "was made without them: make the state with these params (sim.init / env.reset)")
     clk = clock(state, params)
     sink = deliver_phase(state, clk, params)
     ev = ack_phase(state, clk, params)

@@ -42,6 +42,26 @@ ECN_CWR_NS3 = 1  # params.ecn_cwr_id of "ns-3.37" (params.ECN_CWR_NAMES)
 PRR_SSRB_NS3 = 1  # params.prr_ssrb_id of "ns-3.37" (params.PRR_SSRB_NAMES)
 
 
+class CongEvents(NamedTuple):
+    """A tick's ACKs as a variant that sets its own window and rate (`Variant.cong_control`,
+    ns-3.37's CongControl) sees them ([F] each)."""
+
+    t: jnp.ndarray  # tick
+    has: jnp.ndarray  # bool: ACKs arrived
+    acked: jnp.ndarray  # float: transmissions ACKed or SACKed
+    loss: jnp.ndarray  # float: ns-3.37's |change in lost|: losses found, and retransmissions ACKed
+    prior_pipe: jnp.ndarray  # float: the pipe before these ACKs
+    pipe: jnp.ndarray  # float: the pipe after them
+    delivered: jnp.ndarray  # int32: transmissions delivered so far
+    enter_rec: jnp.ndarray  # bool: fast recovery began on these ACKs
+    leave_rec: jnp.ndarray  # bool: fast recovery ended on them
+    state: jnp.ndarray  # the sender's state after them
+    max_tx: jnp.ndarray  # highest id ACKed
+    tx_next: jnp.ndarray  # id of the next transmission
+    srtt_s: jnp.ndarray  # the smoothed RTT after them
+    cwnd_before: jnp.ndarray  # float: cwnd before them
+
+
 class AckView(NamedTuple):
     """A tick's ACKs as the variants' `pkts_acked` sees them ([F] each)."""
 
@@ -67,9 +87,26 @@ def ect_syns(params):
 def loss_ssthresh(fl, flight, params):
     """The variant's ssthresh after a loss or an echoed mark, and its own fields to set
     with the cut."""
-    out = [v.ssthresh(fl, flight, params) for v in VARIANTS]
+    out = _each(variants_of(params), lambda v: v.ssthresh(fl, flight, params))
     tcp_id = flow_tcp(fl.sender, params)
-    return select(tcp_id, [o[0] for o in out]), merge(tcp_id, fl, [o[1] for o in out])
+    return select(tcp_id, _part(out, 0)), merge(tcp_id, fl, _part(out, 1))
+
+
+def _each(variants, fn) -> list:
+    """fn(v) for each variant the batch uses (`variants_of`), None for the others."""
+    return [None if v is None else fn(v) for v in variants]
+
+
+def _part(results, i) -> list:
+    """The i-th part of each variant's result tuple (None stays None)."""
+    return [None if r is None else r[i] for r in results]
+
+
+def variants_of(params) -> list:
+    """The registered variants, each replaced by None where no run of the batch uses it and
+    its columns are optional (`Variant.optional_columns`: BBR), so its code is left out."""
+    return [v if not v.optional_columns or any(n == "tcp" and x == v.name for n, x in params.model_choices)
+            else None for v in VARIANTS]
 
 
 def start_flow(fl, mask, *, sender, cls, size_pkts, size_bytes, start_s, data_tick, handshake_rtt_s, params):
@@ -77,18 +114,25 @@ def start_flow(fl, mask, *, sender, cls, size_pkts, size_bytes, start_s, data_ti
     scalars or [F] arrays)."""
     fresh = init_flows(fl.active.shape[0])
     srtt = jnp.asarray(handshake_rtt_s, jnp.float32)
-    own = merge(flow_tcp(sender, params), fresh, [{n: getattr(fresh, n) + val for n, val in v.on_start(params).items()}
-                                      for v in VARIANTS])  # e.g. DCTCP's alpha = 1 (DctcpAlphaOnInit)
+    tcp_id = flow_tcp(sender, params)
     fresh = fresh.replace(
         active=fresh.active | True, sender=fresh.sender + sender, cls=fresh.cls + cls,
         size_pkts=fresh.size_pkts + size_pkts, size_bytes=fresh.size_bytes + size_bytes,
         start_s=fresh.start_s + start_s, data_tick=fresh.data_tick + data_tick,
         cwnd=fresh.cwnd + params.initial_cwnd_pkts, ssthresh=fresh.ssthresh + 1e9,
         srtt_s=fresh.srtt_s + srtt, rttvar_s=fresh.rttvar_s + srtt / 2,
-        rto_s=fresh.rto_s + _rto(srtt, srtt / 2, params), **own,
+        rto_s=fresh.rto_s + _rto(srtt, srtt / 2, params),
     )
+    variants = variants_of(params)
+    own = merge(tcp_id, fresh, [None if v is None else {n: getattr(fresh, n) + val for n, val in
+                                                        v.on_start(params, fresh).items()}
+                                for v in variants])  # e.g. DCTCP's alpha = 1 (DctcpAlphaOnInit)
+    fresh = fresh.replace(**own)
     if pacing.enabled(params):  # ns-3.37 sets the rate once the handshake's RTT is known
         rate = pacing.rate_pps(fresh.cwnd, 0.0, fresh.ssthresh, srtt, sender, params)
+        if any(v is not None and v.sets_pacing_rate for v in variants):  # (BBR: its own initial rate)
+            rate = select(tcp_id, _each(variants, lambda v: v.initial_rate_pps(fresh, params) if v.sets_pacing_rate
+                                        else rate))
         fresh = fresh.replace(pace_rate_pps=jnp.where(pacing.paced(sender, params), rate, fresh.pace_rate_pps))
     return jax.tree.map(lambda new, old: jnp.where(mask, new.astype(old.dtype), old), fresh, fl)
 
@@ -188,7 +232,8 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     grow = has & ((state == OPEN) | (state == LOSS)) & ~enter
     # the variant counts ACKs (ns-3.37 NewReno) or the segments each ACK covers (CUBIC:
     # byte counting in slow start, m_cWndCnt in congestion avoidance)
-    counts_segments = flag(tcp_id, [v.counts_segments for v in VARIANTS])
+    variants = variants_of(params)
+    counts_segments = flag(tcp_id, [v is not None and v.counts_segments for v in variants])
     growth = jnp.where(counts_segments, acked, n_acks) - jnp.where(state == OPEN, n_dup, 0)
     growth = jnp.maximum(growth, 0)
     # after an RTO, ACKs of packets above a still-missing one are SACKs: only
@@ -200,7 +245,8 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     # ssthresh within one ACK (a tick's ACKs taken as equal)
     calls = jnp.maximum(n_acks - jnp.where(state == OPEN, n_dup, 0), 1).astype(jnp.float32)  # non-duplicate ACKs
     per_ack = jnp.ceil(growth_acks / calls)
-    room = jnp.maximum(jnp.ceil(ssthresh - cwnd), 0.0) + select(tcp_id, [v.slow_start_extra(per_ack) for v in VARIANTS])
+    room = (jnp.maximum(jnp.ceil(ssthresh - cwnd), 0.0)
+            + select(tcp_id, _each(variants, lambda v: v.slow_start_extra(per_ack))))
     ss_acks = jnp.where(cwnd < ssthresh, jnp.minimum(growth_acks, room), 0.0)
     ca_acks = growth_acks - ss_acks
     cwnd_ss = cwnd + ss_acks
@@ -213,8 +259,10 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     leave_rec = has & (state == RECOVERY) & repaired
     ca_on = grow & (ca_acks > 0)
     grown, grown_own = [], []
-    for v in VARIANTS:
-        if v.grows_on_recovery_exit:
+    for v in variants:
+        if v is None:
+            c, own = None, None
+        elif v.grows_on_recovery_exit:
             rec_own = v.on_recovered(fl_cut)
             fl_in = fl_cut.replace(cwnd=jnp.where(leave_rec, ssthresh, cwnd_ss),
                                    **{n: jnp.where(leave_rec, x, getattr(fl_cut, n)) for n, x in rec_own.items()})
@@ -227,16 +275,16 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
         grown_own.append(own)
     cwnd_grown = select(tcp_id, grown)
     grown_own = merge(tcp_id, fl_cut, grown_own)
-    exit_grow = leave_rec & flag(tcp_id, [v.grows_on_recovery_exit for v in VARIANTS])
+    exit_grow = leave_rec & flag(tcp_id, [v is not None and v.grows_on_recovery_exit for v in variants])
     cwnd = jnp.where(grow, cwnd_grown, cwnd)
     own = {n: jnp.where(ca_on, x, getattr(fl_cut, n)) for n, x in grown_own.items()}
 
     # ---- what the variant learns from the ACKs (HyStart, DCTCP's alpha) -----------
     fl_mid = fl_cut.replace(cwnd=cwnd, **own)
     ack = AckView(t=t, has=has, acked=acked, max_tx=max_tx, ce=ce, rtt_s=rtt_s)
-    learned = [v.pkts_acked(fl_mid, ack, params, tick_s) for v in VARIANTS]
-    ssthresh = select(tcp_id, [x[0] for x in learned])
-    own.update(merge(tcp_id, fl_mid, [x[1] for x in learned]))
+    learned = _each(variants, lambda v: v.pkts_acked(fl_mid, ack, params, tick_s))
+    ssthresh = select(tcp_id, _part(learned, 0))
+    own.update(merge(tcp_id, fl_mid, _part(learned, 1)))
 
     # ---- PRR in RECOVERY (RFC 6937, ns-3.37 TcpPrrRecovery, SSRB) ---------------
     in_rec = has & ((state == RECOVERY) | (state == CWR))
@@ -267,7 +315,7 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     recovered = leave_rec | leave_cwr
     cwnd = jnp.where(recovered, ssthresh, cwnd)
     fl_mid = fl_mid.replace(**own)
-    rec_own = merge(tcp_id, fl_mid, [v.on_recovered(fl_mid) for v in VARIANTS])
+    rec_own = merge(tcp_id, fl_mid, _each(variants, lambda v: v.on_recovered(fl_mid)))
     own.update({n: jnp.where(recovered, x, getattr(fl_mid, n)) for n, x in rec_own.items()})
     state = jnp.where(leave_rec | leave_loss | leave_cwr, OPEN, state)
     # the variant's update on the recovery-ending ACK (above)
@@ -290,6 +338,24 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     if pacing.enabled(params):  # ns-3.37 UpdatePacingRate at the end of every ACK
         rate = pacing.rate_pps(cwnd, outstanding.astype(jnp.float32), ssthresh, srtt, fl.sender, params)
         own["pace_rate_pps"] = jnp.where(has & pacing.paced(fl.sender, params), rate, fl.pace_rate_pps)
+    controls = [v is not None and v.sets_pacing_rate for v in variants]
+    if any(controls):  # ns-3.37 CongControl (BBR): the variant sets the window and the rate itself
+        fl_now = fl_mid.replace(ssthresh=ssthresh, state=state, **own)
+        ev = CongEvents(
+            t=t, has=has, acked=acked.astype(jnp.float32),
+            loss=(jnp.where(detect, fl.undet, 0) + acked_retx).astype(jnp.float32),
+            prior_pipe=fl.outstanding.astype(jnp.float32), pipe=outstanding.astype(jnp.float32), delivered=n_acked,
+            enter_rec=enter, leave_rec=leave_rec, state=state, max_tx=max_tx, tx_next=fl.tx_next, srtt_s=srtt,
+            cwnd_before=fl.cwnd)
+        for i, v in enumerate(variants):
+            if not controls[i]:
+                continue
+            c, rate, cc_own = v.cong_control(fl_now, ev, params, tick_s)
+            mine = tcp_id == i
+            cwnd = jnp.where(mine, c, cwnd)
+            ssthresh = jnp.where(mine, cc_own.pop("ssthresh", ssthresh), ssthresh)
+            own["pace_rate_pps"] = jnp.where(mine, rate, own.get("pace_rate_pps", fl.pace_rate_pps))
+            own.update({n: jnp.where(mine, x, own.get(n, getattr(fl_mid, n))) for n, x in cc_own.items()})
     return fl_cut.replace(
         ghost=ghost, outstanding=outstanding, retx_out=retx_out, acked=n_acked, srtt_s=srtt, rttvar_s=rttvar,
         rto_s=rto_s, da_parity=da_parity, lost_q=lost_q, undet=undet, ssthresh=ssthresh, state=state,
@@ -314,7 +380,7 @@ def on_timeouts(fl, t, params, tick_s):
     ghost = fl.ghost + in_flight
     rto_s = jnp.minimum(fl.rto_s * 2.0, params.max_rto_s)
     w = lambda new, old: jnp.where(fire, new, old)
-    own = merge(flow_tcp(fl.sender, params), fl, [v.on_timeout(fl, params) for v in VARIANTS])
+    own = merge(flow_tcp(fl.sender, params), fl, _each(variants_of(params), lambda v: v.on_timeout(fl, params)))
     if pacing.enabled(params):
         own.update(pacing.on_timeout(fl, fire, t, params))
     fl = fl.replace(

@@ -11,7 +11,7 @@ from rlbm_jax.env.tcp.variant import Fields, Variant
 
 
 class Dctcp(Variant):
-    def on_start(self, params):
+    def on_start(self, params, fresh):
         return {"dctcp_alpha": 1.0}
 
     def ssthresh(self, fl, flight, params):

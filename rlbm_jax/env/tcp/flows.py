@@ -98,10 +98,24 @@ for _v in VARIANTS:
         raise ValueError(f"tcp variant {_v.name!r} redeclares flow columns {sorted(_clash)}")
     _INITIAL.update(_v.fields.ints | _v.fields.floats | _v.fields.bools)
 
-FLOAT_FIELDS = SHARED_FLOAT + tuple(n for v in VARIANTS for n in v.fields.floats)
-BOOL_FIELDS = SHARED_BOOL + tuple(n for v in VARIANTS for n in v.fields.bools)
-INT_FIELDS = tuple(n for n in _INITIAL if n not in FLOAT_FIELDS)
+# the columns of variants with `optional_columns` come last: a table without them (`wide` false)
+# is a prefix of the full one, and a run that does not use those variants stores only the prefix
+_ORDERED = tuple(v for v in VARIANTS if not v.optional_columns) + tuple(v for v in VARIANTS if v.optional_columns)
+FLOAT_FIELDS = SHARED_FLOAT + tuple(n for v in _ORDERED for n in v.fields.floats)
+BOOL_FIELDS = SHARED_BOOL + tuple(n for v in _ORDERED for n in v.fields.bools)
+INT_FIELDS = (tuple(n for n in _Shared.__annotations__ if n not in FLOAT_FIELDS)
+              + tuple(n for v in _ORDERED for n in tuple(v.fields.ints) + tuple(v.fields.bools)))
+OPTIONAL_FIELDS = frozenset(n for v in VARIANTS if v.optional_columns for n in v.fields.names())
+BASE_INT_FIELDS = tuple(n for n in INT_FIELDS if n not in OPTIONAL_FIELDS)  # the narrow table's
+BASE_FLOAT_FIELDS = tuple(n for n in FLOAT_FIELDS if n not in OPTIONAL_FIELDS)
 _COL = {n: i for i, n in enumerate(INT_FIELDS)} | {n: i for i, n in enumerate(FLOAT_FIELDS)}
+
+
+def wide(params) -> bool:
+    """Whether runs of these params store the optional columns (a static Python bool from the
+    choices' record: some flow group uses a variant with `optional_columns`)."""
+    names = {v.name for v in VARIANTS if v.optional_columns}
+    return any(name == "tcp" and value in names for name, value in params.model_choices)
 
 FlowState = struct.dataclass(type("FlowState", (), {
     "__annotations__": dict.fromkeys(_INITIAL, jnp.ndarray),
@@ -125,30 +139,41 @@ class FlowTable:
         return FlowTable(ints=self.ints[:, idx], floats=self.floats[:, idx])
 
     def set_rows(self, idx, sub):
-        """Write sub back at slots idx; indices out of range are skipped."""
-        return FlowTable(ints=self.ints.at[:, idx].set(sub.ints, mode="drop"),
-                         floats=self.floats.at[:, idx].set(sub.floats, mode="drop"))
+        """Write sub back at slots idx; indices out of range are skipped.  A narrow table keeps
+        only its own columns of a wide `sub`."""
+        ni, nf = self.ints.shape[0], self.floats.shape[0]
+        return FlowTable(ints=self.ints.at[:, idx].set(sub.ints[:ni], mode="drop"),
+                         floats=self.floats.at[:, idx].set(sub.floats[:nf], mode="drop"))
 
 
-def pack(fl) -> FlowTable:
-    ints = jnp.stack([getattr(fl, n).astype(jnp.int32) for n in INT_FIELDS], axis=0)
-    floats = jnp.stack([getattr(fl, n).astype(jnp.float32) for n in FLOAT_FIELDS], axis=0)
+def pack(fl, wide: bool = True) -> FlowTable:
+    """The table of `fl`: every column, or (`wide` false) all but the optional ones."""
+    ints_f, floats_f = (INT_FIELDS, FLOAT_FIELDS) if wide else (BASE_INT_FIELDS, BASE_FLOAT_FIELDS)
+    ints = jnp.stack([getattr(fl, n).astype(jnp.int32) for n in ints_f], axis=0)
+    floats = jnp.stack([getattr(fl, n).astype(jnp.float32) for n in floats_f], axis=0)
     return FlowTable(ints=ints, floats=floats)
 
 
 def unpack(tb: FlowTable):
-    cols = {n: tb.ints[i] for i, n in enumerate(INT_FIELDS)}
-    cols.update({n: tb.floats[i] for i, n in enumerate(FLOAT_FIELDS)})
+    """The FlowState of a table; a narrow table's missing columns hold their initial values."""
+    cols = {n: tb.ints[i] for i, n in enumerate(INT_FIELDS[:tb.ints.shape[0]])}
+    cols.update({n: tb.floats[i] for i, n in enumerate(FLOAT_FIELDS[:tb.floats.shape[0]])})
+    for n in _INITIAL:
+        if n not in cols:
+            cols[n] = jnp.full(tb.ints.shape[1:], _INITIAL[n], jnp.float32 if n in FLOAT_FIELDS else jnp.int32)
     for n in BOOL_FIELDS:
         cols[n] = cols[n] > 0
     return FlowState(**cols)
 
 
 def column(tb: FlowTable, name: str):
-    """One field of every slot, without unpacking the rest."""
-    if name in FLOAT_FIELDS:
-        return tb.floats[_COL[name]]
-    col = tb.ints[_COL[name]]
+    """One field of every slot, without unpacking the rest (a column a narrow table does not
+    store: its initial value)."""
+    arr = tb.floats if name in FLOAT_FIELDS else tb.ints
+    if _COL[name] >= arr.shape[0]:
+        col = jnp.full(arr.shape[1:], _INITIAL[name], arr.dtype)
+    else:
+        col = arr[_COL[name]]
     return col > 0 if name in BOOL_FIELDS else col
 
 

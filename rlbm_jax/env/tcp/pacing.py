@@ -19,26 +19,42 @@ a recovery and a partial ACK's retransmission skip a running timer (here they wa
 one gap at most), and a new rate takes effect at the next segment there but for the whole
 tick here.
 
-A congestion control that sets its own rate (ns-3.37's HasCongControl, BBR) writes
-`pace_rate_pps` itself; the others get `rate_after_ack`.
+A congestion control that sets its own rate (ns-3.37's HasCongControl, BBR) paces whatever
+its group's `pacing` says and writes `pace_rate_pps` itself (`Variant.cong_control`); the
+others get `rate_pps` after every tick's ACKs (`core.on_acks`).
 """
 from __future__ import annotations
 
 import jax.numpy as jnp
 
+from rlbm_jax.env.tcp.variants import VARIANTS
+
 PACING_OFF, PACING_NS3 = 0, 1  # params.pacing_id (params.PACING_NAMES)
 UNPACED = 1 << 20  # what `allowed` returns for a flow the pacer does not hold back
 
 
+_SELF_PACED = tuple(v.name for v in VARIANTS if v.sets_pacing_rate)  # BBR: ns-3.37 turns pacing on for it
+
+
 def enabled(params) -> bool:
     """Whether any run these params describe paces (a static Python bool from the
-    choices' record, so an unpaced tick leaves the pacing code out)."""
-    return any(name == "pacing" and value != "off" for name, value in params.model_choices)
+    choices' record, so an unpaced tick leaves the pacing code out): some flow group
+    asks for pacing or runs a variant that always paces (BBR)."""
+    return any((name == "pacing" and value != "off") or (name == "tcp" and value in _SELF_PACED)
+               for name, value in params.model_choices)
 
 
 def paced(sender, params):
-    """[F] bool: flows of `sender` pace (their flow group's `pacing`)."""
-    return params.of_sender(params.pacing_id, params.group_pacing_id, sender) == PACING_NS3
+    """[F] bool: flows of `sender` pace (their flow group's `pacing`, or their TCP paces
+    whatever it says: BBR)."""
+    on = params.of_sender(params.pacing_id, params.group_pacing_id, sender) == PACING_NS3
+    if not any(name == "tcp" and value in _SELF_PACED for name, value in params.model_choices):
+        return on
+    tcp_id = params.of_sender(params.tcp_id, params.group_tcp_id, sender)
+    for i, v in enumerate(VARIANTS):
+        if v.sets_pacing_rate:
+            on = on | (tcp_id == i)
+    return on
 
 
 def max_rate_pps(sender, params):

@@ -48,6 +48,11 @@ class Variant:
     native            the native (C++) tick implements it too
     grows_on_recovery_exit  the ACK that ends fast recovery goes to `increase_window`
                       (in OPEN, after cwnd = ssthresh) as the flight at the loss in one ACK
+    sets_pacing_rate  ns-3.37's HasCongControl (BBR): the variant paces whatever `pacing`
+                      says and, after every tick's ACKs, sets the window and the pacing rate
+                      itself (`cong_control`), in place of the shared growth, PRR and rate
+    optional_columns  its columns are stored only in runs that use it (`flows.wide`); they
+                      come last in the table, so every other run's table is unchanged
     fields            its own per-flow columns
     """
 
@@ -56,11 +61,24 @@ class Variant:
     ecn_always: bool = False
     native: bool = False
     grows_on_recovery_exit: bool = False
+    sets_pacing_rate: bool = False
+    optional_columns: bool = False
     fields: Fields = Fields()
 
-    def on_start(self, params) -> dict:
-        """Initial values of its own fields for a new connection that depend on params."""
+    def on_start(self, params, fresh) -> dict:
+        """Initial values of its own fields for a new connection, as offsets from the columns'
+        declared initial values, that depend on params or on the new connection `fresh` (its
+        shared columns set: cwnd, the handshake's sRTT, data_tick)."""
         return {}
+
+    def initial_rate_pps(self, fresh, params):
+        """(sets_pacing_rate) the pacing rate of a new connection, `fresh` with its own fields set."""
+        raise NotImplementedError
+
+    def cong_control(self, fl, ev, params, tick_s):
+        """(sets_pacing_rate) after a tick's ACKs: (cwnd [F], pacing rate [F] segments/s, own
+        fields and `ssthresh` to set).  `ev` is the tick's `core.CongEvents`."""
+        raise NotImplementedError
 
     def ssthresh(self, fl, flight, params) -> tuple[Any, dict]:
         """ns-3 GetSsThresh on a loss or an echoed mark: (ssthresh [F], own fields to set
@@ -94,23 +112,28 @@ class Variant:
 
 
 def select(tcp_id, values):
-    """values[tcp_id], elementwise: the variant's value for each run."""
+    """values[tcp_id], elementwise: the variant's value for each run.  An entry None is a
+    variant no flow of the batch uses (`core.variants_of`), left out."""
     out = values[0]
     for i, v in enumerate(values[1:], start=1):
-        out = jnp.where(tcp_id == i, v, out)
+        if v is not None:
+            out = jnp.where(tcp_id == i, v, out)
     return out
 
 
 def flag(tcp_id, flags):
-    """A per-variant Python bool as a traced bool for this run's `tcp_id`."""
+    """A per-variant Python bool as a traced bool for this run's `tcp_id` (None: a variant
+    the batch does not use, taken as False)."""
+    flags = [bool(f) for f in flags]
     if all(flags) or not any(flags):
         return jnp.asarray(bool(flags[0]))
     return jnp.asarray(flags)[tcp_id]
 
 
-def merge(tcp_id, old, per_variant: list[dict]) -> dict:
+def merge(tcp_id, old, per_variant: list) -> dict:
     """One dict of field values from every variant's updates: for each field some variant
     sets, that variant's value where it is this run's, the old value (attribute of `old`)
-    elsewhere."""
-    names = dict.fromkeys(n for d in per_variant for n in d)
-    return {n: select(tcp_id, [d.get(n, getattr(old, n)) for d in per_variant]) for n in names}
+    elsewhere.  An entry None is a variant the batch does not use."""
+    names = dict.fromkeys(n for d in per_variant if d is not None for n in d)
+    return {n: select(tcp_id, [None if d is None else d.get(n, getattr(old, n)) for d in per_variant])
+            for n in names}

@@ -233,6 +233,8 @@ struct Params {
     double dctcpG;
     double pacingSsRatio, pacingCaRatio; // TcpSocketState::PacingSsRatio / PacingCaRatio, as fractions
     bool paceInitialWindow;
+    double bbrHighGain, bbrRttWindowS, bbrProbeRttS; // TcpBbr::HighGain, RttWindowLength, ProbeRttDuration
+    uint32_t bbrBwWindowRounds;                      // TcpBbr::BwWindowLength
     bool cubicFastConvergence, hystart;
     uint32_t hystartLowWindowPkts, hystartMinSamples;
     double hystartAckDeltaS, hystartDelayMinS, hystartDelayMaxS;
@@ -388,8 +390,8 @@ Options DeclareOptions() {
     o.Add("codel_interval_s", "0.1", "codel, fq-codel: interval (s)");
     o.Add("fq_flows", "1024", "fq-codel: number of flow queues");
     o.Add("fq_quantum_bytes", "0", "fq-codel: deficit round-robin quantum (bytes; 0 = the device MTU)");
-    o.Add("tcp", "cubic", "congestion control: cubic, newreno or dctcp (ECN on): one, or a comma list of one per "
-                          "flow group");
+    o.Add("tcp", "cubic", "congestion control: cubic, newreno, dctcp (ECN on) or bbr (TcpBbr, paced): one, or a "
+                          "comma list of one per flow group");
     o.Add("pacing", "off", "sender pacing: off or ns-3.37 (TcpSocketState::EnablePacing): one, or a comma list "
                            "of one per flow group");
     o.Add("max_pacing_rate_bps", "4e9", "pacing: the highest pacing rate (TcpSocketState::MaxPacingRate, bit/s): "
@@ -405,6 +407,10 @@ Options DeclareOptions() {
     o.Add("delayed_ack", "1", "segments per ACK (1 or 2)");
     o.Add("dupthresh", "3", "duplicate ACKs that declare a loss");
     o.Add("cubic_beta", "0.7", "CUBIC multiplicative decrease factor");
+    o.Add("bbr_high_gain", "2.89", "BBR: STARTUP's pacing and window gain (TcpBbr::HighGain)");
+    o.Add("bbr_bw_window_rounds", "10", "BBR: rounds of the delivery rate's max filter (TcpBbr::BwWindowLength)");
+    o.Add("bbr_rtt_window_s", "10", "BBR: the min RTT's expiry (TcpBbr::RttWindowLength, s)");
+    o.Add("bbr_probe_rtt_s", "0.2", "BBR: least time in PROBE_RTT (TcpBbr::ProbeRttDuration, s)");
     o.Add("dctcp_g", "0.0625", "DCTCP: weight of a window's marked fraction in alpha (TcpDctcp::DctcpShiftG)");
     o.Add("cubic_c", "0.4", "CUBIC scaling constant");
     o.Add("cubic_fast_convergence", "1", "CUBIC fast convergence (0/1)");
@@ -621,7 +627,7 @@ Params ParseCommandLine(int argc, char* argv[]) {
     c.fqQuantumBytes = ToInt("fq_quantum_bytes", o["fq_quantum_bytes"], 0, 100000000);
 
     for (const auto& t : perGroup("tcp")) {
-        c.groupTcp.push_back(OneOf("tcp", t, {"cubic", "newreno", "dctcp"}));
+        c.groupTcp.push_back(OneOf("tcp", t, {"cubic", "newreno", "dctcp", "bbr"}));
         if ((c.groupTcp.back() == "dctcp") != (c.groupTcp[0] == "dctcp")) {
             BadParameter("tcp", "dctcp turns ECN on for the whole run here: give every flow group dctcp, or none");
         }
@@ -634,6 +640,11 @@ Params ParseCommandLine(int argc, char* argv[]) {
     c.pacingSsRatio = ToFinite("pacing_ss_ratio", o["pacing_ss_ratio"], 0, true);
     c.pacingCaRatio = ToFinite("pacing_ca_ratio", o["pacing_ca_ratio"], 0, true);
     c.paceInitialWindow = ToBool("pace_initial_window", o["pace_initial_window"]);
+    c.bbrHighGain = ToFinite("bbr_high_gain", o["bbr_high_gain"], 0, true);
+    if (c.bbrHighGain <= 1) BadParameter("bbr_high_gain", "must be above 1, got " + o["bbr_high_gain"]);
+    c.bbrBwWindowRounds = ToInt("bbr_bw_window_rounds", o["bbr_bw_window_rounds"], 1, 1000000);
+    c.bbrRttWindowS = ToFinite("bbr_rtt_window_s", o["bbr_rtt_window_s"], 0, true);
+    c.bbrProbeRttS = ToFinite("bbr_probe_rtt_s", o["bbr_probe_rtt_s"], 0, true);
     if (c.tcp == "dctcp") c.ecn = true; // TcpDctcp turns ECN on itself; the disc must mark
     if (c.policy == "rl-mark" && !c.ecn) {
         BadParameter("ecn", "--policy=rl-mark only marks (it never drops below the limit): it needs --ecn=1");
@@ -804,7 +815,7 @@ std::unordered_map<const void*, int64_t> g_flowOfOps;
 /// Ablation (--ss_ack_cap_segs): most segments one ACK credits in slow start, 0 = no cap.
 uint32_t g_ssAckCapSegs = 0;
 
-/// `Base` (TcpCubic or TcpNewReno) unchanged, except that every RTO is counted (and the
+/// `Base` (TcpCubic, TcpNewReno, TcpDctcp or TcpBbr) unchanged, except that every RTO is counted (and the
 /// --ss_ack_cap_segs ablation, off by default).
 template <class Base>
 class RtoCountingCongestionOps : public Base {
@@ -1545,6 +1556,7 @@ class JsonObject {
 TypeId CongestionOpsOf(const std::string& tcp) {
     return tcp == "cubic"   ? RtoCountingCongestionOps<TcpCubic>::GetTypeId()
            : tcp == "dctcp" ? RtoCountingCongestionOps<TcpDctcp>::GetTypeId()
+           : tcp == "bbr"   ? RtoCountingCongestionOps<TcpBbr>::GetTypeId()
                             : RtoCountingCongestionOps<TcpNewReno>::GetTypeId();
 }
 
@@ -2280,6 +2292,10 @@ JsonObject Scenario::ConfigJson() const {
         .Num("pacing_ss_ratio", c.pacingSsRatio)
         .Num("pacing_ca_ratio", c.pacingCaRatio)
         .Raw("pace_initial_window", c.paceInitialWindow ? "true" : "false")
+        .Num("bbr_high_gain", c.bbrHighGain)
+        .Num("bbr_bw_window_rounds", c.bbrBwWindowRounds)
+        .Num("bbr_rtt_window_s", c.bbrRttWindowS)
+        .Num("bbr_probe_rtt_s", c.bbrProbeRttS)
         .Num("mss_bytes", c.mssBytes)
         .Num("initial_cwnd_pkts", c.initialCwndPkts)
         .Num("min_rto_s", c.minRtoS)
@@ -2443,6 +2459,10 @@ void SetDefaults(const Params& c) {
     Config::SetDefault("ns3::TcpSocketState::PacingSsRatio", UintegerValue(uint32_t(std::lround(c.pacingSsRatio * 100))));
     Config::SetDefault("ns3::TcpSocketState::PacingCaRatio", UintegerValue(uint32_t(std::lround(c.pacingCaRatio * 100))));
     Config::SetDefault("ns3::TcpSocketState::PaceInitialWindow", BooleanValue(c.paceInitialWindow));
+    Config::SetDefault("ns3::TcpBbr::HighGain", DoubleValue(c.bbrHighGain));
+    Config::SetDefault("ns3::TcpBbr::BwWindowLength", UintegerValue(c.bbrBwWindowRounds));
+    Config::SetDefault("ns3::TcpBbr::RttWindowLength", TimeValue(Seconds(c.bbrRttWindowS)));
+    Config::SetDefault("ns3::TcpBbr::ProbeRttDuration", TimeValue(Seconds(c.bbrProbeRttS)));
     Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(c.initialCwndPkts));
     Config::SetDefault("ns3::TcpSocket::DelAckCount", UintegerValue(c.delayedAck));
     Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(kSocketBufferBytes));
