@@ -233,3 +233,25 @@ def test_every_option_of_the_flows_calibration_reaches_its_configuration(argv, k
     assert base[key] != changed[key], key
     if key in ("pairs", "rates_bps", "buffers_bdp", "disciplines"):
         assert set(changed["cells"]) < set(base["cells"]) or set(changed["cells"]) - set(base["cells"])
+
+
+def test_a_group_starts_its_long_flows_at_its_own_time():
+    """`long_flow_start_s` per flow group (a newcomer against an incumbent): the second
+    group's flow sends nothing before its start time and the first holds the link alone;
+    afterwards both send. The value is recorded per group and reaches the ns-3 scenario's
+    options."""
+    from rlbm_jax.ns3.harness import Cell, ns3_args
+
+    kw = dict(TWO, buffer_per_class_pkts=30, long_flow_start_spread_s=0.0, flow_groups=2, tcp=["cubic", "bbr"],
+              long_flow_start_s=[0.0, 1.5])
+    p = make_params(**kw)
+    tick_s = float(p.tick_s)
+    early, late = _run(p, int(1.4 / tick_s)), _run(p, int(3.0 / tick_s))
+    assert int(tcp.column(early.flows, "next_new")[1]) == 0 < int(tcp.column(early.flows, "next_new")[0])
+    assert float(tcp.column(early.flows, "start_s")[1]) == pytest.approx(1.5)
+    assert int(tcp.column(late.flows, "acked")[1]) > 100
+    rec = config_record(kw, p)
+    assert rec["long_flow_start_s"] == [0.0, 1.5] and config_record(TWO)["long_flow_start_s"] == 0.0
+    assert "--long_flow_start_s=0.0,1.5" in ns3_args(Cell("c", "long", kw, 3.0), 1)
+    with pytest.raises(ValueError, match="long_flow_start_s"):
+        make_params(**dict(kw, long_flow_start_s=[0.0, -1.0]))

@@ -373,6 +373,9 @@ PARAMS: tuple[Param, ...] = (
     Param("long_flows", "traffic", "int", 0, "long-lived flows started at t = 0", lo=0),
     Param("long_flow_start_spread_s", "traffic", "float", 0.0, "long flows start uniformly in [0, this) (s)",
           **NONNEG),
+    Param("long_flow_start_s", "traffic", "float", 0.0, "the long flows of a flow group start this long after "
+          "t = 0, then within the spread (s): one value, or one per flow group (a newcomer against incumbents)",
+          **NONNEG, per_group=True),
     Param("cdf", "traffic", "table", "websearch", "flow sizes: a built-in table or a CSV of size_bytes,cdf rows",
           leaf=""),
     # ---- measurement -----------------------------------------------------------------------------

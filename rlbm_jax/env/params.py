@@ -75,6 +75,7 @@ class SimParams:
     group_tcp_id: jnp.ndarray  # [G] each group's TCP (tcp_id: the first group's)
     group_pacing_id: jnp.ndarray  # [G] each group's pacing (pacing_id: the first group's)
     group_max_pacing_rate_bps: jnp.ndarray  # [G] each group's highest pacing rate
+    group_long_flow_start_s: jnp.ndarray  # [G] each group's long flows' start offset
     bottleneck_rate_bps: jnp.ndarray  # [] switch -> sink link rate
     bottleneck_delay_s: jnp.ndarray  # [] switch -> sink one-way propagation delay
     # the bottleneck's capacity schedule (rlbm_jax.env.capacity), K = capacity_rows rows (0: none,
@@ -150,6 +151,7 @@ class SimParams:
     arrival_stop_s: jnp.ndarray  # [] no new flows after this time
     long_flows: jnp.ndarray  # [] K long-lived flows started at t = 0
     long_flow_start_spread_s: jnp.ndarray  # [] long flows start uniformly in [0, spread)
+    long_flow_start_s: jnp.ndarray  # [] ... after this offset (the first flow group's)
     cdf_size_bytes: jnp.ndarray  # [M] flow-size table (padded)
     cdf_prob: jnp.ndarray  # [M]
     # ---- measurement -------------------------------------------------------

@@ -120,7 +120,8 @@ def init(key, params: SimParams) -> SimState:
     rate = traffic.arrival_rate_per_s(params)
     # K long-lived flows in slots 0..K-1, one per sender in turn.
     slots = jnp.arange(F, dtype=jnp.int32)
-    start = jax.random.uniform(k_long, (F,)) * params.long_flow_start_spread_s
+    start = (jax.random.uniform(k_long, (F,)) * params.long_flow_start_spread_s
+             + params.of_sender(params.long_flow_start_s, params.group_long_flow_start_s, slots % S))
     rtt = flow_base_rtt_s(slots % S, params)
     hs = rtt + flow_access_offset_s(slots % S, params)
     flows = tcp.start_flow(

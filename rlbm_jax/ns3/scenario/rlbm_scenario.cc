@@ -207,6 +207,7 @@ struct Params {
     std::vector<std::string> groupTcp;
     std::vector<bool> groupPacing;            // TcpSocketState::EnablePacing of the group's senders
     std::vector<double> groupMaxPacingRateBps; // TcpSocketState::MaxPacingRate of the group's senders
+    std::vector<double> groupLongFlowStartS;   // the group's long flows start this long after t = 0
     // buffer
     uint32_t numClasses;
     std::vector<uint32_t> classCapPkts;
@@ -434,6 +435,8 @@ Options DeclareOptions() {
                              "table repeat from that time (rlbm_jax's capacity schedule)");
     o.Add("long_flows", "0", "number of long-lived flows; flow k starts on sender k mod num_senders");
     o.Add("long_flow_start_spread_s", "0", "long flows start uniformly in [0, spread) (s)");
+    o.Add("long_flow_start_s", "0", "the long flows of a flow group start this long after t = 0, then within the "
+                                    "spread (s): one, or a comma list of one per flow group");
     o.Add("seconds", "60", "simulated time (s)");
     o.Add("warmup_s", "0", "start of the measured window (s)");
     o.Add("seed", "1", "run number of the random streams (RngSeedManager::SetRun)");
@@ -636,6 +639,9 @@ Params ParseCommandLine(int argc, char* argv[]) {
     for (const auto& v : perGroup("pacing")) c.groupPacing.push_back(OneOf("pacing", v, {"off", "ns-3.37"}) != "off");
     for (const auto& v : perGroup("max_pacing_rate_bps")) {
         c.groupMaxPacingRateBps.push_back(ToFinite("max_pacing_rate_bps", v, 0, true));
+    }
+    for (const auto& v : perGroup("long_flow_start_s")) {
+        c.groupLongFlowStartS.push_back(ToFinite("long_flow_start_s", v, 0, false));
     }
     c.pacingSsRatio = ToFinite("pacing_ss_ratio", o["pacing_ss_ratio"], 0, true);
     c.pacingCaRatio = ToFinite("pacing_ca_ratio", o["pacing_ca_ratio"], 0, true);
@@ -1849,7 +1855,8 @@ void Scenario::BuildTraffic() {
     m_longStartU->SetStream(4);
 
     for (uint32_t k = 0; k < c.longFlows; ++k) {
-        const double t = c.longFlowStartSpreadS > 0 ? m_longStartU->GetValue(0, c.longFlowStartSpreadS) : 0.0;
+        const double t = (c.longFlowStartSpreadS > 0 ? m_longStartU->GetValue(0, c.longFlowStartSpreadS) : 0.0)
+                         + c.groupLongFlowStartS[c.GroupOf(k % c.numSenders)];
         Simulator::Schedule(Seconds(t), &Scenario::StartFlow, this, k % c.numSenders, uint64_t(0), true, k);
     }
     if (c.longFlows > 0) Simulator::ScheduleNow(&Scenario::SampleLongFlows, this);
@@ -2324,6 +2331,7 @@ JsonObject Scenario::ConfigJson() const {
         .Raw("capacity_period_s", std::isfinite(c.capPeriodS) ? JsonNum(c.capPeriodS) : "\"inf\"")
         .Num("long_flows", c.longFlows)
         .Num("long_flow_start_spread_s", c.longFlowStartSpreadS)
+        .Raw("long_flow_start_s", c.flowGroups > 1 ? JsonArr(c.groupLongFlowStartS) : JsonNum(c.groupLongFlowStartS[0]))
         .Num("seconds", c.seconds)
         .Num("warmup_s", c.warmupS)
         .Num("seed", double(c.seed))

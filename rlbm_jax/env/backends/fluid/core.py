@@ -337,7 +337,8 @@ def values(params: SimParams, cfg: Config, overrides: Mapping | None = None) -> 
     i = jnp.arange(n, dtype=dt)
     # the packet sim draws each start uniformly in [0, spread); here flow i starts at its
     # quantile (i + 1/2) / N, and sends after the handshake (base RTT + access path)
-    start = get("long_flow_start_spread_s") * (i + 0.5) / n + base + access_offset
+    start = (get("long_flow_start_spread_s") * (i + 0.5) / n + jnp.asarray(params.long_flow_start_s, dt)
+             + base + access_offset)
     share = jnp.asarray(cfg.sender_flows, dt)
     return dict(
         cap_pps=rate / bits, buffer=buf, pkt_bits=bits, base_rtt=jnp.broadcast_to(base, (n + cfg.n_short,)),
