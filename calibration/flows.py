@@ -58,7 +58,7 @@ ACCEPT = {"util_wire": ("abs", 0.03, None), "share": ("abs", 0.10, None), "retx_
           "queue_mean_pkts": ("rel", 0.25, 1.0)}
 
 
-def cell(pair: str, rate_bps: float, buffer_bdp: float, disc: str) -> Cell:
+def cell(pair: str, rate_bps: float, buffer_bdp: float, disc: str, bbr_rate_sample: str = "exact") -> Cell:
     tcps, delays = PAIRS[pair]
     n = len(tcps)
     seconds = SECONDS.get(rate_bps, 30.0)
@@ -68,11 +68,13 @@ def cell(pair: str, rate_bps: float, buffer_bdp: float, disc: str) -> Cell:
               bottleneck_delay_s=0.01, long_flow_start_spread_s=1.0, warmup_s=seconds / 6, mss_bytes=1448)
     bdp = float(make_params(**{**kw, "policy": "droptail"}).bdp_pkts)
     kw.update(policy=disc, buffer_per_class_pkts=max(2, int(round(buffer_bdp * bdp))))
+    if "bbr" in tcps and bbr_rate_sample != "exact":  # (ours only: ns-3.37 has its own)
+        kw["bbr_rate_sample"] = bbr_rate_sample
     return Cell(f"flows/{pair}/{rate_bps / 1e6:g}mbps/{buffer_bdp:g}bdp/{disc}", "long", kw, seconds)
 
 
-def grid(pairs, rates, buffers, discs) -> list[Cell]:
-    return [cell(p, r, b, d) for r in rates for p in pairs for d in discs for b in buffers]
+def grid(pairs, rates, buffers, discs, bbr_rate_sample="exact") -> list[Cell]:
+    return [cell(p, r, b, d, bbr_rate_sample) for r in rates for p in pairs for d in discs for b in buffers]
 
 
 def run_ours(c: Cell, seeds: list[int]) -> dict:
@@ -150,8 +152,8 @@ def run_config(a) -> dict:
     """What a command runs: the grid's cells (each one's make_params arguments), seeds, ns-3
     processes and outputs (results.json records it)."""
     out = Path(a.out)
-    cells = grid(a.pairs, a.rates, a.buffers, a.disciplines)
-    return {"pairs": a.pairs, "rates_bps": a.rates, "buffers_bdp": a.buffers, "disciplines": a.disciplines,
+    cells = grid(a.pairs, a.rates, a.buffers, a.disciplines, a.bbr_rate_sample)
+    return {"pairs": a.pairs, "bbr_rate_sample": a.bbr_rate_sample, "rates_bps": a.rates, "buffers_bdp": a.buffers, "disciplines": a.disciplines,
             "seeds": list(range(1, a.seeds + 1)), "jobs": a.jobs, "out": str(out),
             "report": str(a.report or out / "REPORT.md"), "ns3_runs": str(a.ns3_runs or out / "ns3_runs"),
             "cells": {c.name: {"kw": c.kw, "seconds": c.seconds} for c in cells}}
@@ -163,6 +165,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rates", nargs="+", type=float, default=[10e6, 100e6])
     ap.add_argument("--buffers", nargs="+", type=float, default=list(BUFFERS_BDP), help="buffers in BDPs")
     ap.add_argument("--disciplines", nargs="+", choices=list(DISCIPLINES), default=list(DISCIPLINES))
+    ap.add_argument("--bbr-rate-sample", choices=("exact", "ns-3.37"), default="exact",
+                    help="our BBR's delivery-rate samples (the model's bbr_rate_sample) in cells with BBR")
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=2, help="ns-3 processes at a time")
     ap.add_argument("--out", default="calibration/results/flows")
@@ -176,7 +180,7 @@ def main(argv=None) -> int:
     if a.print_config:
         print(json.dumps(cfg, indent=1))
         return 0
-    cells = grid(a.pairs, a.rates, a.buffers, a.disciplines)
+    cells = grid(a.pairs, a.rates, a.buffers, a.disciplines, a.bbr_rate_sample)
     seeds = cfg["seeds"]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

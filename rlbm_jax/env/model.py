@@ -320,6 +320,9 @@ PARAMS: tuple[Param, ...] = (
     Param("prr_ssrb", "tcp-model", "choice", "rfc6937", "PRR at or below ssthresh: every ACK sends what it "
           "delivered plus a segment (rfc6937), or the segment only on an ACK of retransmitted data (ns-3.37)",
           choices=("rfc6937", "ns-3.37"), ns3=""),
+    Param("bbr_rate_sample", "tcp-model", "choice", "exact", "BBR's delivery-rate samples: over the exact "
+          "interval, or ns-3.37's (its ackElapsed starts at the previous sample's start, one ACK gap early: fixed "
+          "in ns-3.41), which biases samples low where ACKs are sparse", choices=("exact", "ns-3.37"), ns3=""),
     Param("ecn_cwr", "tcp-model", "choice", "open", "which states an echoed CE mark cuts the window from: OPEN "
           "only (open, RFC 3168), or every state but CWR (ns-3.37)", choices=("open", "ns-3.37"), ns3=""),
     Param("rtt_samples", "tcp-model", "choice", "cumulative", "RTT samples from cumulative ACKs of data sent once "

@@ -105,6 +105,7 @@ class SimParams:
     rto_recovery_id: jnp.ndarray  # [] index into RTO_RECOVERY_NAMES
     prr_id: jnp.ndarray  # [] index into PRR_NAMES
     prr_ssrb_id: jnp.ndarray  # [] index into PRR_SSRB_NAMES
+    bbr_rate_sample_id: jnp.ndarray  # [] index into the bbr_rate_sample choices (1: ns-3.37's interval)
     ecn_cwr_id: jnp.ndarray  # [] index into ECN_CWR_NAMES
     rtt_samples_id: jnp.ndarray  # [] index into RTT_SAMPLES_NAMES
     rto_rearm_id: jnp.ndarray  # [] index into RTO_REARM_NAMES

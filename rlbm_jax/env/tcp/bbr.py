@@ -17,7 +17,9 @@ Approximations (documented in DESIGN.md):
 - the delivery rate is sampled once per round trip, over the round (the segments delivered
   between the ACK that starts a round and the ACK of the first segment sent after it, over
   the time between the two), where ns-3.37 takes a sample from every ACK; so the max filter
-  sees one sample per round.  ns-3.37's sample-interval bug (docs, B3) is not reproduced;
+  sees one sample per round.  ns-3.37's sample-interval bug (docs, B3) is a choice
+  (`bbr_rate_sample` "ns-3.37": the interval one ACK gap longer, the gap before the round's
+  first ACK);
 - no flow is ever app-limited (the flows here always have data while their size lasts);
 - the extra-ACKed term is its steady value under ns-3.37's 4096-byte epoch reset: the
   largest run of whole ACKs (of `delayed_ack` segments each) below 4096 bytes;
@@ -36,6 +38,7 @@ CYCLE = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)  # PROBE_BW's pacing gains
 MIN_PIPE_PKTS = 4.0  # m_minPipeCwnd (also PROBE_RTT's window)
 QUANTA_PKTS = 3.0  # InFlight's 3 x send quantum (1 MSS in ns-3.37)
 UINT32_BYTES = 4294967296.0  # ns-3.37 keeps cwnd in uint32 bytes
+RATE_SAMPLE_NS3 = 1  # params.bbr_rate_sample_id of "ns-3.37"
 
 
 def _cycle_gain(idx):
@@ -117,7 +120,7 @@ class Bbr(Variant):
         # RTT; the filter's zero value (and best until the first sample) cwnd / RTT truncated to ms
         rtt_ms = jnp.maximum(jnp.floor(fresh.srtt_s * 1000.0), 1.0) / 1000.0
         return {"bbr_rtprop_s": fresh.srtt_s, "bbr_rtprop_tick": fresh.data_tick, "bbr_cycle_tick": fresh.data_tick,
-                "bbr_round_tick": fresh.data_tick, "bbr_prior_cwnd": fresh.cwnd, "bbr_bw0": fresh.cwnd / rtt_ms}
+                "bbr_round_tick": fresh.data_tick, "bbr_last_ack_tick": fresh.data_tick, "bbr_prior_cwnd": fresh.cwnd, "bbr_bw0": fresh.cwnd / rtt_ms}
 
     def initial_rate_pps(self, fresh, params):
         """InitPacingRate: high gain x the filter's zero value."""
@@ -152,7 +155,10 @@ class Bbr(Variant):
 
         # ---- the round and the delivery-rate sample ------------------------------------
         round_start = has & (ev.max_tx >= fl.bbr_round_end_tx)
-        interval_s = (t - fl.bbr_round_tick).astype(jnp.float32) * tick_s
+        # (bbr_rate_sample "ns-3.37": the interval starts one ACK gap early, the gap before the
+        # round's first ACK, as ns-3.37's ackElapsed from the previous sample's prior time)
+        late = jnp.where(params.bbr_rate_sample_id == RATE_SAMPLE_NS3, fl.bbr_round_gap, 0)
+        interval_s = (t - fl.bbr_round_tick + late).astype(jnp.float32) * tick_s
         sample = (ev.delivered - fl.bbr_round_delivered).astype(jnp.float32) / jnp.maximum(interval_s, 1e-9)
         valid = round_start & (interval_s > 0) & (sample > 0)
         rnd = fl.bbr_round + round_start.astype(jnp.int32)
@@ -165,6 +171,8 @@ class Bbr(Variant):
         round_end_tx = jnp.where(round_start, ev.tx_next, fl.bbr_round_end_tx)
         round_tick = jnp.where(round_start, t, fl.bbr_round_tick)
         round_delivered = jnp.where(round_start, ev.delivered, fl.bbr_round_delivered)
+        round_gap = jnp.where(round_start, t - fl.bbr_last_ack_tick, fl.bbr_round_gap)
+        last_ack_tick = jnp.where(has, t, fl.bbr_last_ack_tick)
 
         state, idx, cycle_tick = fl.bbr_state, fl.bbr_cycle_idx, fl.bbr_cycle_tick
         rtprop = fl.bbr_rtprop_s
@@ -244,7 +252,7 @@ class Bbr(Variant):
             "bbr_bw2": s2, "bbr_bw_t2": t2, "bbr_bw_real": bw_real, "bbr_rtprop_s": rtprop,
             "bbr_rtprop_tick": rtprop_tick, "bbr_cycle_idx": idx, "bbr_cycle_tick": cycle_tick,
             "bbr_full_bw": full_bw, "bbr_full_cnt": full_cnt, "bbr_filled": filled, "bbr_prior_cwnd": prior,
-            "bbr_probe_done_tick": done, "bbr_probe_round_done": round_done, "bbr_conservation": conservation,
+            "bbr_probe_done_tick": done, "bbr_round_gap": round_gap, "bbr_last_ack_tick": last_ack_tick, "bbr_probe_round_done": round_done, "bbr_conservation": conservation,
             "ssthresh": ssthresh,
         }
         return cwnd, rate, own
@@ -266,7 +274,9 @@ VARIANT = Bbr(
               "bbr_rtprop_tick": 0,  # when RTprop was last taken
               "bbr_cycle_idx": 0, "bbr_cycle_tick": 0,  # PROBE_BW's phase and when it began
               "bbr_full_cnt": 0,  # rounds without 25% growth
-              "bbr_probe_done_tick": -1},  # PROBE_RTT may end after this tick (-1: not armed)
+              "bbr_probe_done_tick": -1,
+              "bbr_last_ack_tick": 0,  # the last tick with ACKs
+              "bbr_round_gap": 0},  # ticks between the round's first ACK and the one before  # PROBE_RTT may end after this tick (-1: not armed)
         floats={"bbr_bw0": 0.0, "bbr_bw1": 0.0, "bbr_bw2": 0.0,  # the max filter's samples (segments/s)
                 "bbr_rtprop_s": 0.0, "bbr_prior_cwnd": 0.0, "bbr_full_bw": 0.0},
         bools={"bbr_bw_real": False,  # the filter holds a real sample (not the initial zero value)
