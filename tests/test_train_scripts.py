@@ -75,7 +75,8 @@ def test_train_records_the_tcp_model_and_resumes_an_older_run_on_its_own():
     # a run config written before the choice existed was made with the model of that version
     older = {k: v for k, v in env_cfg.items() if k not in (*LEGACY_TCP_MODEL, "prr", "prr_ssrb", "ecn_cwr", "rto_rearm",
                                                        "red_syn")}
-    untouched = {"prr": "exact", "prr_ssrb": "rfc6937", "ecn_cwr": "open"}  # the defaults they were added with
+    untouched = {"prr": "exact", "prr_ssrb": "rfc6937", "ecn_cwr": "open",  # the defaults they were added with
+                 "bbr_rate_sample": "exact"}
     assert train_cli.tcp_model(older) == {**LEGACY_TCP_MODEL, **untouched, "rto_rearm": "any-ack", "red_syn": "base"}
     env, ep = train_cli.make_env(older)
     assert int(ep.env.sim.rto_recovery_id) == 1 and int(ep.env.sim.rtt_samples_id) == 1
