@@ -214,7 +214,8 @@ def test_a_group_without_a_long_flow_is_reported_not_fatal():
 @pytest.mark.parametrize("argv,key", [(["--pairs", "cubic-rtt"], "pairs"), (["--rates", "100e6"], "rates_bps"),
                                       (["--buffers", "2"], "buffers_bdp"), (["--disciplines", "fq-codel"], "disciplines"),
                                       (["--seeds", "3"], "seeds"), (["--jobs", "1"], "jobs"), (["--out", "x/y"], "out"),
-                                      (["--report", "r.md"], "report"), (["--ns3-runs", "cache"], "ns3_runs")])
+                                      (["--report", "r.md"], "report"), (["--ns3-runs", "cache"], "ns3_runs"),
+                                      (["--bbr-rate-sample", "ns-3.37"], "bbr_rate_sample")])
 def test_every_option_of_the_flows_calibration_reaches_its_configuration(argv, key, capsys):
     """calibration/flows.py: each option changes what --print-config says it runs (the
     record results.json keeps), and the grid's cells follow the pair, rate, buffer and
@@ -233,6 +234,10 @@ def test_every_option_of_the_flows_calibration_reaches_its_configuration(argv, k
     assert base[key] != changed[key], key
     if key in ("pairs", "rates_bps", "buffers_bdp", "disciplines"):
         assert set(changed["cells"]) < set(base["cells"]) or set(changed["cells"]) - set(base["cells"])
+    if key == "bbr_rate_sample":  # it reaches the params of the cells with BBR, and only those
+        for name, c in changed["cells"].items():
+            assert c["kw"].get("bbr_rate_sample") == ("ns-3.37" if "bbr" in name.split("/")[1] else None), name
+            assert "bbr_rate_sample" not in base["cells"][name]["kw"]
 
 
 def test_a_group_starts_its_long_flows_at_its_own_time():

@@ -137,16 +137,15 @@ class Bbr(Variant):
 
     def cong_control(self, fl, ev, params, tick_s):
         """ns-3.37 TcpBbr::CongControl after one tick's ACKs (with the recovery entry or exit the
-        shared sender made on them).  `fl` is the flow after the shared sender's update (its cwnd
-        is not used), `ev` the `core.CongEvents`.  Returns (cwnd [F], pacing rate [F] pps, own
+        shared sender made on them).  `fl` is the flow after the shared sender's update (its
+        state, ssthresh and the cut's saved cwnd; its cwnd is not used), `ev` the `core.CongEvents`.  Returns (cwnd [F], pacing rate [F] pps, own
         fields)."""
         has, t = ev.has, ev.t
         cwnd = ev.cwnd_before
-        prior = fl.bbr_prior_cwnd
-        # recovery entry: SaveCwnd, cwnd = pipe + the ACKed, packet conservation
+        # recovery entry: cwnd = pipe + the ACKed, packet conservation; the cut's GetSsThresh
+        # has saved cwnd (`ssthresh`), and saves it again now in recovery: the larger of the two
         cwnd_rec = ev.pipe + jnp.maximum(ev.acked, 1.0)
-        prior = jnp.where(ev.enter_rec, jnp.maximum(jnp.where(fl.bbr_state == PROBE_RTT, prior, cwnd), cwnd_rec),
-                          prior)
+        prior = jnp.where(ev.enter_rec, jnp.maximum(fl.bbr_prior_cwnd, cwnd_rec), fl.bbr_prior_cwnd)
         cwnd = jnp.where(ev.enter_rec, cwnd_rec, cwnd)
         conservation = (fl.bbr_conservation | ev.enter_rec) & ~ev.leave_rec
         # recovery exit: RestoreCwnd, then the socket's cwnd = ssthresh (uint32 bytes)
@@ -168,7 +167,7 @@ class Bbr(Variant):
             filt, (fl.bbr_bw0, fl.bbr_bw_t0, fl.bbr_bw1, fl.bbr_bw_t1, fl.bbr_bw2, fl.bbr_bw_t2))]
         best = s0
         bw_real = fl.bbr_bw_real | valid
-        round_end_tx = jnp.where(round_start, ev.tx_next, fl.bbr_round_end_tx)
+        round_end_tx = jnp.where(round_start, fl.tx_next, fl.bbr_round_end_tx)
         round_tick = jnp.where(round_start, t, fl.bbr_round_tick)
         round_delivered = jnp.where(round_start, ev.delivered, fl.bbr_round_delivered)
         round_gap = jnp.where(round_start, t - fl.bbr_last_ack_tick, fl.bbr_round_gap)
@@ -206,14 +205,14 @@ class Bbr(Variant):
         rtprop = jnp.where(take, ev.srtt_s, rtprop)
         rtprop_tick = jnp.where(take, t, fl.bbr_rtprop_tick)
         enter_prt = has & (state != PROBE_RTT) & expired
-        prior = jnp.where(enter_prt, jnp.where(ev.state == RECOVERY, jnp.maximum(prior, cwnd), cwnd), prior)
+        prior = jnp.where(enter_prt, jnp.where(fl.state == RECOVERY, jnp.maximum(prior, cwnd), cwnd), prior)
         state = jnp.where(enter_prt, PROBE_RTT, state)
         done = jnp.where(enter_prt, -1, fl.bbr_probe_done_tick)
         in_prt = has & (state == PROBE_RTT)
         arm = in_prt & (done < 0) & (ev.pipe <= MIN_PIPE_PKTS)
         round_done = jnp.where(arm, False, fl.bbr_probe_round_done)
         done = jnp.where(arm, t + _ticks(params.bbr_probe_rtt_s, tick_s), done)
-        round_end_tx = jnp.where(arm, ev.tx_next, round_end_tx)
+        round_end_tx = jnp.where(arm, fl.tx_next, round_end_tx)
         armed = in_prt & ~arm & (done >= 0)
         round_done = round_done | (armed & round_start)
         leave_prt = armed & round_done & (t > done)
@@ -225,6 +224,7 @@ class Bbr(Variant):
         cycle_tick = jnp.where(bw_again, t, cycle_tick)
 
         # ---- the pacing rate (rises only until the pipe is full) -----------------------------
+        # (pacing.max_rate_pps, written out: pacing reads the registry, which holds this module)
         top = params.of_sender(params.max_pacing_rate_bps, params.group_max_pacing_rate_bps, fl.sender) / (mss * 8.0)
         rate = jnp.minimum(pacing_gain(state, idx, params) * best, top)
         rate = jnp.where(has & (filled | (rate > fl.pace_rate_pps)), rate, fl.pace_rate_pps)
@@ -232,7 +232,7 @@ class Bbr(Variant):
         # ---- the window --------------------------------------------------------------------
         acked = ev.acked
         on = has & (acked > 0)
-        in_rec = ev.state == RECOVERY
+        in_rec = fl.state == RECOVERY
         c_rec = jnp.where(ev.loss > 0, jnp.maximum(cwnd - ev.loss, 1.0), cwnd)
         modulated = in_rec & conservation
         c_rec = jnp.where(conservation, jnp.maximum(c_rec, ev.pipe + acked), c_rec)
@@ -240,7 +240,7 @@ class Bbr(Variant):
         target = (in_flight(cwnd_gain(state, params), best, rtprop, state, idx)
                   + jnp.where(filled, jnp.minimum(extra_acked_pkts(params), best * 0.1), 0.0))
         grown = cwnd + acked
-        wrapped = jnp.where((cwnd + acked) * mss >= UINT32_BYTES, (cwnd - UINT32_BYTES / mss) + acked, grown)
+        wrapped = jnp.where(grown * mss >= UINT32_BYTES, (cwnd - UINT32_BYTES / mss) + acked, grown)
         c_full = jnp.minimum(wrapped, target)
         c_grow = jnp.where((cwnd < target) | (ev.delivered.astype(jnp.float32) < params.initial_cwnd_pkts), grown, cwnd)
         c_set = jnp.maximum(jnp.where(filled, c_full, c_grow), MIN_PIPE_PKTS)

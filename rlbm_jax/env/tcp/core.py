@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 from rlbm_jax.env.tcp import pacing
 from rlbm_jax.env.tcp.flows import _COL, FlowTable, column, init_flows, unsettled
-from rlbm_jax.env.tcp.variant import CWR, LOSS, OPEN, RECOVERY, flag, merge, select
+from rlbm_jax.env.tcp.variant import CWR, LOSS, OPEN, RECOVERY, flag, merge, select, used
 from rlbm_jax.env.tcp.variants import VARIANTS
 
 GO_BACK_N, SACK_ONLY = 0, 1  # params.rto_recovery_id (params.RTO_RECOVERY_NAMES)
@@ -44,7 +44,8 @@ PRR_SSRB_NS3 = 1  # params.prr_ssrb_id of "ns-3.37" (params.PRR_SSRB_NAMES)
 
 class CongEvents(NamedTuple):
     """A tick's ACKs as a variant that sets its own window and rate (`Variant.cong_control`,
-    ns-3.37's CongControl) sees them ([F] each)."""
+    ns-3.37's CongControl) sees them ([F] each), beside the flow after the shared sender's
+    update of them (its state, ssthresh and tx_next)."""
 
     t: jnp.ndarray  # tick
     has: jnp.ndarray  # bool: ACKs arrived
@@ -55,9 +56,7 @@ class CongEvents(NamedTuple):
     delivered: jnp.ndarray  # int32: transmissions delivered so far
     enter_rec: jnp.ndarray  # bool: fast recovery began on these ACKs
     leave_rec: jnp.ndarray  # bool: fast recovery ended on them
-    state: jnp.ndarray  # the sender's state after them
     max_tx: jnp.ndarray  # highest id ACKed
-    tx_next: jnp.ndarray  # id of the next transmission
     srtt_s: jnp.ndarray  # the smoothed RTT after them
     cwnd_before: jnp.ndarray  # float: cwnd before them
 
@@ -105,8 +104,7 @@ def _part(results, i) -> list:
 def variants_of(params) -> list:
     """The registered variants, each replaced by None where no run of the batch uses it and
     its columns are optional (`Variant.optional_columns`: BBR), so its code is left out."""
-    return [v if not v.optional_columns or any(n == "tcp" and x == v.name for n, x in params.model_choices)
-            else None for v in VARIANTS]
+    return [v if not v.optional_columns or used(params, v) else None for v in VARIANTS]
 
 
 def start_flow(fl, mask, *, sender, cls, size_pkts, size_bytes, start_s, data_tick, handshake_rtt_s, params):
@@ -345,7 +343,7 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
             t=t, has=has, acked=acked.astype(jnp.float32),
             loss=(jnp.where(detect, fl.undet, 0) + acked_retx).astype(jnp.float32),
             prior_pipe=fl.outstanding.astype(jnp.float32), pipe=outstanding.astype(jnp.float32), delivered=n_acked,
-            enter_rec=enter, leave_rec=leave_rec, state=state, max_tx=max_tx, tx_next=fl.tx_next, srtt_s=srtt,
+            enter_rec=enter, leave_rec=leave_rec, max_tx=max_tx, srtt_s=srtt,
             cwnd_before=fl.cwnd)
         for i, v in enumerate(variants):
             if not controls[i]:

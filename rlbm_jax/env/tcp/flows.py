@@ -40,6 +40,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import struct
 
+from rlbm_jax.env.tcp.variant import used
 from rlbm_jax.env.tcp.variants import VARIANTS
 
 BIG_PKTS = 1 << 30  # size of a long-lived flow
@@ -114,8 +115,7 @@ _COL = {n: i for i, n in enumerate(INT_FIELDS)} | {n: i for i, n in enumerate(FL
 def wide(params) -> bool:
     """Whether runs of these params store the optional columns (a static Python bool from the
     choices' record: some flow group uses a variant with `optional_columns`)."""
-    names = {v.name for v in VARIANTS if v.optional_columns}
-    return any(name == "tcp" and value in names for name, value in params.model_choices)
+    return any(v.optional_columns and used(params, v) for v in VARIANTS)
 
 FlowState = struct.dataclass(type("FlowState", (), {
     "__annotations__": dict.fromkeys(_INITIAL, jnp.ndarray),

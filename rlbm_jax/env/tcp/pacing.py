@@ -27,33 +27,28 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from rlbm_jax.env.tcp.variant import used
 from rlbm_jax.env.tcp.variants import VARIANTS
 
 PACING_OFF, PACING_NS3 = 0, 1  # params.pacing_id (params.PACING_NAMES)
 UNPACED = 1 << 20  # what `allowed` returns for a flow the pacer does not hold back
 
 
-_SELF_PACED = tuple(v.name for v in VARIANTS if v.sets_pacing_rate)  # BBR: ns-3.37 turns pacing on for it
-
-
 def enabled(params) -> bool:
     """Whether any run these params describe paces (a static Python bool from the
     choices' record, so an unpaced tick leaves the pacing code out): some flow group
     asks for pacing or runs a variant that always paces (BBR)."""
-    return any((name == "pacing" and value != "off") or (name == "tcp" and value in _SELF_PACED)
-               for name, value in params.model_choices)
+    return (any(name == "pacing" and value != "off" for name, value in params.model_choices)
+            or any(v.sets_pacing_rate and used(params, v) for v in VARIANTS))  # (ns-3.37 turns pacing on for BBR)
 
 
 def paced(sender, params):
     """[F] bool: flows of `sender` pace (their flow group's `pacing`, or their TCP paces
     whatever it says: BBR)."""
     on = params.of_sender(params.pacing_id, params.group_pacing_id, sender) == PACING_NS3
-    if not any(name == "tcp" and value in _SELF_PACED for name, value in params.model_choices):
-        return on
-    tcp_id = params.of_sender(params.tcp_id, params.group_tcp_id, sender)
     for i, v in enumerate(VARIANTS):
-        if v.sets_pacing_rate:
-            on = on | (tcp_id == i)
+        if v.sets_pacing_rate and used(params, v):
+            on = on | (params.of_sender(params.tcp_id, params.group_tcp_id, sender) == i)
     return on
 
 

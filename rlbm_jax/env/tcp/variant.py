@@ -111,6 +111,12 @@ class Variant:
         return {}
 
 
+def used(params, v: Variant) -> bool:
+    """Whether some run of the batch these params describe uses variant `v` (a static Python
+    bool from the choices' record, `params.model_choices`)."""
+    return any(name == "tcp" and value == v.name for name, value in params.model_choices)
+
+
 def select(tcp_id, values):
     """values[tcp_id], elementwise: the variant's value for each run.  An entry None is a
     variant no flow of the batch uses (`core.variants_of`), left out."""
