@@ -215,7 +215,9 @@ def test_a_group_without_a_long_flow_is_reported_not_fatal():
                                       (["--buffers", "2"], "buffers_bdp"), (["--disciplines", "fq-codel"], "disciplines"),
                                       (["--seeds", "3"], "seeds"), (["--jobs", "1"], "jobs"), (["--out", "x/y"], "out"),
                                       (["--report", "r.md"], "report"), (["--ns3-runs", "cache"], "ns3_runs"),
-                                      (["--bbr-rate-sample", "ns-3.37"], "bbr_rate_sample")])
+                                      (["--bbr-rate-sample", "ns-3.37"], "bbr_rate_sample"),
+                                      (["--long-flow-syn", "queue"], "long_flow_syn"),
+                                      (["--rtt-clock", "ns-3.37"], "rtt_clock")])
 def test_every_option_of_the_flows_calibration_reaches_its_configuration(argv, key, capsys):
     """calibration/flows.py: each option changes what --print-config says it runs (the
     record results.json keeps), and the grid's cells follow the pair, rate, buffer and
@@ -238,6 +240,9 @@ def test_every_option_of_the_flows_calibration_reaches_its_configuration(argv, k
         for name, c in changed["cells"].items():
             assert c["kw"].get("bbr_rate_sample") == ("ns-3.37" if "bbr" in name.split("/")[1] else None), name
             assert "bbr_rate_sample" not in base["cells"][name]["kw"]
+    if key in ("long_flow_syn", "rtt_clock"):  # ours only, in every cell; the default left out of the params
+        assert all(c["kw"][key] == changed[key] for c in changed["cells"].values())
+        assert not any(key in c["kw"] for c in base["cells"].values())
 
 
 def test_a_group_starts_its_long_flows_at_its_own_time():
@@ -260,3 +265,35 @@ def test_a_group_starts_its_long_flows_at_its_own_time():
     assert "--long_flow_start_s=0.0,1.5" in ns3_args(Cell("c", "long", kw, 3.0), 1)
     with pytest.raises(ValueError, match="long_flow_start_s"):
         make_params(**dict(kw, long_flow_start_s=[0.0, -1.0]))
+
+
+def test_a_long_flow_that_starts_behind_a_standing_queue_learns_that_rtt_in_its_handshake():
+    """`long_flow_syn` "queue": a newcomer's SYN waits in the queue the incumbent built (4 BDP
+    of drop-tail), as in ns-3, so its first srtt is the base RTT plus that queue's delay,
+    its data start one such handshake after its start, and its first RTO is above the RTT
+    its first window sees.  With "base-rtt" (the handshake planned on the empty path, the
+    default, kept for the committed results) its RTO starts below that RTT: every packet
+    of its first window times out (at 100 Mbit/s the flow then never leaves its timeouts:
+    calibration/REPORT.md section 7).  One compiled batch runs both."""
+    from rlbm_jax.env.params import stack_params
+
+    kw = dict(TWO, buffer_per_class_pkts=4 * _bdp_pkts(), long_flow_start_spread_s=0.0, flow_groups=2,
+              tcp=["cubic", "cubic"], long_flow_start_s=[0.0, 1.0])
+    ps = [make_params(**kw, long_flow_syn=syn) for syn in ("base-rtt", "queue")]
+    p = stack_params(ps)
+    tick_s, base_s = float(ps[0].tick_s), float(ps[0].base_rtt_s)
+    pkt_s = float(ps[0].data_pkt_bits / ps[0].bottleneck_rate_bps)
+    n = int(1.0 / tick_s) + 2  # the newcomer's start tick has passed
+    st = jax.jit(jax.vmap(lambda q: sim.run(sim.init(jax.random.PRNGKey(1), q), q, n)[0]))(p)
+    queue = np.asarray(st.queue.pkts).sum(axis=1)
+    srtt, rto = (np.asarray(jax.vmap(lambda t: tcp.column(t, c))(st.flows))[:, 1] for c in ("srtt_s", "rto_s"))
+    data_tick = np.asarray(jax.vmap(lambda t: tcp.column(t, "data_tick"))(st.flows))[:, 1]
+    assert queue[0] == queue[1] > 2 * _bdp_pkts()  # the same standing queue at the newcomer's start
+    rtt_seen = base_s + queue[1] * pkt_s
+    assert srtt[0] == pytest.approx(base_s, rel=1e-5) and rto[0] < rtt_seen
+    assert srtt[1] == pytest.approx(rtt_seen, rel=1e-3) and rto[1] > rtt_seen
+    assert data_tick[1] * tick_s == pytest.approx(1.0 + rtt_seen, abs=2e-3) and data_tick[0] < data_tick[1]
+    assert config_record(dict(kw, long_flow_syn="queue"), ps[1])["long_flow_syn"] == "queue"
+    for backend in ("native", "fluid"):  # declared for the reference tick only: the others refuse it by name
+        assert "long_flow_syn=queue" in model.missing(backend, ps[1])
+        assert not any(m.startswith("long_flow_syn") for m in model.missing(backend, ps[0]))

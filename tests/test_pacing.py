@@ -106,3 +106,30 @@ def test_pacing_moves_a_cubic_flow_as_in_ns3():
         assert got["paced"][i]["retx_pkts"] > 0
         assert got["paced"][i]["srtt_mean_s"] > 1.2 * got["off"][i]["srtt_mean_s"]
         assert got["capped"][i]["goodput_bps"] == pytest.approx(5e6, rel=0.005)
+
+
+def test_the_timestamp_clock_reads_whole_milliseconds_and_keeps_rttvar_at_its_jitter():
+    """`rtt_clock` "ns-3.37": ns-3.37's timestamp option reads a 1 ms clock, so a flow whose RTT
+    never changes (paced at 3 Mbit/s on 10 Mbit/s: no queue; base RTT 21.1 ms) takes samples
+    of 21 and 22 ms: its smallest RTT is 21 ms, as ns-3's min RTT (a whole number of
+    milliseconds in its runs), its srtt stays within the clock's step of the true RTT, and
+    its rttvar stays at the samples' jitter, where the exact samples let it decay to nothing
+    (so ns-3.37's RTO stays a millisecond or two above srtt).  One compiled batch runs both;
+    the table stores the echo's column only where the choice is asked for."""
+    from rlbm_jax.env.params import stack_params
+
+    kw = dict(ONE, pacing="ns-3.37", max_pacing_rate_bps=3e6)
+    ps = [make_params(**kw, rtt_clock=c) for c in ("exact", "ns-3.37")]
+    assert not tcp.wide(ps[0]) and tcp.wide(ps[1])
+    p = stack_params(ps)
+    n = int(2.0 / float(ps[0].tick_s))
+    col = lambda st, c: np.asarray(jax.vmap(lambda t: tcp.column(t, c))(st.flows))[:, 0]
+    st = jax.jit(jax.vmap(lambda q: sim.run(sim.init(jax.random.PRNGKey(0), q), q, n)[0]))(p)
+    base_s = float(ps[0].base_rtt_s)
+    dmin, srtt, rttvar = (col(st, c) for c in ("delay_min_s", "srtt_s", "rttvar_s"))
+    assert int(col(st, "acked")[0]) == int(col(st, "acked")[1]) > 500  # the same paced flow, no loss
+    assert dmin[0] == pytest.approx(base_s, abs=2e-4) and rttvar[0] < 2e-5
+    assert dmin[1] == pytest.approx(np.floor(base_s * 1e3) * 1e-3, abs=1e-6)
+    assert abs(srtt[1] - base_s) < 1e-3 and rttvar[1] > 1e-4
+    assert config_record(dict(kw, rtt_clock="ns-3.37"), ps[1])["rtt_clock"] == "ns-3.37"
+    assert "rtt_clock=ns-3.37" in model.refusal("native", ps[1])

@@ -323,6 +323,16 @@ PARAMS: tuple[Param, ...] = (
     Param("bbr_rate_sample", "tcp-model", "choice", "exact", "BBR's delivery-rate samples: over the exact "
           "interval, or ns-3.37's (its ackElapsed starts at the previous sample's start, one ACK gap early: fixed "
           "in ns-3.41), which biases samples low where ACKs are sparse", choices=("exact", "ns-3.37"), ns3=""),
+    Param("rtt_clock", "tcp-model", "choice", "exact", "RTT samples: the exact time from the last packet's "
+          "sending to its ACK (exact), or as ns-3.37's timestamp option takes them (ns-3.37): the difference of "
+          "two readings of a 1 ms clock, from the sending of the first segment a delayed ACK covers (its echo); "
+          "rttvar then stays near the clock's jitter, so an RTO stays a millisecond or two above srtt",
+          choices=("exact", "ns-3.37"), ns3=""),
+    Param("long_flow_syn", "tcp-model", "choice", "base-rtt", "the long-lived flows' handshakes: planned at t = 0 "
+          "on the empty path (base-rtt: data one base RTT after the start, srtt the base RTT), or the SYN waits in "
+          "its class queue as the flow's start finds it (queue, as a web-search flow's does and ns-3's: a flow "
+          "that starts behind a standing queue learns that RTT, where with base-rtt its RTO can stay below it)",
+          choices=("base-rtt", "queue"), ns3=""),
     Param("ecn_cwr", "tcp-model", "choice", "open", "which states an echoed CE mark cuts the window from: OPEN "
           "only (open, RFC 3168), or every state but CWR (ns-3.37)", choices=("open", "ns-3.37"), ns3=""),
     Param("rtt_samples", "tcp-model", "choice", "cumulative", "RTT samples from cumulative ACKs of data sent once "

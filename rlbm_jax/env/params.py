@@ -106,6 +106,8 @@ class SimParams:
     prr_id: jnp.ndarray  # [] index into PRR_NAMES
     prr_ssrb_id: jnp.ndarray  # [] index into PRR_SSRB_NAMES
     bbr_rate_sample_id: jnp.ndarray  # [] index into the bbr_rate_sample choices (1: ns-3.37's interval)
+    rtt_clock_id: jnp.ndarray  # [] index into the rtt_clock choices (1: ns-3.37's 1 ms timestamp clock)
+    long_flow_syn_id: jnp.ndarray  # [] index into the long_flow_syn choices (1: the SYN waits in the queue)
     ecn_cwr_id: jnp.ndarray  # [] index into ECN_CWR_NAMES
     rtt_samples_id: jnp.ndarray  # [] index into RTT_SAMPLES_NAMES
     rto_rearm_id: jnp.ndarray  # [] index into RTO_REARM_NAMES

@@ -371,11 +371,41 @@ def _apply_acks(fl: tcp.FlowState, ack_rows, slots, clk: Clock, params: SimParam
     max_tx = jnp.max(jnp.where(oh_real, tx_last[:, None], -1), axis=0)
     last_enq = jnp.max(jnp.where(oh_real, ack_rows[:, qm.ENQ][:, None], -1), axis=0)
     rtt_s = (t - last_enq).astype(jnp.float32) * tick_s
+    echo = None
+    if tcp.timestamp_clock(params):  # some run asks for rtt_clock "ns-3.37" (static)
+        ts_rtt_s, echo = _timestamp_rtt(fl, ack_rows[:, qm.ENQ], real, oh_real, last_enq, clk, params)
+        rtt_s = jnp.where(params.rtt_clock_id == tcp.RTT_CLOCK_NS3, ts_rtt_s, rtt_s)
     ce_max_tx = jnp.max(jnp.where(oh & (nce > 0)[:, None], tx_last[:, None], -1), axis=0)
     fl = tcp.on_acks(fl, t, acked, agg(nretx), agg(dup_e), max_tx, rtt_s, params, tick_s, spur_acked=agg(nspur),
                      ce_acked=agg(nce), ce_max_tx=ce_max_tx)
+    if echo is not None:
+        fl = fl.replace(echo_enq=echo)
     finished = fl.active & (fl.acked >= fl.size_pkts)
     return fl.replace(active=fl.active & ~finished)
+
+
+def _timestamp_rtt(fl: tcp.FlowState, enq, real, oh_real, last_enq, clk: Clock, params: SimParams):
+    """RTT samples as ns-3.37 takes them through the timestamp option (`rtt_clock` "ns-3.37"):
+    the sender's clock reads whole milliseconds (TcpOptionTS), so a sample is the difference
+    of two readings, and 1 us where they are equal; the receiver echoes the timestamp of the
+    first segment its ACK covers (RFC 7323: with delayed ACKs of 2, the segment before the
+    last one, whose ACK it held).  Of this tick's ACKs the last one gives the sample; where
+    the last run ACKed holds a single packet, the segment before it is the previous run's
+    (this tick's, else the flow's `echo_enq`, the enqueue tick of the last packet ACKed
+    before).  Enqueue ticks stand for sending times: the path before the queue is the same
+    for every packet of a flow.  (Which of a pair is first is not tracked: the echo is
+    always the packet before the last, where ns-3's alternates between it and the last.)
+    `enq`, `real` [k]: each record's enqueue tick and packets; `oh_real` [k, E] the records
+    of each event flow; `last_enq` [E] (-1: none ACKed).  Returns (rtt_s [E], echo_enq [E])."""
+    e = enq[:, None]
+    n_last = jnp.sum(jnp.where(oh_real & (e == last_enq[None, :]), real[:, None], 0), axis=0)
+    before = jnp.max(jnp.where(oh_real & (e < last_enq[None, :]), e, -1), axis=0)
+    held = jnp.where(before >= 0, before, fl.echo_enq)
+    ref = jnp.where((params.delayed_ack == 2) & (n_last < 2) & (held >= 0), held, last_enq)
+    sent_s = clk.now_s - (clk.t - ref).astype(jnp.float32) * clk.tick_s
+    ms = jnp.floor(clk.now_s * 1e3) - jnp.floor(sent_s * 1e3)
+    rtt_s = jnp.where(ms > 0, ms * 1e-3, 1e-6)
+    return rtt_s, jnp.where(last_enq >= 0, last_enq, fl.echo_enq)
 
 
 def _ack_rows(state: SimState, t, params: SimParams):
@@ -418,6 +448,30 @@ def ack_phase(state: SimState, clk: Clock, params: SimParams) -> Events:
     fl = _apply_acks(fl, ack_rows, slots, clk, params)
     return Events(slots=slots, valid=valid, flows=fl, deferred_flows=deferred, arrival_due=due, new_slot=slot,
                   slot_free=free, credit_pkts=credit, budget_pkts=budget)
+
+
+LONG_SYN_QUEUE = 1  # params.long_flow_syn_id of "queue"
+
+
+def _long_flow_syns(state: SimState, clk: Clock, params: SimParams) -> SimState:
+    """`long_flow_syn` "queue": a long-lived flow's SYN leaves at its start time and waits in
+    its class queue as the tick finds it, as a web-search flow's does (`arrival_phase`): the
+    flow is started afresh in its slot at the first tick at or after its start, with the
+    handshake's RTT (base RTT + that queue's delay) as its srtt and its first data one
+    handshake later.  (`init` planned it on the empty path; the flow has sent nothing yet.)"""
+    fl = tcp.unpack(state.flows)
+    F = params.num_flow_slots
+    start_tick = jnp.ceil(fl.start_s / clk.tick_s).astype(jnp.int32)
+    now = ((jnp.arange(F) < params.long_flows) & fl.active & (start_tick == clk.t)
+           & (params.long_flow_syn_id == LONG_SYN_QUEUE))
+    qdelay_s = state.queue.pkts[fl.cls].astype(jnp.float32) * params.data_pkt_bits / params.bottleneck_rate_bps
+    qdelay_s = _where(_flag(params, "syn_skips_queue"), 0.0, qdelay_s)  # (FQ-CoDel: a new queue, served first)
+    hs_rtt_s = flow_base_rtt_s(fl.sender, params) + qdelay_s
+    data_tick = jnp.ceil((fl.start_s + hs_rtt_s + flow_access_offset_s(fl.sender, params)) / clk.tick_s)
+    fl = tcp.start_flow(fl, now, sender=fl.sender, cls=fl.cls, size_pkts=fl.size_pkts, size_bytes=fl.size_bytes,
+                        start_s=fl.start_s, data_tick=data_tick.astype(jnp.int32), handshake_rtt_s=hs_rtt_s,
+                        params=params)
+    return state.replace(flows=tcp.pack(fl, wide=tcp.wide(params)))
 
 
 def timeout_phase(fl: tcp.FlowState, clk: Clock, params: SimParams):
@@ -848,9 +902,12 @@ def tick_phases(state: SimState, params: SimParams) -> tuple[SimState, Phases]:
     """`tick`, also returning what each phase handed the next (under `jit`, what the caller
     does not use is not computed)."""
     if tcp.wide(params) and state.flows.ints.shape[0] < len(tcp.INT_FIELDS):
-        raise ValueError("these params run a TCP with its own flow columns (tcp=bbr) but the state's flow table "
-                         "was made without them: make the state with these params (sim.init / env.reset)")
+        raise ValueError("these params need the optional flow columns (tcp=bbr, rtt_clock=ns-3.37) but the "
+                         "state's flow table was made without them: make the state with these params (sim.init / "
+                         "env.reset)")
     clk = clock(state, params)
+    if tcp.variant.chosen(params, "long_flow_syn", "queue"):  # some run asks for it (static)
+        state = _long_flow_syns(state, clk, params)
     sink = deliver_phase(state, clk, params)
     ev = ack_phase(state, clk, params)
     flows, fired = timeout_phase(ev.flows, clk, params)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import struct
 
-from rlbm_jax.env.tcp.variant import used
+from rlbm_jax.env.tcp.variant import chosen, used
 from rlbm_jax.env.tcp.variants import VARIANTS
 
 BIG_PKTS = 1 << 30  # size of a long-lived flow
@@ -89,6 +89,11 @@ class _Shared:
     pace_tick: jnp.ndarray  # int32 pacing: the tick pace_wait_s counts from
 
 
+# shared columns that only runs asking for them store (`wide`), like the columns of a variant with
+# `optional_columns`: (choice, value) that asks, and the columns with their initial values
+OPTIONAL_SHARED = ((("rtt_clock", "ns-3.37"), {"echo_enq": -1}),)  # int32 enqueue tick of the last packet ACKed
+# in order (ns-3.37's timestamp echo: the first segment a delayed ACK covers may be an earlier tick's), -1 none
+
 SHARED_FLOAT = ("size_bytes", "start_s", "cwnd", "ssthresh", "recover_fs", "srtt_s", "rttvar_s", "rto_s",
                 "delay_min_s", "pace_rate_pps", "pace_wait_s")
 SHARED_BOOL = ("active", "rec_partial", "ece_pending")
@@ -98,15 +103,21 @@ for _v in VARIANTS:
     if _clash:
         raise ValueError(f"tcp variant {_v.name!r} redeclares flow columns {sorted(_clash)}")
     _INITIAL.update(_v.fields.ints | _v.fields.floats | _v.fields.bools)
+for _choice, _cols in OPTIONAL_SHARED:
+    _INITIAL.update(_cols)
 
 # the columns of variants with `optional_columns` come last: a table without them (`wide` false)
 # is a prefix of the full one, and a run that does not use those variants stores only the prefix
 _ORDERED = tuple(v for v in VARIANTS if not v.optional_columns) + tuple(v for v in VARIANTS if v.optional_columns)
 FLOAT_FIELDS = SHARED_FLOAT + tuple(n for v in _ORDERED for n in v.fields.floats)
 BOOL_FIELDS = SHARED_BOOL + tuple(n for v in _ORDERED for n in v.fields.bools)
+_OPT_SHARED_INTS = tuple(n for _, cols in OPTIONAL_SHARED for n in cols)
+_variant_ints = lambda vs: tuple(n for v in vs for n in tuple(v.fields.ints) + tuple(v.fields.bools))
 INT_FIELDS = (tuple(n for n in _Shared.__annotations__ if n not in FLOAT_FIELDS)
-              + tuple(n for v in _ORDERED for n in tuple(v.fields.ints) + tuple(v.fields.bools)))
-OPTIONAL_FIELDS = frozenset(n for v in VARIANTS if v.optional_columns for n in v.fields.names())
+              + _variant_ints(v for v in VARIANTS if not v.optional_columns) + _OPT_SHARED_INTS
+              + _variant_ints(v for v in VARIANTS if v.optional_columns))
+OPTIONAL_FIELDS = frozenset(tuple(n for v in VARIANTS if v.optional_columns for n in v.fields.names())
+                            + _OPT_SHARED_INTS)
 BASE_INT_FIELDS = tuple(n for n in INT_FIELDS if n not in OPTIONAL_FIELDS)  # the narrow table's
 BASE_FLOAT_FIELDS = tuple(n for n in FLOAT_FIELDS if n not in OPTIONAL_FIELDS)
 _COL = {n: i for i, n in enumerate(INT_FIELDS)} | {n: i for i, n in enumerate(FLOAT_FIELDS)}
@@ -114,8 +125,10 @@ _COL = {n: i for i, n in enumerate(INT_FIELDS)} | {n: i for i, n in enumerate(FL
 
 def wide(params) -> bool:
     """Whether runs of these params store the optional columns (a static Python bool from the
-    choices' record: some flow group uses a variant with `optional_columns`)."""
-    return any(v.optional_columns and used(params, v) for v in VARIANTS)
+    choices' record: some flow group uses a variant with `optional_columns`, or the run asks
+    for a choice in `OPTIONAL_SHARED`)."""
+    return (any(v.optional_columns and used(params, v) for v in VARIANTS)
+            or any(chosen(params, *choice) for choice, _ in OPTIONAL_SHARED))
 
 FlowState = struct.dataclass(type("FlowState", (), {
     "__annotations__": dict.fromkeys(_INITIAL, jnp.ndarray),

@@ -111,10 +111,16 @@ class Variant:
         return {}
 
 
+def chosen(params, name: str, value) -> bool:
+    """Whether some run of the batch these params describe has choice `name` = `value` (a
+    static Python bool from the choices' record, `params.model_choices`)."""
+    return any(n == name and v == value for n, v in params.model_choices)
+
+
 def used(params, v: Variant) -> bool:
     """Whether some run of the batch these params describe uses variant `v` (a static Python
     bool from the choices' record, `params.model_choices`)."""
-    return any(name == "tcp" and value == v.name for name, value in params.model_choices)
+    return chosen(params, "tcp", v.name)
 
 
 def select(tcp_id, values):
