@@ -59,7 +59,7 @@ ACCEPT = {"util_wire": ("abs", 0.03, None), "share": ("abs", 0.10, None), "retx_
 
 
 # our model's choices a command may set for its cells (ours only: ns-3.37 does as it does); default first
-OURS = {"long_flow_syn": ("base-rtt", "queue"), "rtt_clock": ("exact", "ns-3.37")}
+OURS = {"long_flow_syn": ("base-rtt", "queue"), "rtt_clock": ("exact", "ns-3.37"), "sack_credit": ("off", "ns-3.37")}
 
 
 def cell(pair: str, rate_bps: float, buffer_bdp: float, disc: str, bbr_rate_sample: str = "exact",
@@ -130,9 +130,18 @@ def verdict(ours: list[dict], ns3: list[dict]) -> list[dict]:
     return rows
 
 
-def report(cells, res, seeds) -> str:
+def model_flags(cfg: dict) -> str:
+    """Our side's model choices a run's configuration set away from the defaults, as flags."""
+    flags = [f"--{k.replace('_', '-')} {cfg[k]}" for k, vals in OURS.items() if cfg.get(k, vals[0]) != vals[0]]
+    if cfg.get("bbr_rate_sample", "exact") != "exact":
+        flags.insert(0, f"--bbr-rate-sample {cfg['bbr_rate_sample']}")
+    return " ".join(flags)
+
+
+def report(cells, res, seeds, flags: str = "") -> str:
+    cmd = "python calibration/flows.py" + (f" {flags}" if flags else "")
     L = ["# Two long flows side by side: rlbm_jax against ns-3.37", "",
-         f"`python calibration/flows.py` ({len(cells)} cells, seeds {seeds}). Agreement per cell: utilisation within "
+         f"`{cmd}` ({len(cells)} cells, seeds {seeds}; flags other than the grid's shown). Agreement per cell: utilisation within "
          "3 points, each flow's goodput share within 0.1, each flow's retransmissions within 30 % (or 20 packets), "
          "the mean queue within 25 % (or 1 packet); seed means.", ""]
     passed = sum(all(r["ok"] for r in res[c.name]["verdict"]) for c in cells)
@@ -243,7 +252,7 @@ def main(argv=None) -> int:
         print(f"[{i + 1}/{len(cells)}] {c.name}: {'agrees' if ok else 'misses'} "
               f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
         jsonio.write(out / "results.json", {"config": cfg, "seeds": seeds, "cells": res})  # a partial grid is kept as it grows
-    text = report([c for c in cells if c.name in res], res, seeds)
+    text = report([c for c in cells if c.name in res], res, seeds, model_flags(cfg))
     Path(cfg["report"]).write_text(text)
     print(text)
     return 0

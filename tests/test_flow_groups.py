@@ -217,7 +217,8 @@ def test_a_group_without_a_long_flow_is_reported_not_fatal():
                                       (["--report", "r.md"], "report"), (["--ns3-runs", "cache"], "ns3_runs"),
                                       (["--bbr-rate-sample", "ns-3.37"], "bbr_rate_sample"),
                                       (["--long-flow-syn", "queue"], "long_flow_syn"),
-                                      (["--rtt-clock", "ns-3.37"], "rtt_clock")])
+                                      (["--rtt-clock", "ns-3.37"], "rtt_clock"),
+                                      (["--sack-credit", "ns-3.37"], "sack_credit")])
 def test_every_option_of_the_flows_calibration_reaches_its_configuration(argv, key, capsys):
     """calibration/flows.py: each option changes what --print-config says it runs (the
     record results.json keeps), and the grid's cells follow the pair, rate, buffer and
@@ -240,7 +241,7 @@ def test_every_option_of_the_flows_calibration_reaches_its_configuration(argv, k
         for name, c in changed["cells"].items():
             assert c["kw"].get("bbr_rate_sample") == ("ns-3.37" if "bbr" in name.split("/")[1] else None), name
             assert "bbr_rate_sample" not in base["cells"][name]["kw"]
-    if key in ("long_flow_syn", "rtt_clock"):  # ours only, in every cell; the default left out of the params
+    if key in ("long_flow_syn", "rtt_clock", "sack_credit"):  # ours only, in every cell; the default left out of the params
         assert all(c["kw"][key] == changed[key] for c in changed["cells"].values())
         assert not any(key in c["kw"] for c in base["cells"].values())
 

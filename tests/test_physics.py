@@ -201,6 +201,31 @@ def _ack(fl, p, t, acked, retx=0, dup=0, max_tx=0, spur=0):
                            float(p.tick_s), spur_acked=a(spur))
 
 
+def test_after_a_spurious_timeout_in_recovery_the_hole_filling_ack_credits_the_sacked_window():
+    """`sack_credit` "ns-3.37": a CUBIC flow in fast recovery with one hole (its
+    retransmission in flight) gets 40 segments SACKed above it; the timer fires before the
+    retransmission's ACK (spurious).  When that ACK arrives the cumulative ACK passes the
+    hole and the 40 segments, and ns-3.37's CUBIC credits slow start with all 41: the
+    window of 1 is back at 42 on that one ACK (ns-3.37's cwnd trace shows the same jump).
+    "off" credits the retransmission alone; NewReno counts ACKs, not segments, either way."""
+    out = {}
+    for tcp, credit in (("cubic", "off"), ("cubic", "ns-3.37"), ("newreno", "ns-3.37")):
+        p = long_flow_params(1, 1.0, tcp=tcp, sack_credit=credit)
+        fl = _flow(cwnd=60.0, ssthresh=1e9, outstanding=59, tx_next=60, retx_out=1, state=tcp_mod.RECOVERY,
+                   recover_fs=60.0, rto_deadline=50)
+        fl = _ack(fl, p, 10, acked=40, dup=40, max_tx=50)  # SACKs above the hole
+        assert int(fl.sack_bank[0]) == (0 if credit == "off" else 40)  # (a column only the choice keeps)
+        fl, fired = tcp_mod.on_timeouts(fl, jnp.int32(50), p, float(p.tick_s))
+        assert bool(fired[0]) and int(fl.state[0]) == tcp_mod.LOSS and float(fl.cwnd[0]) == 1.0
+        fl = _ack(fl, p, 51, acked=1, retx=1, max_tx=0)  # the first retransmission's ACK fills the hole
+        out[(tcp, credit)] = float(fl.cwnd[0])
+        assert int(fl.sack_bank[0]) == 0
+    assert out[("cubic", "ns-3.37")] == 42.0 and out[("cubic", "off")] == 2.0 and out[("newreno", "ns-3.37")] == 2.0
+    from rlbm_jax.env import model
+    for backend in ("native", "fluid"):  # the reference tick's only: the others refuse it by name
+        assert "sack_credit=ns-3.37" in model.missing(backend, long_flow_params(1, 1.0, sack_credit="ns-3.37"))
+
+
 def test_go_back_n_resends_the_window_in_flight_racing_its_acks():
     """ns-3.37 after a timeout (SetSentListLost): every segment not yet ACKed or SACKed is
     resent in order, those still in flight too; an original's ACK that arrives before its

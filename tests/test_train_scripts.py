@@ -76,7 +76,7 @@ def test_train_records_the_tcp_model_and_resumes_an_older_run_on_its_own():
     older = {k: v for k, v in env_cfg.items() if k not in (*LEGACY_TCP_MODEL, "prr", "prr_ssrb", "ecn_cwr", "rto_rearm",
                                                        "red_syn")}
     untouched = {"prr": "exact", "prr_ssrb": "rfc6937", "ecn_cwr": "open",  # the defaults they were added with
-                 "bbr_rate_sample": "exact"}
+                 "bbr_rate_sample": "exact", "rtt_clock": "exact", "long_flow_syn": "base-rtt", "sack_credit": "off"}
     assert train_cli.tcp_model(older) == {**LEGACY_TCP_MODEL, **untouched, "rto_rearm": "any-ack", "red_syn": "base"}
     env, ep = train_cli.make_env(older)
     assert int(ep.env.sim.rto_recovery_id) == 1 and int(ep.env.sim.rtt_samples_id) == 1

@@ -333,6 +333,11 @@ PARAMS: tuple[Param, ...] = (
           "its class queue as the flow's start finds it (queue, as a web-search flow's does and ns-3's: a flow "
           "that starts behind a standing queue learns that RTT, where with base-rtt its RTO can stay below it)",
           choices=("base-rtt", "queue"), ns3=""),
+    Param("sack_credit", "tcp-model", "choice", "off", "after a timeout, what the ACK that fills a hole credits "
+          "slow start with: the retransmission alone (off), or every segment it carries the cumulative ACK over, "
+          "those SACKed above the hole before and after the timeout included (ns-3.37: CUBIC's byte-counted slow "
+          "start on the cumulative advance; a spurious timeout in fast recovery then costs it almost no window)",
+          choices=("off", "ns-3.37"), ns3=""),
     Param("ecn_cwr", "tcp-model", "choice", "open", "which states an echoed CE mark cuts the window from: OPEN "
           "only (open, RFC 3168), or every state but CWR (ns-3.37)", choices=("open", "ns-3.37"), ns3=""),
     Param("rtt_samples", "tcp-model", "choice", "cumulative", "RTT samples from cumulative ACKs of data sent once "

@@ -108,6 +108,7 @@ class SimParams:
     bbr_rate_sample_id: jnp.ndarray  # [] index into the bbr_rate_sample choices (1: ns-3.37's interval)
     rtt_clock_id: jnp.ndarray  # [] index into the rtt_clock choices (1: ns-3.37's 1 ms timestamp clock)
     long_flow_syn_id: jnp.ndarray  # [] index into the long_flow_syn choices (1: the SYN waits in the queue)
+    sack_credit_id: jnp.ndarray  # [] index into the sack_credit choices (1: ns-3.37's credit after a timeout)
     ecn_cwr_id: jnp.ndarray  # [] index into ECN_CWR_NAMES
     rtt_samples_id: jnp.ndarray  # [] index into RTT_SAMPLES_NAMES
     rto_rearm_id: jnp.ndarray  # [] index into RTO_REARM_NAMES

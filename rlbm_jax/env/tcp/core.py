@@ -36,6 +36,7 @@ from rlbm_jax.env.tcp.variants import VARIANTS
 
 GO_BACK_N, SACK_ONLY = 0, 1  # params.rto_recovery_id (params.RTO_RECOVERY_NAMES)
 RTT_CUMULATIVE, RTT_EVERY_ACK = 0, 1  # params.rtt_samples_id (params.RTT_SAMPLES_NAMES)
+SACK_CREDIT_NS3 = 1  # params.sack_credit_id of "ns-3.37" (a hole-filling ACK after a timeout credits the SACKed)
 RTT_CLOCK_NS3 = 1  # params.rtt_clock_id of "ns-3.37" (a 1 ms timestamp clock, the echo of a delayed ACK's first segment)
 
 
@@ -244,6 +245,11 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
     # after an RTO, ACKs of packets above a still-missing one are SACKs: only
     # retransmissions (which fill holes) advance the cumulative ACK then
     growth = jnp.where((state == LOSS) & holes, jnp.minimum(growth, acked_retx), growth)
+    bank = None
+    if chosen(params, "sack_credit", "ns-3.37"):  # some run asks for it (static)
+        bank, credit = _sack_bank(fl, acked, acked_retx, n_dup, holes, lost_q, retx_out, undet)
+        on = (params.sack_credit_id == SACK_CREDIT_NS3) & (state == LOSS) & counts_segments
+        growth = growth + jnp.where(on, credit, 0)
     growth_acks = growth.astype(jnp.float32)
     cwnd = fl.cwnd
     # slow start: +1 per growth unit up to ssthresh, the rest in CA; a variant may pass
@@ -367,7 +373,28 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
         prr_delivered=prr_delivered, prr_out=prr_out, recover_fs=recover_fs, cwnd=cwnd,
         rto_deadline=rto_deadline, rec_partial=rec_partial, gbn_left=gbn_left, gbn_ahead=gbn_ahead,
         ecn_recover_tx=ecn_recover_tx, ece_pending=ece_pending, **own,
+        **({} if bank is None else {"sack_bank": bank}),
     )
+
+
+def _sack_bank(fl, acked, acked_retx, n_dup, holes, lost_q, retx_out, undet):
+    """`sack_credit` "ns-3.37": the segments delivered above the lowest hole that the
+    cumulative ACK has not passed yet (`sack_bank`, SACKed before or after a timeout).  The
+    ACK that fills a hole carries the cumulative ACK over those above it, up to the next
+    hole (with several holes, a share of the bank per hole filled; all of it once none is
+    left), and after a timeout ns-3.37's CUBIC credits slow start with every segment it
+    covers (`TcpCubic::IncreaseWindow` takes the cumulative advance): from a spurious
+    timeout in fast recovery a window of 1 comes back to the flight at the loss on that
+    one ACK.  Returns (the bank after this tick's ACKs, the segments released) [F]."""
+    in_loss = (fl.state == LOSS) & holes
+    sacked = jnp.where(in_loss, jnp.maximum(acked - acked_retx, 0), n_dup)  # ACKed above a hole this tick
+    bank = fl.sack_bank + sacked
+    n_holes = jnp.maximum(fl.lost_q + fl.retx_out + fl.retx_dropped, 1)
+    left = (lost_q + retx_out + fl.retx_dropped + undet) > 0
+    share = jnp.floor(bank.astype(jnp.float32) * acked_retx.astype(jnp.float32) / n_holes).astype(jnp.int32)
+    release = jnp.where(acked_retx > 0, jnp.where(left, jnp.minimum(share, bank), bank), 0)
+    bank = jnp.where(left, bank - release, 0)
+    return bank, release
 
 
 def on_timeouts(fl, t, params, tick_s):

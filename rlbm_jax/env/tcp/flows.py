@@ -91,8 +91,12 @@ class _Shared:
 
 # shared columns that only runs asking for them store (`wide`), like the columns of a variant with
 # `optional_columns`: (choice, value) that asks, and the columns with their initial values
-OPTIONAL_SHARED = ((("rtt_clock", "ns-3.37"), {"echo_enq": -1}),)  # int32 enqueue tick of the last packet ACKed
-# in order (ns-3.37's timestamp echo: the first segment a delayed ACK covers may be an earlier tick's), -1 none
+OPTIONAL_SHARED = (
+    (("rtt_clock", "ns-3.37"), {"echo_enq": -1}),  # int32 enqueue tick of the last packet ACKed in order (ns-3.37's
+    # timestamp echo: the first segment a delayed ACK covers may be an earlier tick's), -1 none
+    (("sack_credit", "ns-3.37"), {"sack_bank": 0}),  # int32 segments delivered above the lowest hole, not yet passed
+    # by the cumulative ACK (`core._sack_bank`)
+)
 
 SHARED_FLOAT = ("size_bytes", "start_s", "cwnd", "ssthresh", "recover_fs", "srtt_s", "rttvar_s", "rto_s",
                 "delay_min_s", "pace_rate_pps", "pace_wait_s")
