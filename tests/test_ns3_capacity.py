@@ -53,6 +53,9 @@ def test_a_repeating_schedule_repeats_and_a_new_schedule_is_not_read_from_the_ca
     b = harness.run_ns3(ns3_binary, [_cell(HALVES)], [1], 1, tmp_path, show_progress=False)["cap"]
     assert b["cached_runs"] == 0 and b["seeds"][0]["capacity_mean_bps"] == pytest.approx(10e6 / 1.5)
     assert harness.run_ns3(ns3_binary, [_cell(HALVES)], [1], 1, tmp_path, show_progress=False)["cap"]["cached_runs"] == 1
+    # the runs' records (committed as caches by some grids) name the package's files relative to the repository
+    root = str(harness.repo_root())
+    assert all(root not in f.read_text() for f in tmp_path.glob("*.json"))
 
 
 def test_the_harness_passes_a_schedule_as_its_table_and_nothing_without_one(tmp_path):

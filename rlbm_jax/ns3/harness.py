@@ -600,6 +600,10 @@ def _run_one(binary: Path, c: Cell, seed: int, workdir: Path, extra: tuple, fres
             done = json.loads(out_json.read_text())["agent_intervals"]
             if decisions not in (done, done + 1):  # the last interval's end gets no decision
                 raise RuntimeError(f"{stem}: {decisions} agent decisions for {done} intervals")
+        root = str(repo_root()) + os.sep  # the run's record echoes its inputs' paths: keep them repo-relative
+        text = out_json.read_text()
+        if root in text:
+            out_json.write_text(text.replace(root, ""))
         key_file.write_text(key.hexdigest())
     rep = json.loads(out_json.read_text())
     flows = np.loadtxt(f"{stem}.flows.csv", delimiter=",", skiprows=1, ndmin=2).tolist() \
