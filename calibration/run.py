@@ -536,9 +536,11 @@ def ns3_cwnd_trace(binary: Path, c: Cell, seed: int, interval_s: float, workdir:
     return t - t[0] + interval_s, cwnd, ssthresh
 
 
-def cwnd_trace_plot(binary: Path, cells: list[Cell], out: Path, seed: int = 1, interval_s: float = 0.01):
+def cwnd_trace_plot(binary: Path, cells: list[Cell], out: Path, seed: int = 1, interval_s: float = 0.01,
+                    ns3_dir: Path | None = None):
     """cwnd of one long-lived flow, ours over ns-3's, per TRACE_CELLS cell present; writes
-    cwnd_trace.png and cwnd_trace.csv."""
+    cwnd_trace.png and cwnd_trace.csv (ns-3's trace run beside the grid's runs, `ns3_dir`,
+    default <out>/ns3_runs)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -550,7 +552,7 @@ def cwnd_trace_plot(binary: Path, cells: list[Cell], out: Path, seed: int = 1, i
     rows = []
     for ax, c in zip(axes[:, 0], chosen):
         for label, (t, w, _), col in (("rlbm_jax", our_cwnd_trace(c, seed, interval_s), "tab:blue"),
-                                      ("ns-3.37", ns3_cwnd_trace(binary, c, seed, interval_s, out / "ns3_runs"),
+                                      ("ns-3.37", ns3_cwnd_trace(binary, c, seed, interval_s, ns3_dir or out / "ns3_runs"),
                                        "tab:orange")):
             ax.plot(t, w, color=col, lw=0.9, label=label)
             rows += [(c.name, label, float(a), float(b)) for a, b in zip(t, w)]
@@ -961,7 +963,7 @@ def main(argv=None):
     if args.grid == "capacity":
         extra += capacity_acceptance(cells, rows)
     if any(c.name in TRACE_CELLS for c in cells):
-        cwnd_trace_plot(binary, cells, out)
+        cwnd_trace_plot(binary, cells, out, ns3_dir=ns3_dir)
         extra += ["cwnd of one long-lived flow, ours over ns-3's: `cwnd_trace.png` (data in `cwnd_trace.csv`).", ""]
     report(cells, rows, ours, ns3, seeds, args, Path(cfg["report"]), extra, stall)
     miss = [r for r in rows if r["within"] is False]

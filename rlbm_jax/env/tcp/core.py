@@ -373,7 +373,9 @@ def on_acks(fl, t, acked, acked_retx, n_dup, max_tx, rtt_s, params, tick_s, spur
         prr_delivered=prr_delivered, prr_out=prr_out, recover_fs=recover_fs, cwnd=cwnd,
         rto_deadline=rto_deadline, rec_partial=rec_partial, gbn_left=gbn_left, gbn_ahead=gbn_ahead,
         ecn_recover_tx=ecn_recover_tx, ece_pending=ece_pending, **own,
-        **({} if bank is None else {"sack_bank": bank}),
+        # (leaving RECOVERY or LOSS the cumulative ACK has passed the episode's holes and what
+        # was SACKed above them; a hole found later starts a new count)
+        **({} if bank is None else {"sack_bank": jnp.where(leave_rec | leave_loss | leave_cwr, 0, bank)}),
     )
 
 
