@@ -36,8 +36,11 @@ def test_the_registry_is_what_params_the_table_and_native_read():
         assert int(p.tcp_id) == i and tcp.by_name(v.name) is v
         assert bool(p.ecn) == v.ecn_always  # DCTCP turns ECN on by itself
         assert bool(p.needs_jax_tick) == (not v.native) == (f"tcp={v.name}" in model.missing("native", p))
-    # optional columns (BBR's) come last: a table without them is a prefix of the full one
-    opt = [n for v in tcp.VARIANTS if v.optional_columns for n in v.fields.names()]
+    # optional columns (BBR's, and the shared ones a model choice asks for: rtt_clock's echo,
+    # sack_credit's bank) come last: a table without them is a prefix of the full one
+    opt = ([n for v in tcp.VARIANTS if v.optional_columns for n in v.fields.names()]
+           + [n for _, cols in tcp.flows.OPTIONAL_SHARED for n in cols])
+    assert {"echo_enq", "sack_bank"} <= set(opt)
     assert opt and set(opt) == set(tcp.INT_FIELDS[len(tcp.BASE_INT_FIELDS):] + tcp.FLOAT_FIELDS[len(tcp.BASE_FLOAT_FIELDS):])
     assert tcp.INT_FIELDS[:len(tcp.BASE_INT_FIELDS)] == tcp.BASE_INT_FIELDS
     assert tcp.FLOAT_FIELDS[:len(tcp.BASE_FLOAT_FIELDS)] == tcp.BASE_FLOAT_FIELDS
