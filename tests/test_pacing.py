@@ -121,6 +121,8 @@ def test_the_timestamp_clock_reads_whole_milliseconds_and_keeps_rttvar_at_its_ji
     kw = dict(ONE, pacing="ns-3.37", max_pacing_rate_bps=3e6)
     ps = [make_params(**kw, rtt_clock=c) for c in ("exact", "ns-3.37")]
     assert not tcp.wide(ps[0]) and tcp.wide(ps[1])
+    # its columns sit before BBR's: the table grows by the two shared optional columns only
+    assert tcp.widths(ps[1]) == (len(tcp.BASE_INT_FIELDS) + 2, len(tcp.BASE_FLOAT_FIELDS))
     p = stack_params(ps)
     n = int(2.0 / float(ps[0].tick_s))
     col = lambda st, c: np.asarray(jax.vmap(lambda t: tcp.column(t, c))(st.flows))[:, 0]

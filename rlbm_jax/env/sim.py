@@ -134,7 +134,7 @@ def init(key, params: SimParams) -> SimState:
     return SimState(
         tick=jnp.zeros((), jnp.int32),
         seed=jax.random.bits(k_seed, (), jnp.uint32),
-        flows=tcp.pack(flows, wide=tcp.wide(params)),
+        flows=tcp.pack(flows, tcp.widths(params)),
         delivered=jnp.zeros((F,), jnp.int32),
         done_sink=jnp.zeros((F,), bool),
         queue=qm.init_queue(P, params.queue_capacity_pkts),
@@ -372,7 +372,7 @@ def _apply_acks(fl: tcp.FlowState, ack_rows, slots, clk: Clock, params: SimParam
     last_enq = jnp.max(jnp.where(oh_real, ack_rows[:, qm.ENQ][:, None], -1), axis=0)
     rtt_s = (t - last_enq).astype(jnp.float32) * tick_s
     echo = None
-    if tcp.timestamp_clock(params):  # some run asks for rtt_clock "ns-3.37" (static)
+    if tcp.chosen(params, "rtt_clock", "ns-3.37"):  # some run asks for it (static)
         ts_rtt_s, echo = _timestamp_rtt(fl, ack_rows[:, qm.ENQ], real, oh_real, last_enq, clk, params)
         rtt_s = jnp.where(params.rtt_clock_id == tcp.RTT_CLOCK_NS3, ts_rtt_s, rtt_s)
     ce_max_tx = jnp.max(jnp.where(oh & (nce > 0)[:, None], tx_last[:, None], -1), axis=0)
@@ -471,7 +471,7 @@ def _long_flow_syns(state: SimState, clk: Clock, params: SimParams) -> SimState:
     fl = tcp.start_flow(fl, now, sender=fl.sender, cls=fl.cls, size_pkts=fl.size_pkts, size_bytes=fl.size_bytes,
                         start_s=fl.start_s, data_tick=data_tick.astype(jnp.int32), handshake_rtt_s=hs_rtt_s,
                         params=params)
-    return state.replace(flows=tcp.pack(fl, wide=tcp.wide(params)))
+    return state.replace(flows=tcp.pack(fl, tcp.widths(params)))
 
 
 def timeout_phase(fl: tcp.FlowState, clk: Clock, params: SimParams):
@@ -901,12 +901,12 @@ def tick(state: SimState, params: SimParams) -> SimState:
 def tick_phases(state: SimState, params: SimParams) -> tuple[SimState, Phases]:
     """`tick`, also returning what each phase handed the next (under `jit`, what the caller
     does not use is not computed)."""
-    if tcp.wide(params) and state.flows.ints.shape[0] < len(tcp.INT_FIELDS):
-        raise ValueError("these params need the optional flow columns (tcp=bbr, rtt_clock=ns-3.37) but the "
+    if state.flows.ints.shape[0] < tcp.widths(params)[0]:
+        raise ValueError("these params need optional flow columns (tcp=bbr, rtt_clock or sack_credit ns-3.37) but the "
                          "state's flow table was made without them: make the state with these params (sim.init / "
                          "env.reset)")
     clk = clock(state, params)
-    if tcp.variant.chosen(params, "long_flow_syn", "queue"):  # some run asks for it (static)
+    if tcp.chosen(params, "long_flow_syn", "queue"):  # some run asks for it (static)
         state = _long_flow_syns(state, clk, params)
     sink = deliver_phase(state, clk, params)
     ev = ack_phase(state, clk, params)

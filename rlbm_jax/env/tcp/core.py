@@ -38,12 +38,6 @@ GO_BACK_N, SACK_ONLY = 0, 1  # params.rto_recovery_id (params.RTO_RECOVERY_NAMES
 RTT_CUMULATIVE, RTT_EVERY_ACK = 0, 1  # params.rtt_samples_id (params.RTT_SAMPLES_NAMES)
 SACK_CREDIT_NS3 = 1  # params.sack_credit_id of "ns-3.37" (a hole-filling ACK after a timeout credits the SACKed)
 RTT_CLOCK_NS3 = 1  # params.rtt_clock_id of "ns-3.37" (a 1 ms timestamp clock, the echo of a delayed ACK's first segment)
-
-
-def timestamp_clock(params) -> bool:
-    """Whether some run of the batch takes its RTT samples as ns-3.37's timestamp option does
-    (`rtt_clock` "ns-3.37"; a static Python bool from the choices' record)."""
-    return chosen(params, "rtt_clock", "ns-3.37")
 REARM_CUMULATIVE = 0  # params.rto_rearm_id of "cumulative" (params.RTO_REARM_NAMES)
 PRR_NS3 = 1  # params.prr_id of "ns-3.37" (params.PRR_NAMES)
 ECN_CWR_NS3 = 1  # params.ecn_cwr_id of "ns-3.37" (params.ECN_CWR_NAMES)

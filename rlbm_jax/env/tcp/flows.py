@@ -127,12 +127,20 @@ BASE_FLOAT_FIELDS = tuple(n for n in FLOAT_FIELDS if n not in OPTIONAL_FIELDS)
 _COL = {n: i for i, n in enumerate(INT_FIELDS)} | {n: i for i, n in enumerate(FLOAT_FIELDS)}
 
 
+def widths(params) -> tuple[int, int]:
+    """How many int and float columns runs of these params store (static, from the choices'
+    record): every column where some flow group uses a variant with `optional_columns`; else
+    the base ones and, where some run asks for a choice in `OPTIONAL_SHARED`, the shared
+    optional ones after them; else the base ones.  Each is a prefix of the full table."""
+    if any(v.optional_columns and used(params, v) for v in VARIANTS):
+        return len(INT_FIELDS), len(FLOAT_FIELDS)
+    shared = any(chosen(params, *choice) for choice, _ in OPTIONAL_SHARED)
+    return len(BASE_INT_FIELDS) + (len(_OPT_SHARED_INTS) if shared else 0), len(BASE_FLOAT_FIELDS)
+
+
 def wide(params) -> bool:
-    """Whether runs of these params store the optional columns (a static Python bool from the
-    choices' record: some flow group uses a variant with `optional_columns`, or the run asks
-    for a choice in `OPTIONAL_SHARED`)."""
-    return (any(v.optional_columns and used(params, v) for v in VARIANTS)
-            or any(chosen(params, *choice) for choice, _ in OPTIONAL_SHARED))
+    """Whether runs of these params store optional columns (`widths` beyond the base ones)."""
+    return widths(params) != (len(BASE_INT_FIELDS), len(BASE_FLOAT_FIELDS))
 
 FlowState = struct.dataclass(type("FlowState", (), {
     "__annotations__": dict.fromkeys(_INITIAL, jnp.ndarray),
@@ -163,11 +171,11 @@ class FlowTable:
                          floats=self.floats.at[:, idx].set(sub.floats[:nf], mode="drop"))
 
 
-def pack(fl, wide: bool = True) -> FlowTable:
-    """The table of `fl`: every column, or (`wide` false) all but the optional ones."""
-    ints_f, floats_f = (INT_FIELDS, FLOAT_FIELDS) if wide else (BASE_INT_FIELDS, BASE_FLOAT_FIELDS)
-    ints = jnp.stack([getattr(fl, n).astype(jnp.int32) for n in ints_f], axis=0)
-    floats = jnp.stack([getattr(fl, n).astype(jnp.float32) for n in floats_f], axis=0)
+def pack(fl, widths: tuple[int, int] | None = None) -> FlowTable:
+    """The table of `fl`: every column, or the first `widths` (ints, floats) of them (`widths(params)`)."""
+    ni, nf = widths or (len(INT_FIELDS), len(FLOAT_FIELDS))
+    ints = jnp.stack([getattr(fl, n).astype(jnp.int32) for n in INT_FIELDS[:ni]], axis=0)
+    floats = jnp.stack([getattr(fl, n).astype(jnp.float32) for n in FLOAT_FIELDS[:nf]], axis=0)
     return FlowTable(ints=ints, floats=floats)
 
 
