@@ -229,6 +229,9 @@ def test_after_a_spurious_timeout_in_recovery_the_hole_filling_ack_credits_the_s
     fl = _ack(_ack(fl, p, 10, acked=40, dup=40, max_tx=50), p, 11, acked=1, retx=1, max_tx=0)
     assert int(fl.state[0]) == tcp_mod.OPEN and int(fl.sack_bank[0]) == 0
     from rlbm_jax.env import model
+    from rlbm_jax.env.params import config_record
+    kw = dict(tcp="cubic", sack_credit="ns-3.37")
+    assert config_record(kw, long_flow_params(1, 1.0, **kw))["sack_credit"] == "ns-3.37"
     for backend in ("native", "fluid"):  # the reference tick's only: the others refuse it by name
         assert "sack_credit=ns-3.37" in model.missing(backend, long_flow_params(1, 1.0, sack_credit="ns-3.37"))
 
