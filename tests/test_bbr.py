@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rlbm_jax.env import model, sim, tcp
-from rlbm_jax.env.params import config_record, make_params
+from rlbm_jax.env.params import config_record, make_params, rederive
 from rlbm_jax.env.tcp import bbr
 from rlbm_jax.simulate import run_scenario
 
@@ -32,7 +32,7 @@ def test_one_bbr_flow_fills_a_100_mbit_link_with_a_queue_below_one_bdp():
     rep = run_scenario(p, seconds=8.0, seeds=[0], show_progress=False)
     assert rep["util_wire"] >= 0.95, rep["util_wire"]
     assert rep["queue_mean_pkts"] < bdp, (rep["queue_mean_pkts"], bdp)
-    cub = run_scenario(p.replace(tcp_id=jnp.asarray(tcp.CUBIC, jnp.int32)), seconds=8.0, seeds=[0],
+    cub = run_scenario(rederive(p.replace(tcp_id=jnp.asarray(tcp.CUBIC, jnp.int32))), seconds=8.0, seeds=[0],
                        show_progress=False)
     assert cub["queue_mean_pkts"] > 1.5 * bdp
 

@@ -69,3 +69,23 @@ def test_bench_env_ns3_fails_clearly_when_the_build_fails(monkeypatch, capsys):
     monkeypatch.setattr(harness, "build_ns3", broken)
     assert bench_env.main(["--num-envs", "1", "--ns3"]) == 1
     assert "--ns3: ns-3 scenario build failed: no compiler" in capsys.readouterr().err
+
+
+def test_bench_env_takes_a_cached_ns3_rate_and_the_aqm_cell(tmp_path, capsys):
+    """--ns3-rate stands for --ns3 (each row's ratio against the rate given, recorded as
+    given); the red-ecn cell is the AQM studies' one: 8 CUBIC flows with ECN through RED at
+    50 Mbit/s."""
+    out = tmp_path / "bench.json"
+    assert bench_env.main(["--scenario", "red-ecn", "--num-envs", "2", "--seconds", "0.02", "--ns3-rate", "4.0",
+                           "--json", str(out), "--backend", "jax"]) == 0
+    d = json.loads(out.read_text())
+    (cfg,) = d["config"]["config"]
+    assert (cfg["policy"], cfg["ecn"], cfg["tcp"], cfg["long_flows"], cfg["bottleneck_rate_bps"]) == \
+        ("red", True, "cubic", 8, 50e6)
+    assert d["config"]["ns3"] == {"cached_sim_seconds_per_wall_s": 4.0}
+    (row,) = d["results"]
+    assert row["x_ns3"] == pytest.approx(row["sim_seconds_per_wall_s"] / 4.0)
+    assert "given by --ns3-rate, not measured" in capsys.readouterr().out
+    for bad in (["--ns3-rate", "0"], ["--ns3-rate", "5", "--ns3"]):
+        assert bench_env.main(["--num-envs", "1", *bad]) == 2
+        assert "--ns3-rate takes a positive number" in capsys.readouterr().err

@@ -15,9 +15,10 @@ import pytest
 from rlbm_jax import scenarios
 from rlbm_jax import cli
 from rlbm_jax.cli import simulate as sim_cli, train as train_cli
-from rlbm_jax.env import backends, model, sim, traffic
+from rlbm_jax.env import backends, model, sim, tcp, traffic
 from rlbm_jax.env.backends import native
-from rlbm_jax.env.params import SimParams, choices_of, config_record, make_params, stack_params
+from rlbm_jax.env.params import (SimParams, choices_of, config_record, make_params, rederive, stack_params,
+                                 unrecorded_choices)
 from rlbm_jax.simulate import with_policy
 from tests.conftest import copy_package, other_value, run_in_copy
 
@@ -166,6 +167,19 @@ def test_every_claimed_choice_equals_the_reference():
             moved = [any(not np.array_equal(ri[x][k * len(rows) + j], ri[x][k * len(rows) + default_row[n]])
                          for x in ri) for k in range(len(CONTEXTS))]
             assert any(moved), f"{n}={v} changes nothing in any context: the comparison does not test it"
+
+@pytest.mark.quick
+def test_params_whose_leaves_outrun_their_record_are_refused():
+    """A choice leaf edited by hand to a value the record lacks would run without that
+    value's code (the tick compiles the TCP variants the record names): the tick refuses
+    it, naming the choice, until `rederive` records it."""
+    q = make_params(**scenarios.kw("lfq"))  # NewReno
+    r = q.replace(tcp_id=jnp.asarray(tcp.CUBIC, jnp.int32))
+    assert unrecorded_choices(r) == [("tcp", "cubic")]
+    with pytest.raises(ValueError, match="tcp='cubic'.*rederive"):
+        sim.run(sim.init(jax.random.PRNGKey(0), r), r, 1)
+    assert unrecorded_choices(rederive(r)) == [] and unrecorded_choices(q) == []
+    sim.run(sim.init(jax.random.PRNGKey(0), rederive(r)), rederive(r), 1)
 
 
 def test_the_native_kernel_refuses_an_undeclared_value_itself(monkeypatch):

@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax.env import backends, long_flow_params, metrics as mx, sim, stack_params, tcp as tcp_mod
+from rlbm_jax.env.params import rederive
 
 SECONDS, WARMUP = 30.0, 5.0
 
@@ -109,7 +110,7 @@ def test_newreno_congestion_avoidance_adds_whole_bytes_like_ns3():
     np.testing.assert_allclose(float(out.cwnd[0]) - 400.0, 2.0 / 1000.0, rtol=0.05)
     # CUBIC is unaffected by the NewReno rule: its increment comes from the cubic
     out_c = tcp_mod.on_acks(fl, jnp.int32(10), one, zero, zero, jnp.array([0]), jnp.array([0.02]),
-                            p.replace(tcp_id=jnp.int32(tcp_mod.CUBIC)), float(p.tick_s))
+                            rederive(p.replace(tcp_id=jnp.int32(tcp_mod.CUBIC))), float(p.tick_s))
     assert float(out_c.cwnd[0]) != float(out.cwnd[0])
 
 

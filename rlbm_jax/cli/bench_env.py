@@ -7,13 +7,17 @@ With --ns3, one ns-3.37 process of the same scenario (`rlbm_jax.ns3.harness.time
 rate, delays, buffer, TCP, load and flow sizes, flows fed from our schedule for seed 1,
 arrivals on for the whole run) is timed from process start to exit over --ns3-seconds
 simulated seconds before the batches, and every row gets `x_ns3`, its sim-s / wall-s
-over ns-3's: the ratio measured side by side on this machine.
+over ns-3's: the ratio measured side by side on this machine.  --ns3-rate gives that rate
+from an earlier --ns3 run instead (recorded as given, not measured).
+
+    python scripts/bench_env.py --scenario red-ecn --num-envs 512 --seconds 1 --ns3 --ns3-seconds 20
 
 Envs are spread over every local device (one host device per core unless
 RLBM_JAX_HOST_DEVICES says otherwise: `rlbm_jax.devices`).
 """
 from __future__ import annotations
 
+import math
 import os
 import platform
 import sys
@@ -35,13 +39,21 @@ PROG = "bench_env.py"
 # what each scenario is benchmarked on: the thesis cell as given, 16 long flows in a quarter BDP, the
 # web-search dumbbell at 1 Gbit/s
 BENCH = {"thesis": dict(), "long": dict(long_flows=16, buffer_bdp=0.25), "dumbbell": dict(rate_bps=1e9)}
+# cells benchmarked under a name of their own: (scenario, its arguments); red-ecn is the AQM studies'
+# long-flow cell (8 CUBIC flows with ECN through RED at 50 Mbit/s, a 1-BDP buffer)
+BENCH_CELLS = {"red-ecn": ("long", dict(long_flows=8, bottleneck_rate_bps=50e6, buffer_bdp=1.0, policy="red",
+                                        ecn=True, tcp="cubic"))}
 REPEATS = 2  # timed calls per batch size; the fastest is reported
 NS3_SEED = 1  # the seed of the ns-3 reference run
 FLUID_RATE_SPREAD = 0.01  # the fluid backend's envs: bottleneck rates within +-1 % (no two the same run)
 
 
 def scenario_kw(name: str, **overrides) -> dict:
-    """The make_params arguments of the benchmarked scenario `name` (`BENCH`) with overrides."""
+    """The make_params arguments of the benchmarked scenario `name` (`BENCH`, or a cell of
+    `BENCH_CELLS`) with overrides."""
+    if name in BENCH_CELLS:
+        base, kw = BENCH_CELLS[name]
+        return scenarios.kw(base, **{**kw, **overrides})
     return scenarios.kw(name, **BENCH.get(name, {}), **overrides)
 
 
@@ -112,7 +124,9 @@ def bench(params, num_envs: int, seconds: float, repeats: int = REPEATS):
 
 def build_parser():
     ap = parser(__doc__, PROG)
-    ap.add_argument("--scenario", default="thesis", choices=list(scenarios.SCENARIOS), help="scenario")
+    ap.add_argument("--scenario", default="thesis", choices=[*scenarios.SCENARIOS, *BENCH_CELLS],
+                    help="scenario, or a cell benchmarked under its own name (red-ecn: 8 long CUBIC flows with ECN "
+                    "through RED at 50 Mbit/s, a 1-BDP buffer)")
     ap.add_argument("--num-envs", type=int, nargs="+", default=[1, 64, 1024, 4096], help="batch sizes")
     ap.add_argument("--pkts-per-tick", type=int, nargs="+", default=[1], help="packets per tick (k)")
     ap.add_argument("--seconds", type=float, default=2.0, help="simulated seconds per timed call")
@@ -121,6 +135,9 @@ def build_parser():
                     "each row's ratio to it (x_ns3)")
     ap.add_argument("--ns3-seconds", type=float, default=20.0, help="simulated seconds of the ns-3 run (its speed follows its realised load: "
                     "a 20 s thesis run holds about 10 flows, so it varies with the seed; longer runs average it)")
+    ap.add_argument("--ns3-rate", type=float, default=None, metavar="SIM_S_PER_WALL_S",
+                    help="instead of --ns3: ns-3's sim-s / wall-s on this scenario from an earlier --ns3 run on "
+                    "this machine (the `ns3` record of its --json output), each row's ratio taken against it")
     add_model_args(ap)
     add_backend_arg(ap, whole_scenarios=True)
     return ap
@@ -132,6 +149,9 @@ def plan(a):
         raise ValueError(f"num_envs must be >= 1, got {a.num_envs}")
     if not a.seconds > 0 or (a.ns3 and not a.ns3_seconds > 0):
         raise ValueError("--seconds and --ns3-seconds must be positive")
+    if a.ns3_rate is not None and (a.ns3 or not (math.isfinite(a.ns3_rate) and a.ns3_rate > 0)):
+        raise ValueError(f"--ns3-rate takes a positive number of sim-s / wall-s and stands for --ns3 (not with "
+                         f"it), got {a.ns3_rate!r}")
     params, config = {}, []
     for k in a.pkts_per_tick:
         kw = scenario_kw(a.scenario, pkts_per_tick=k, **model_kw(a))
@@ -150,6 +170,8 @@ def plan(a):
         cell = ns3_cell(a.scenario, a.ns3_seconds, **model_kw(a))
         ns3_run = {"seconds": a.ns3_seconds, "seed": NS3_SEED, "cell": cell.name, "kind": cell.kind,
                    "config": config_record(cell.kw)}
+    elif a.ns3_rate is not None:
+        ns3_run = {"cached_sim_seconds_per_wall_s": a.ns3_rate}
     return {"scenario": a.scenario, "num_envs": list(a.num_envs), "pkts_per_tick": list(a.pkts_per_tick),
             "seconds": a.seconds,
             "ticks": [fluid.steps_for(a.seconds, fluid.configure(p, horizon_s=a.seconds)) if fluid_run else sim.ticks_for(a.seconds, p)
@@ -186,6 +208,10 @@ def main(argv=None):
         print(f"{a.scenario} ns-3.37, one process: {ref['ns3_sim_seconds']:g} sim-s in {ref['ns3_wall_s']:.2f} s "
               f"(Simulator::Run {ref['ns3_run_wall_s']:.2f} s, seed {ref['ns3_seed']}, bottleneck utilisation "
               f"{ref['ns3_util_wire']:.2f})  sim-s/wall-s {ref['ns3_sim_seconds_per_wall_s']:9.1f}", flush=True)
+    elif a.ns3_rate is not None:
+        ref = {"ns3_sim_seconds_per_wall_s": a.ns3_rate, "cached": True}
+        print(f"{a.scenario} ns-3.37, one process: sim-s/wall-s {a.ns3_rate:9.1f} (given by --ns3-rate, not "
+              "measured in this run)", flush=True)
     try:  # every batch size checked before the first compiles (the packet state's size)
         for k, p in (params.items() if backends.BACKENDS[backends.resolve(None, next(iter(params.values())))].ticks
                      else ()):

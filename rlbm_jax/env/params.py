@@ -15,6 +15,7 @@ import dataclasses
 import math
 from typing import Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
@@ -440,6 +441,30 @@ def choices_of(p: SimParams) -> tuple:
                                               else c.field)).reshape(-1)):
             recs.append((c.name, bool(v) if c.kind == "bool" else int(v) if c.keeps_value else c.values()[int(v)]))
     return model.merge_choices(recs)
+
+
+def unrecorded_choices(p: SimParams) -> list:
+    """[(name, value)] of the model choices that params' leaves hold and their record
+    (`model_choices`) lacks: a leaf edited by hand without `rederive`.  The tick compiles
+    only what the record names (each TCP variant's code and columns, the model choices'
+    optional columns), so such params would run another model than their leaves ask for.
+    Empty where the leaves are traced (nothing to read)."""
+    try:
+        found = choices_of(p)
+    except (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        return []
+    merged = model.merge_choices(p.model_choices, found)
+    return [c for c in merged if c not in model.merge_choices(p.model_choices)]
+
+
+def check_record(p: SimParams) -> None:
+    """Refuse (ValueError, naming each) params whose leaves hold a model choice their record
+    lacks (`unrecorded_choices`)."""
+    extra = unrecorded_choices(p)
+    if extra:
+        raise ValueError("the params' leaves hold model choices their record (model_choices) lacks: "
+                         + ", ".join(f"{n}={v!r}" for n, v in extra)
+                         + "; after editing a leaf by hand, call rlbm_jax.env.params.rederive(params)")
 
 
 def rederive(p: SimParams, *extra_choices) -> SimParams:

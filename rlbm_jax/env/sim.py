@@ -39,7 +39,7 @@ from flax import struct
 
 from rlbm_jax.env import capacity, metrics as mx, tcp, traffic
 from rlbm_jax.env.switch import buffer, disciplines, flowqueue, queue as qm, scheduler
-from rlbm_jax.env.params import SimParams
+from rlbm_jax.env.params import SimParams, check_record
 
 # Fields of a delay-line record: the queue's run record (FLOW, COUNT, NRETX, TX0, ENQ, NSPUR, NCE).
 WIRE_FIELDS = qm.RUN_FIELDS
@@ -928,7 +928,10 @@ def tick_phases(state: SimState, params: SimParams) -> tuple[SimState, Phases]:
 def run(state: SimState, params: SimParams, num_ticks: int, trace_fn=None):
     """Advance `num_ticks` ticks (static) of the JAX tick, the reference, in a `lax.scan`.
     With `trace_fn(state) -> pytree`, also return its value after every tick (stacked),
-    else None.  `rlbm_jax.env.backends.run` runs the same ticks on any backend."""
+    else None.  `rlbm_jax.env.backends.run` runs the same ticks on any backend.  Params
+    whose leaves are concrete are refused where they hold a model choice their record
+    lacks (`params.check_record`: the tick compiles only what the record names)."""
+    check_record(params)
 
     def body(s, _):
         s = tick(s, params)
