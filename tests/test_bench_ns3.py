@@ -89,3 +89,19 @@ def test_bench_env_takes_a_cached_ns3_rate_and_the_aqm_cell(tmp_path, capsys):
     for bad in (["--ns3-rate", "0"], ["--ns3-rate", "5", "--ns3"]):
         assert bench_env.main(["--num-envs", "1", *bad]) == 2
         assert "--ns3-rate takes a positive number" in capsys.readouterr().err
+
+
+def test_time_ns3_counts_long_flows_beside_the_schedule_and_lfq_runs_its_drop_tail_stand_in(ns3_binary):
+    """QueuePilot's cell starts long-lived flows beside the scheduled web-search ones (ns-3
+    counts both); LFQ's one flow through a fair queue of cap c is a drop-tail FIFO of floor(c)
+    in ns-3, which has no plain fair queue."""
+    kw = scenarios.kw("queuepilot")
+    r = harness.time_ns3(harness.bench_cell("queuepilot", kw, 1.5), seed=2, binary=ns3_binary)
+    assert kw["long_flows"] > 0 and 1.5 > kw.get("long_flow_start_s", 0.0) + kw["long_flow_start_spread_s"]
+    assert r["ns3_flows_started"] == r["ns3_flows_scheduled"] + kw["long_flows"]
+    cell = bench_env.ns3_cell("lfq", 1.0)
+    cap = scenarios.kw("lfq")["fq_flow_cap_pkts"]
+    assert cell.kind == "long" and cell.kw["policy"] == "droptail"
+    assert cell.kw["buffer_per_class_pkts"] == cell.kw["buffer_pkts"] == int(cap)
+    with pytest.raises(ValueError, match="no fair queue"):
+        bench_env.ns3_cell("lfq", 1.0, long_flows=2)

@@ -58,8 +58,18 @@ def scenario_kw(name: str, **overrides) -> dict:
 
 
 def ns3_cell(name: str, seconds: float, **model):
-    """The ns-3 cell of the benchmarked scenario `name`, timed over `seconds` (`ns3.bench_cell`)."""
-    return ns3.bench_cell(name, scenario_kw(name, **model), seconds)
+    """The ns-3 cell of the benchmarked scenario `name`, timed over `seconds` (`ns3.bench_cell`).
+    The scenario binary has no plain fair queue: a run of one flow through "fq" (LFQ's cell)
+    is a drop-tail FIFO of the flow's cap there, as LFQ's judging in ns-3 runs it
+    (`rlbm_jax.lfq.ns3.cell_kw`)."""
+    kw = scenario_kw(name, **model)
+    if kw.get("policy") == "fq":
+        if int(kw.get("long_flows", 0)) != 1 or float(kw.get("load", 0.0)) > 0:
+            raise ValueError("--ns3: the ns-3 scenario has no fair queue; it stands in a drop-tail FIFO of the cap "
+                             "for one long-lived flow alone, and this scenario has more")
+        size = int(math.floor(float(kw["fq_flow_cap_pkts"])))
+        kw = {**kw, "policy": "droptail", "buffer_per_class_pkts": size, "buffer_pkts": size}
+    return ns3.bench_cell(name, kw, seconds)
 
 
 def ns3_reference(name: str, seconds: float, seed: int = 1, **model) -> dict:

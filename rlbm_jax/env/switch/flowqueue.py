@@ -61,9 +61,9 @@ def enqueue(q: FlowQueues, slot, adm, nretx, tx0, tick, nspur, nce) -> FlowQueue
     ahead = jnp.sum(has[None, :] & (slot[None, :] == slot[:, None]) & (jnp.arange(e)[None, :] < jnp.arange(e)[:, None]),
                     axis=1, dtype=jnp.int32)
     pos = (q.head[s] + q.nruns[s] + ahead) % cap
-    flat = jnp.where(has, s * cap + pos, n * cap)  # out of range -> dropped by the scatter
+    row = jnp.where(has, s, n)  # out of range -> dropped by the scatter
     rec = jnp.stack([slot, adm, nretx, tx0, jnp.full_like(adm, tick), nspur, nce], axis=-1)
-    runs = q.runs.reshape(n * cap, RUN_FIELDS).at[flat].set(rec, mode="drop").reshape(n, cap, RUN_FIELDS)
+    runs = q.runs.at[row, pos].set(rec, mode="drop")  # (no flattened view: see queue.enqueue)
     dst = jnp.where(has, slot, n)
     return q.replace(runs=runs, nruns=q.nruns.at[dst].add(1, mode="drop"),
                      pkts=q.pkts.at[dst].add(adm, mode="drop"))

@@ -49,11 +49,13 @@ def enqueue(q: QueueState, flow, cls, adm, nretx, tx0, rank, tick, nspur=None, n
     F = adm.shape[0]
     has = adm > 0
     pos = (q.head[cls] + q.nruns[cls] + rank) % R
-    flat = jnp.where(has, cls * R + pos, P * R)  # out of range -> dropped by the scatter
+    row = jnp.where(has, cls, P)  # out of range -> dropped by the scatter
     nspur = jnp.zeros_like(adm) if nspur is None else nspur
     nce = jnp.zeros_like(adm) if nce is None else nce
     rec = jnp.stack([flow, adm, nretx, tx0, jnp.full((F,), tick, jnp.int32), nspur, nce], axis=-1)
-    runs = q.runs.reshape(P * R, RUN_FIELDS).at[flat].set(rec, mode="drop").reshape(P, R, RUN_FIELDS)
+    # (indexed [class, position], not through a flattened view: a reshape of the batched ring
+    # would make XLA copy it whole every tick where its layout is not the reshape's)
+    runs = q.runs.at[row, pos].set(rec, mode="drop")
     onehot = (cls[:, None] == jnp.arange(P)[None, :]) & has[:, None]
     new_runs = jnp.sum(onehot, axis=0, dtype=jnp.int32)
     new_pkts = jnp.sum(jnp.where(onehot, adm[:, None], 0), axis=0, dtype=jnp.int32)
