@@ -81,7 +81,7 @@ def test_bench_env_takes_a_cached_ns3_rate_and_the_aqm_cell(tmp_path, capsys, mo
         "env_ticks_per_s": 1.0, "wall_s": 1.0, "compile_s": 0.0, "devices": 1})
     out = tmp_path / "bench.json"
     assert bench_env.main(["--scenario", "red-ecn", "--num-envs", "2", "--seconds", "0.02", "--ns3-rate", "4.0",
-                           "--json", str(out), "--backend", "jax"]) == 0
+                           "--json", str(out)]) == 0
     d = json.loads(out.read_text())
     (cfg,) = d["config"]["config"]
     assert (cfg["policy"], cfg["ecn"], cfg["tcp"], cfg["long_flows"], cfg["bottleneck_rate_bps"]) == \

@@ -453,8 +453,8 @@ def unrecorded_choices(p: SimParams) -> list:
         found = choices_of(p)
     except (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
         return []
-    merged = model.merge_choices(p.model_choices, found)
-    return [c for c in merged if c not in model.merge_choices(p.model_choices)]
+    recorded = set(model.merge_choices(p.model_choices))
+    return [c for c in model.merge_choices(p.model_choices, found) if c not in recorded]
 
 
 def check_record(p: SimParams) -> None:

@@ -290,8 +290,10 @@ def time_ns3(c: Cell, seed: int = 1, seconds: float | None = None, binary: Path 
         raise RuntimeError(f"ns-3 reports {sim_s} simulated seconds for a run of {c.seconds}")
     # long-lived flows start beside the schedule's and are counted with them: all of them where
     # the run outlasts their start window, else some
-    long_flows = int(c.kw.get("long_flows", 0) or 0)
-    window_s = float(c.kw.get("long_flow_start_s", 0.0) or 0.0) + float(c.kw.get("long_flow_start_spread_s", 0.0) or 0.0)
+    long_flows = int(c.kw.get("long_flows") or 0)
+    starts = c.kw.get("long_flow_start_s") or 0.0  # (one value, or one per flow group)
+    window_s = max(map(float, starts if isinstance(starts, (list, tuple)) else [starts])) \
+        + float(c.kw.get("long_flow_start_spread_s") or 0.0)
     started = int(rep["flows_started"])
     if scheduled is not None and not (scheduled + (long_flows if c.seconds > window_s else 0) <= started
                                       <= scheduled + long_flows):

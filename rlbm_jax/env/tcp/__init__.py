@@ -4,8 +4,7 @@ detection, recovery, RTO, ECN response) and the congestion controls registered i
 for what a variant supplies and how a new one is added."""
 from rlbm_jax.env.tcp import pacing
 from rlbm_jax.env.tcp.core import (GO_BACK_N, RTT_CLOCK_NS3, RTT_CUMULATIVE, RTT_EVERY_ACK, SACK_ONLY, AckView,
-                                   ect_syns,
-                                   loss_ssthresh, on_acks, on_queue_drop, on_queue_drops, on_sent, on_timeouts,
+                                   ect_syns, loss_ssthresh, on_acks, on_queue_drop, on_queue_drops, on_sent, on_timeouts,
                                    start_flow, wanted)
 from rlbm_jax.env.tcp.flows import (BASE_FLOAT_FIELDS, BASE_INT_FIELDS, BIG_PKTS, BOOL_FIELDS, FLOAT_FIELDS,
                                     INT_FIELDS, FlowState, FlowTable, column, init_flows, pack, unpack, unsettled,
