@@ -35,13 +35,16 @@ from rlbm_jax.env import make_params
 from rlbm_jax.env.params import pad_params, stack_params
 
 
-def random_configs(n: int, seed: int, aqm: bool = False, **static):
+AQM_POLICIES = ("red", "ared", "pie", "codel", "fq-codel")
+
+
+def random_configs(n: int, seed: int, aqm: bool | tuple = False, **static):
     """n parameter sets with random dynamic values and identical static shapes, stacked
     along a leading axis (for vmap; static sizes padded to the largest, `stack_params`), plus
     the list of unbatched sets.  With `aqm`, every set runs an AQM (RED, ARED, PIE, CoDel or
-    FQ-CoDel with random settings, in turn), every other one with ECN (half of those with
-    ns-3.37's CWR entries, `ecn_cwr`), every third one with ns-3.37's PRR arithmetic, every
-    other one with its PRR reduction bound (`prr_ssrb`)."""
+    FQ-CoDel, or the policies `aqm` names, with random settings, in turn), every other one
+    with ECN (half of those with ns-3.37's CWR entries, `ecn_cwr`), every third one with
+    ns-3.37's PRR arithmetic, every other one with its PRR reduction bound (`prr_ssrb`)."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
@@ -49,13 +52,17 @@ def random_configs(n: int, seed: int, aqm: bool = False, **static):
         extra = {}
         if aqm:
             lo = float(rng.uniform(2, 20))
-            extra = dict(policy=["red", "ared", "pie", "codel", "fq-codel"][i % 5], ecn=bool(i % 2),
+            policies = AQM_POLICIES if aqm is True else tuple(aqm)
+            # (an odd number of policies meets ECN and ns-3.37's CWR entries in turn; an even one
+            # is taken a round at a time so that each policy meets each)
+            j = i if len(policies) % 2 else i // len(policies)
+            extra = dict(policy=policies[i % len(policies)], ecn=bool(j % 2),
                          red_min_th_pkts=lo, red_max_th_pkts=lo * float(rng.uniform(1.5, 4)),
                          red_max_p=float(rng.uniform(0.02, 0.5)), pie_target_s=float(rng.uniform(0.002, 0.02)),
                          codel_target_s=float(rng.uniform(0.001, 0.01)),
                          codel_interval_s=float(rng.uniform(0.02, 0.1)),
                          prr="ns-3.37" if i % 3 == 0 else "exact",  # (drawing nothing: the other draws stay)
-                         ecn_cwr="ns-3.37" if i % 4 == 1 else "open",
+                         ecn_cwr="ns-3.37" if j % 4 == 1 else "open",
                          prr_ssrb="ns-3.37" if i % 2 == 0 else "rfc6937")
         out.append(make_params(
             num_senders=static.get("num_senders", 4), num_classes=static.get("num_classes", 2),

@@ -129,9 +129,10 @@ COMMON = dict(num_senders=4, num_classes=2, num_flow_slots=12, queue_capacity_pk
 CONTEXTS = (dict(COMMON, load=1.1, long_flows=3, buffer_per_class_pkts=[60, 150]),
             dict(COMMON, cdf=SMALL_FLOWS, load=1.2, long_flows=2, buffer_per_class_pkts=[150, 60]))
 # values a backend may claim although no configuration it accepts can tell them apart
-VACUOUS = {("native", "ecn_cwr"): "only ECN senders read it, and native refuses ECN",
-           ("native", "red_gentle"): "only RED reads it, and native refuses RED",
-           ("native", "red_syn"): "only RED reads it, and native refuses RED"}
+# (each row changes one choice from its context, whose senders are not ECN and whose policy is no AQM)
+VACUOUS = {("native", "ecn_cwr"): "only ECN senders read it",
+           ("native", "red_gentle"): "only RED reads it",
+           ("native", "red_syn"): "only RED reads it"}
 
 
 def test_every_claimed_choice_equals_the_reference():
@@ -185,24 +186,25 @@ def test_params_whose_leaves_outrun_their_record_are_refused():
 def test_the_native_kernel_refuses_an_undeclared_value_itself(monkeypatch):
     """A choice leaf edited by hand past every Python check still stops in the kernel."""
     assert native.available(), "the native backend builds wherever the suite runs (a C++ compiler)"
-    p = make_params(**BASE).replace(prr_id=jnp.int32(1))  # the record still says prr=exact
-    with pytest.raises(ValueError, match="prr=ns-3.37"):
+    p = make_params(**BASE).replace(long_flow_syn_id=jnp.int32(1))  # the record still says base-rtt
+    with pytest.raises(ValueError, match="long_flow_syn=queue"):
         native.check_params(p)  # the concrete leaf is read back
     monkeypatch.setattr(native, "check_params", lambda params: None)
     state = sim.init(jax.random.PRNGKey(0), p)
-    with pytest.raises(Exception, match="model choice prr has a value the native tick does not implement"):
+    with pytest.raises(Exception, match="model choice long_flow_syn has a value the native tick does not implement"):
         jax.block_until_ready(native.run(state, p, 10))
 
 
 def test_derived_fields_follow_a_policy_switch():
     """`with_policy` re-derives the record of choices: baselines scored beside an agent that
-    runs ns-3.37's PRR keep it, and so are refused by the native tick."""
-    p = with_policy(make_params(prr="ns-3.37", prr_ssrb="ns-3.37", policy="rl"), "sb-naive")
+    runs ns-3.37's RTT clock keep it, and so are refused by the native tick."""
+    p = with_policy(make_params(rtt_clock="ns-3.37", prr="ns-3.37", policy="rl"), "sb-naive")
     assert p.needs_jax_tick and not native.supports(p)
-    assert {("prr", "ns-3.37"), ("prr_ssrb", "ns-3.37"), ("policy", "sb-naive")} <= set(p.model_choices)
+    assert {("rtt_clock", "ns-3.37"), ("prr", "ns-3.37"), ("policy", "sb-naive")} <= set(p.model_choices)
     assert ("policy", "rl") not in p.model_choices and choices_of(p) == p.model_choices
     assert with_policy(make_params(), "fq-codel").flow_queue_capacity_pkts == 201
-    assert backends.resolve("auto", with_policy(make_params(), "red")) == "jax"
+    assert backends.resolve("auto", with_policy(make_params(), "pie")) == "jax"
+    assert backends.resolve("auto", with_policy(make_params(), "red")) == "native"
 
 
 def _argv(q, v):

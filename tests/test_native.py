@@ -73,6 +73,51 @@ def test_native_tick_agrees_with_the_jax_tick(k, classes):
     assert int(jnp.sum(m.flows_completed)) > 100 and int(jnp.sum(m.flows_refused)) > 0
 
 
+# RED and ARED at enqueue (early drops, the forced region, the idle decay, ARED's max_p), ECN
+# (CE in the run records and through partial dequeues, the echo, CWR, ns-3.37's CWR entries)
+# and ns-3.37's PRR arithmetic, in one batch of two classes and one of one class, run by a
+# process that compiles as a user's does (XLA's fusion emitters, not the suite's loop emitters,
+# tests/conftest.py): XLA rounds RED's products and sums differently in the two modes (which
+# products it fuses into FMAs), and by the shape (one class or several), and the native tick
+# follows the default mode.
+RED_AS_USERS_COMPILE = r"""
+import jax, numpy as np
+from rlbm_jax.env import model
+from tests.conftest import random_configs
+from tests.test_native import TICKS, _assert_equivalent, _busy, _run_both
+red, ared = model.choice_index("policy", "red"), model.choice_index("policy", "ared")
+for seed, k, classes in ((41, 2, 2), (43, 1, 1)):
+    _, configs = random_configs(8, seed=seed, aqm=("red", "ared"), pkts_per_tick=k, num_classes=classes)
+    # thresholds a third of conftest's (2-20 packets): small shared buffers still reach them
+    configs = [p.replace(red_min_th_pkts=p.red_min_th_pkts / 3, red_max_th_pkts=p.red_max_th_pkts / 3) for p in configs]
+    stacked, configs = _busy(configs, np.random.default_rng(seed))
+    ref, nat = _run_both(stacked, jax.random.split(jax.random.PRNGKey(seed), len(configs)), TICKS)
+    _assert_equivalent(ref, nat)
+    marks, drops = np.asarray(ref.metrics.mark_total), np.asarray(ref.metrics.drop_total)
+    ecn, pol = np.asarray(stacked.ecn), np.asarray(stacked.policy_id)
+    assert set(pol.tolist()) == {red, ared} and ecn.any() and not ecn.all()
+    assert marks[~ecn].max() == 0 and drops.min() > 20, (marks, drops)
+    assert marks[ecn & (pol == red)].max() > 20 and marks[ecn & (pol == ared)].max() > 20, marks
+    # ARED moved its max_p; SYNs were lost
+    is_ared = pol == ared
+    assert np.any(np.asarray(ref.aqm.ared.red_max_p)[is_ared] != np.asarray(stacked.red_max_p)[is_ared, None])
+    assert int(np.sum(ref.metrics.syn_drops)) > 0
+    print("ok", classes, marks.tolist(), drops.tolist())
+"""
+
+
+def test_native_tick_agrees_on_red_ared_and_ecn_as_users_compile_it():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_cpu_use_fusion_emitters=true"}  # XLA's default, named
+    res = subprocess.run([sys.executable, "-c", RED_AS_USERS_COMPILE], cwd=Path(__file__).resolve().parents[1],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0 and res.stdout.count("ok") == 2, res.stdout + res.stderr[-3000:]
+
+
 @pytest.mark.parametrize("scenario,kw,seconds", [
     ("thesis", dict(policy="rl", load=0.95, buffer_per_class_pkts=15, tcp="cubic"), 10.0),
     ("thesis", dict(policy="static-bdp", alpha=[0.3, 0.2], load=0.9, arrival="thesis-code"), 5.0),

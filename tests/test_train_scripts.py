@@ -99,7 +99,7 @@ def test_train_records_the_tcp_model_and_resumes_an_older_run_on_its_own():
     _, env_cfg = train_cli.config_from_args(train_cli.parse(["--prr-ssrb", "ns-3.37"]))
     assert env_cfg["prr_ssrb"] == "ns-3.37" and train_cli.tcp_model(env_cfg)["prr_ssrb"] == "ns-3.37"
     sim_params = train_cli.make_env(env_cfg)[1].env.sim
-    assert int(sim_params.prr_ssrb_id) == 1 and sim_params.needs_jax_tick
+    assert int(sim_params.prr_ssrb_id) == 1 and ("prr_ssrb", "ns-3.37") in sim_params.model_choices
 
 
 def test_evaluate_writes_table_and_pairs_seeds(tmp_path):

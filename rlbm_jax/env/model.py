@@ -288,7 +288,7 @@ PARAMS: tuple[Param, ...] = (
     Param("hystart_delay_min_s", "tcp", "float", 0.004, "HyStart: least delay increase that counts (s)", **POS),
     Param("hystart_delay_max_s", "tcp", "float", 1.0, "HyStart: largest delay increase threshold (s)", **POS),
     Param("ecn", "tcp", "bool", False, "ECN-capable senders (RFC 3168); AQMs mark instead of drop "
-          "(always on with dctcp)", backends={"fluid": (False, True)}),
+          "(always on with dctcp)", backends={"native": (False, True), "fluid": (False, True)}),
     Param("dctcp_g", "tcp", "float", 0.0625, "DCTCP: weight of a window's marked fraction in alpha", **PROB),
     Param("pacing", "tcp", "choice", "off", "sender pacing: off (a sender sends whenever its window allows), or "
           "ns-3.37's TcpSocketState pacing (one segment per MSS / pacing rate; the rate max(cwnd, pipe) x "
@@ -316,10 +316,11 @@ PARAMS: tuple[Param, ...] = (
           "SACKed (go-back-n, ns-3.37) or only the losses (sack)", choices=("go-back-n", "sack"),
           backends={"native": ("go-back-n", "sack")}, ns3=""),
     Param("prr", "tcp-model", "choice", "exact", "PRR's send count in fast recovery and CWR: exact (RFC 6937), or "
-          "ns-3.37's 32-bit product, which wraps above ~65 kB windows", choices=("exact", "ns-3.37"), ns3=""),
+          "ns-3.37's 32-bit product, which wraps above ~65 kB windows", choices=("exact", "ns-3.37"),
+          backends={"native": ("exact", "ns-3.37")}, ns3=""),
     Param("prr_ssrb", "tcp-model", "choice", "rfc6937", "PRR at or below ssthresh: every ACK sends what it "
           "delivered plus a segment (rfc6937), or the segment only on an ACK of retransmitted data (ns-3.37)",
-          choices=("rfc6937", "ns-3.37"), ns3=""),
+          choices=("rfc6937", "ns-3.37"), backends={"native": ("rfc6937", "ns-3.37")}, ns3=""),
     Param("bbr_rate_sample", "tcp-model", "choice", "exact", "BBR's delivery-rate samples: over the exact "
           "interval, or ns-3.37's (its ackElapsed starts at the previous sample's start, one ACK gap early: fixed "
           "in ns-3.41), which biases samples low where ACKs are sparse", choices=("exact", "ns-3.37"), ns3=""),
@@ -339,7 +340,7 @@ PARAMS: tuple[Param, ...] = (
           "start on the cumulative advance; a spurious timeout in fast recovery then costs it almost no window)",
           choices=("off", "ns-3.37"), ns3=""),
     Param("ecn_cwr", "tcp-model", "choice", "open", "which states an echoed CE mark cuts the window from: OPEN "
-          "only (open, RFC 3168), or every state but CWR (ns-3.37)", choices=("open", "ns-3.37"), ns3=""),
+          "only (open, RFC 3168), or every state but CWR (ns-3.37)", choices=("open", "ns-3.37"), backends={"native": ("open", "ns-3.37")}, ns3=""),
     Param("rtt_samples", "tcp-model", "choice", "cumulative", "RTT samples from cumulative ACKs of data sent once "
           "(cumulative, ns-3.37) or every ACK (every-ack)", choices=("cumulative", "every-ack"),
           backends={"native": ("cumulative", "every-ack")}, ns3=""),
@@ -351,8 +352,8 @@ PARAMS: tuple[Param, ...] = (
     Param("red_syn", "tcp-model", "choice", "count", "RED/ARED: a SYN's early-drop chance: the count-based "
           "probability of its place in the drop process (count, ns-3.37: a SYN is one more packet of RedQueueDisc's "
           "count, so on average it drops as often as data, 2 p_b / 3 under the Wait rule), or the base probability "
-          "p_b (base, rlbm_jax before 0.5: SYNs lost 1.5 times as often); native and fluid run either, as neither "
-          "has a SYN that RED decides on (native refuses RED, the fluid model has no handshakes)",
+          "p_b (base, rlbm_jax before 0.5: SYNs lost 1.5 times as often); the fluid model runs either, as it has "
+          "no handshakes",
           choices=("count", "base"), backends={"native": ("count", "base"), "fluid": ("count", "base")}, ns3=""),
     # ---- AQM (ns-3.37's queue-disc names and defaults) ---------------------------------------
     Param("red_min_th_pkts", "aqm", "float", None, "RED/ARED: average queue where early drops start", **POS,

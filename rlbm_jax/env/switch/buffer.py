@@ -115,8 +115,8 @@ _REGISTRY: list[Policy] = [
     Policy("abm", _abm, (1.0, 1.0), native=True),
     Policy("rl", _rl, (1.0, 1.0), native=True, knobs=("class_alpha",)),
     Policy("static-bdp", _static_bdp, (1e6, 1e6), native=True),
-    Policy("red", _droptail, (1.0,), "red"),
-    Policy("ared", _droptail, (1.0,), "ared"),
+    Policy("red", _droptail, (1.0,), "red", native=True),
+    Policy("ared", _droptail, (1.0,), "ared", native=True),
     Policy("pie", _droptail, (1.0,), "pie"),
     Policy("codel", _droptail, (1.0,), "codel"),
     # the droptail limit with a marker whose probability the agent sets (knob `mark_prob`)

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax.env import model, tcp, traffic
+from rlbm_jax.env.switch.disciplines import red
 
 TARGET = "rlbm_native_run"
 # the sizes the kernel's fixed arrays hold (declared in `model` as this backend's bounds)
@@ -133,6 +134,13 @@ def param_leaves(params):
         ("class_threshold_bytes", f32(p.class_threshold_bytes)),
         ("cdf_size_bytes", f32(p.cdf_size_bytes)),
         ("cdf_prob", f32(p.cdf_prob)),
+        # RED and ARED (switch/disciplines/red.py)
+        ("red_min_th_pkts", f32(p.red_min_th_pkts)),
+        ("red_max_th_pkts", f32(p.red_max_th_pkts)),
+        ("red_max_p", f32(p.red_max_p)),
+        ("red_weight", f32(p.red_weight)),
+        ("red_link_pkts_per_s", f32(p.bottleneck_rate_bps / p.data_pkt_bits)),
+        ("ared_bottom", f32(jnp.minimum(red.ARED_BOTTOM, p.data_pkt_bits * red.ARED_RTT_S / p.bottleneck_rate_bps))),
     ]
 
 

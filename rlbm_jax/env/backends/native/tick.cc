@@ -28,12 +28,12 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-constexpr int OPEN = 0, RECOVERY = 1, LOSS = 2;
+constexpr int OPEN = 0, RECOVERY = 1, LOSS = 2, CWR = 3;
 constexpr int CUBIC = TCP_cubic;  // (layout.h: the TCP registry)
 constexpr int GO_BACK_N = C_rto_recovery_go_back_n, RTT_CUMULATIVE = C_rtt_samples_cumulative;  // (layout.h)
 constexpr int REARM_CUMULATIVE = C_rto_rearm_cumulative;
+constexpr int ECN_CWR_NS3 = C_ecn_cwr_ns_3_37;
 // run record fields (queue.py)
-// NCE (CE-marked packets) stays 0: the native tick runs no AQM and no ECN (native.supports)
 constexpr int FLOW = 0, COUNT = 1, NRETX = 2, TX0 = 3, ENQ = 4, NSPUR = 5, NCE = 6, RUN_FIELDS = 7;
 constexpr int MAX_E = 64;   // event slots: k + 3
 constexpr int MAX_P = 16;   // classes
@@ -46,6 +46,20 @@ inline int32_t clip_i(int32_t x, int32_t lo, int32_t hi) { return std::min(std::
 inline float maxf(float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : (a > b ? a : b); }
 inline float minf(float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : (a < b ? a : b); }
 inline int32_t f2i(float x) { return static_cast<int32_t>(x); }
+// float -> uint32 as XLA converts (saturating; NaN -> 0)
+inline uint32_t f2i_sat_u(float x) {
+  if (!(x > 0.0f)) return 0u;
+  if (x >= 4294967295.0f) return std::numeric_limits<uint32_t>::max();
+  return static_cast<uint32_t>(x);
+}
+
+// float -> int32 as XLA converts (saturating; NaN -> 0)
+inline int32_t f2i_sat(float x) {
+  if (std::isnan(x)) return 0;
+  if (x >= 2147483647.0f) return std::numeric_limits<int32_t>::max();
+  if (x <= -2147483648.0f) return std::numeric_limits<int32_t>::min();
+  return static_cast<int32_t>(x);
+}
 // x / y where XLA sees an array divided by a broadcast scalar: x * (1 / y)
 inline float div_b(float x, float y) { return x * (1.0f / y); }
 // x * y + z where XLA fuses the product into the sum
@@ -169,7 +183,7 @@ CubicCnt cubic_cnt(const Env& e, float cwnd, float w_max, int32_t epoch_start, f
   return o;
 }
 
-struct AckIn { int32_t acked, acked_retx, n_dup, max_tx, spur; float rtt_s; };
+struct AckIn { int32_t acked, acked_retx, n_dup, max_tx, spur; float rtt_s; int32_t ce, ce_max_tx; };
 
 // tcp.on_acks for one event entry
 void on_acks(const Env& e, Row& r, int32_t t, const AckIn& a) {
@@ -217,27 +231,41 @@ void on_acks(const Env& e, Row& r, int32_t t, const AckIn& a) {
   int32_t n_acks = two ? n_dup + pairs + (flush ? 1 : 0) : acked;
   int32_t da_parity = (two && !flush) ? parity : 0;
 
-  bool detect = has && RI(o, undet) > 0 && max_tx >= RI(o, undet_tx) + e.Pi(PL_dupthresh) && RI(o, state) == OPEN;
+  // (in CWR the holes SACKs reveal are resent within PRR's window, with no second cut)
+  const int32_t state_o = RI(o, state);
+  bool detect = has && RI(o, undet) > 0 && max_tx >= RI(o, undet_tx) + e.Pi(PL_dupthresh) &&
+                (state_o == OPEN || state_o == CWR);
   int32_t lost_q = RI(o, lost_q) + (detect ? RI(o, undet) : 0);
   outstanding = outstanding - (detect ? RI(o, undet) : 0);
   int32_t undet = detect ? 0 : RI(o, undet);
 
-  bool enter = detect && RI(o, state) == OPEN;
+  // ECN (core.on_acks): an echoed CE mark on a packet sent since the last cut enters CWR
+  const bool ecn = e.Pi(PL_ecn) != 0;
+  const bool ns3_cwr = e.Pi(PL_ecn_cwr_id) == ECN_CWR_NS3;
+  bool echo = ecn && has && a.ce > 0 && a.ce_max_tx >= RI(o, ecn_recover_tx);
+  bool holes = (RI(o, lost_q) + RI(o, retx_out) + RI(o, retx_dropped)) > 0;
+  bool moves = has && ((state_o == LOSS && holes) ? acked_retx > 0 : n_dup < acked);
+  bool echo_ns3 = (RI(o, ece_pending) != 0 || echo) && ns3_cwr;
+  bool cwr_ns3 = echo_ns3 && moves && state_o != CWR;
+  bool enter = detect && state_o == OPEN && !cwr_ns3;
+  bool enter_cwr = ns3_cwr ? cwr_ns3 : (echo && n_dup < acked && state_o == OPEN && !enter);
+  bool ece_pending = echo_ns3 && !enter_cwr;
+  bool cut = enter || enter_cwr;
   float ss_new, wmax_new;
   loss_ssthresh(e, RF(o, cwnd), RF(o, w_max), static_cast<float>(outstanding), &ss_new, &wmax_new);
-  float ssthresh = enter ? ss_new : RF(o, ssthresh);
-  float w_max = (enter && is_cubic) ? wmax_new : RF(o, w_max);
-  int32_t epoch_start = enter ? -1 : RI(o, epoch_start);
-  int32_t state = enter ? RECOVERY : RI(o, state);
-  int32_t prr_delivered = enter ? 0 : RI(o, prr_delivered);
-  int32_t prr_out = enter ? 0 : RI(o, prr_out);
-  float recover_fs = enter ? static_cast<float>(outstanding + lost_q) : RF(o, recover_fs);
+  float ssthresh = cut ? ss_new : RF(o, ssthresh);
+  float w_max = (cut && is_cubic) ? wmax_new : RF(o, w_max);
+  int32_t epoch_start = cut ? -1 : RI(o, epoch_start);
+  int32_t state = enter ? RECOVERY : (enter_cwr ? CWR : state_o);
+  int32_t prr_delivered = cut ? 0 : RI(o, prr_delivered);
+  int32_t prr_out = cut ? 0 : RI(o, prr_out);
+  float recover_fs = cut ? static_cast<float>(outstanding + lost_q) : RF(o, recover_fs);
+  int32_t ecn_recover_tx = ((ns3_cwr ? enter_cwr : cut) && ecn) ? RI(o, tx_next) : RI(o, ecn_recover_tx);
 
   // window growth in OPEN and LOSS
   bool grow = has && (state == OPEN || state == LOSS) && !enter;
   int32_t growth = (is_cubic ? acked : n_acks) - (state == OPEN ? n_dup : 0);
   growth = std::max(growth, 0);
-  bool holes = (RI(o, lost_q) + RI(o, retx_out) + RI(o, retx_dropped)) > 0;
   growth = (state == LOSS && holes) ? std::min(growth, acked_retx) : growth;
   float growth_acks = static_cast<float>(growth);
   float cwnd = RF(o, cwnd);
@@ -293,21 +321,35 @@ void on_acks(const Env& e, Row& r, int32_t t, const AckIn& a) {
   bool hs_found = RI(o, hs_found) != 0 || found;
 
   // PRR in RECOVERY
-  bool in_rec = has && state == RECOVERY;
+  bool in_rec = has && (state == RECOVERY || state == CWR);
   prr_delivered = prr_delivered + (in_rec ? acked : 0);
   float pipe = static_cast<float>(outstanding);
   float prop = std::ceil(static_cast<float>(prr_delivered) * ssthresh / maxf(recover_fs, 1.0f)) -
                static_cast<float>(prr_out);
-  float ssrb = minf(ssthresh - pipe, static_cast<float>(std::max(prr_delivered - prr_out, acked)) + 1.0f);
+  if (e.Pi(PL_prr_id) == C_prr_ns_3_37) {  // ns-3.37 multiplies delivered bytes by ssthresh bytes in 32 unsigned bits
+    const float mss = e.Pf(PL_mss_bytes);
+    uint32_t wrapped = static_cast<uint32_t>(f2i_sat_u(std::floor(static_cast<float>(prr_delivered) * mss))) *
+                       static_cast<uint32_t>(f2i_sat_u(std::floor(ssthresh * mss)));
+    prop = std::floor(div_b(fma_x(-static_cast<float>(prr_out), mss,
+                                  std::ceil(static_cast<float>(wrapped) / maxf(recover_fs * mss, 1.0f))), mss));
+  }
+  // the slow-start reduction bound: RFC 6937 lets every ACK send what was delivered plus a segment;
+  // ns-3.37 adds the segment only on an ACK of retransmitted data in fast recovery
+  bool ssrb_grows = e.Pi(PL_prr_ssrb_id) != C_prr_ssrb_ns_3_37 || (acked_retx > 0 && state == RECOVERY);
+  float limit = static_cast<float>(ssrb_grows ? std::max(prr_delivered - prr_out, acked) + 1 : acked);
+  float ssrb = minf(ssthresh - pipe, limit);
   float sndcnt = maxf(pipe > ssthresh ? prop : ssrb, 0.0f);
-  sndcnt = enter ? maxf(sndcnt, 1.0f) : sndcnt;
+  sndcnt = cut ? maxf(sndcnt, 1.0f) : sndcnt;  // the fast retransmission (CWR: a segment) goes out
   cwnd = in_rec ? pipe + sndcnt : cwnd;
 
   // leaving RECOVERY / LOSS
   bool leave_loss = has && state == LOSS && repaired && ghost == 0;
-  cwnd = leave_rec ? ssthresh : cwnd;
-  epoch_start = leave_rec ? -1 : epoch_start;
-  state = (leave_rec || leave_loss) ? OPEN : state;
+  // CWR ends with the ACK of a packet sent after the cut (ns-3.37: ack > m_recover)
+  bool leave_cwr = has && state == CWR && !enter_cwr && max_tx >= ecn_recover_tx;
+  bool recovered = leave_rec || leave_cwr;
+  cwnd = recovered ? ssthresh : cwnd;
+  epoch_start = recovered ? -1 : epoch_start;
+  state = (leave_rec || leave_loss || leave_cwr) ? OPEN : state;
   cwnd = exit_c ? cwnd_cubic : cwnd;
   cwnd_cnt = exit_c ? bank : cwnd_cnt;
   epoch_start = exit_c ? cc.epoch : epoch_start;
@@ -316,8 +358,7 @@ void on_acks(const Env& e, Row& r, int32_t t, const AckIn& a) {
 
   bool progress = has && n_dup < acked;
   // ns-3.37 restarts the timer on a cumulative advance only: after a timeout, ACKs above a hole
-  // still missing are SACKs (core.on_acks' `moves`)
-  bool moves = has && ((RI(o, state) == LOSS && holes) ? acked_retx > 0 : n_dup < acked);
+  // still missing are SACKs (`moves`, above)
   bool was_rec = RI(o, state) == RECOVERY;
   bool rearm = (e.Pi(PL_rto_rearm_id) == REARM_CUMULATIVE ? moves : progress) &&
                !(was_rec && RI(o, rec_partial) != 0 && !leave_rec);
@@ -334,6 +375,7 @@ void on_acks(const Env& e, Row& r, int32_t t, const AckIn& a) {
   RI(r, hs_last_ack) = hs_last_ack; RF(r, hs_curr_rtt_s) = hs_curr; RI(r, hs_samples) = hs_samples;
   RI(r, hs_found) = hs_found; RI(r, rto_deadline) = rto_deadline; RI(r, rec_partial) = rec_partial;
   RI(r, gbn_left) = gbn_left; RI(r, gbn_ahead) = gbn_ahead;
+  RI(r, ecn_recover_tx) = ecn_recover_tx; RI(r, ece_pending) = ece_pending;
 }
 
 // tcp.on_timeouts for one event entry; returns whether the timer fired
@@ -380,7 +422,9 @@ void thresholds(const Env& e, int32_t occ, float* thr) {
   const float* rl_alpha = e.Fl(L_rl_alpha);
   const int32_t free_i = B - occ;
   switch (e.Pi(PL_policy_id)) {
-    case C_policy_droptail:  // droptail
+    case C_policy_droptail:  // droptail (the AQMs' hard limit too)
+    case C_policy_red:
+    case C_policy_ared:
       for (int c = 0; c < P; ++c) thr[c] = static_cast<float>(e.Pi(PL_class_cap_pkts, c));
       break;
     case C_policy_sb_naive:
@@ -409,6 +453,130 @@ void thresholds(const Env& e, int32_t occ, float* thr) {
       break;
   }
   for (int c = 0; c < P; ++c) thr[c] = minf(maxf(thr[c], 0.0f), static_cast<float>(e.Pi(PL_class_cap_pkts, c)));
+}
+
+// ---- queueing disciplines (switch/disciplines): RED and ARED at enqueue ----------------
+// base.Hits of one class FIFO: hit i (i < count) falls on the packet at position
+// first + floor(i * spacing) of the class's arrival order
+struct Hits {
+  int32_t first = 0;
+  float spacing = 1.0f;
+  int32_t count = 0;
+  bool forced = false, may_mark = false;
+  float syn_p = 0.0f;
+};
+
+// base.hits_below: how many hits fall on positions < limit
+inline int32_t hits_below(int32_t limit, const Hits& h) {
+  float lim = static_cast<float>(limit - h.first);
+  int32_t n = f2i_sat(std::ceil(lim / maxf(h.spacing, 1e-6f)));
+  return lim > 0.0f ? clip_i(n, 0, h.count) : 0;
+}
+
+// the disciplines' ids the native tick runs (registry order: rlbm_jax/env/switch/disciplines)
+constexpr int AQM_NONE = 0, AQM_RED = 1, AQM_ARED = 2;
+
+inline int aqm_of(const Env& e) {
+  switch (e.Pi(PL_policy_id)) {
+    case C_policy_red: return AQM_RED;
+    case C_policy_ared: return AQM_ARED;
+    default: return AQM_NONE;
+  }
+}
+
+// one RED instance's state leaves (red.RedState; ARED keeps its own)
+struct RedLeaves { int avg, x, gap, max_p, idle_s, next_s; };
+constexpr RedLeaves RED_LEAVES{L_aqm_red_red_avg, L_aqm_red_hit_x, L_aqm_red_hit_gap, L_aqm_red_red_max_p,
+                               L_aqm_red_red_idle_s, L_aqm_red_ared_next_s};
+constexpr RedLeaves ARED_LEAVES{L_aqm_ared_red_avg, L_aqm_ared_hit_x, L_aqm_ared_hit_gap, L_aqm_ared_red_max_p,
+                                L_aqm_ared_red_idle_s, L_aqm_ared_ared_next_s};
+// red.py's ARED constants
+constexpr float ARED_INTERVAL_S = 0.5f, ARED_ALPHA = 0.01f, ARED_BETA = 0.9f, ARED_TOP = 0.5f;
+
+// red.red_pb: RED's base probability from the average
+inline float red_pb(const Env& e, float avg, float max_p) {
+  const float lo = e.Pf(PL_red_min_th_pkts), hi = e.Pf(PL_red_max_th_pkts), p0 = e.Pf(PL_red_max_p);
+  const bool one = e.d.P == 1;  // (XLA rounds these otherwise in one-class shapes: see red_enqueue)
+  float lin = one ? (max_p * (avg - lo)) / (hi - lo) : div_b(max_p * (avg - lo), hi - lo);
+  float gentle = one ? p0 + ((1.0f - p0) * (avg - hi)) / hi : fma_x((1.0f - p0) * (avg - hi), 1.0f / hi, p0);
+  float pb = avg < hi ? lin : (e.Pi(PL_red_gentle) != 0 ? gentle : 1.0f);
+  return minf(maxf(pb, 0.0f), 1.0f);
+}
+
+// red.Red.on_enqueue for class FIFO c: ns-3.37 RedQueueDisc::DoEnqueue's decisions on the
+// tick's arr packets at a queue of q packets (u: this class's uniform)
+Hits red_enqueue(const Env& e, const RedLeaves& L, bool adaptive, int c, int32_t arr, int32_t q, float u,
+                 float now_s) {
+  float& avg_s = e.Fl(L.avg)[c];
+  float& x_s = e.Fl(L.x)[c];
+  float& gap_s = e.Fl(L.gap)[c];
+  float& maxp_s = e.Fl(L.max_p)[c];
+  const float idle_s = e.Fl(L.idle_s)[c];
+  float& next_s = e.Fl(L.next_s)[c];
+  const float w = e.Pf(PL_red_weight), lo = e.Pf(PL_red_min_th_pkts), hi = e.Pf(PL_red_max_th_pkts);
+  const float keep = 1.0f - w;
+  bool idle = idle_s >= 0.0f && q == 0 && arr > 0;
+  // XLA fuses these products and sums differently in one-class shapes ([B, 1] arrays) than
+  // in several classes' ([B, P]): each form below is the one its compiled loop computes
+  const bool one = e.d.P == 1;
+  float since = one ? fma_x(static_cast<float>(*e.I(L_tick)), e.Pf(PL_tick_s), -idle_s) : now_s - idle_s;
+  float decay = idle ? maxf(since, 0.0f) * e.Pf(PL_red_link_pkts_per_s) : 0.0f;
+  float n = static_cast<float>(arr);
+  float old = avg_s * std::pow(keep, decay);
+  float pw = std::pow(keep, n);
+  float avg = one ? old * pw + (1.0f - pw) * static_cast<float>(q) : fma_x(1.0f - pw, static_cast<float>(q), old * pw);
+  avg = arr > 0 ? avg : avg_s;
+  // adaptive max_p
+  bool adapt = adaptive && arr > 0 && now_s > next_s;
+  float part = 0.4f * (hi - lo);
+  bool down = adapt && avg < lo + part && maxp_s > e.Pf(PL_ared_bottom);
+  bool up = adapt && !down && avg > hi - part && maxp_s < ARED_TOP;
+  float max_p = down ? maxp_s * ARED_BETA : (up ? maxp_s + minf(ARED_ALPHA, maxp_s / 4.0f) : maxp_s);
+  float next = (down || up) ? now_s + ARED_INTERVAL_S : next_s;
+  float top = e.Pi(PL_red_gentle) != 0 ? 2.0f * hi : hi;
+  bool active = avg >= lo && q > 1;
+  bool forced = active && avg >= top;
+  float pb = (active && !forced) ? red_pb(e, avg, max_p) : 0.0f;
+  // base.hits_from_progress
+  const float x = x_s, gap = gap_s, next_gap = 1.0f + u;
+  float total = fma_x(pb, n, x);
+  bool hit = total >= gap && pb > 0.0f && arr > 0;
+  float safe = maxf(pb, 1e-12f);
+  int32_t first = clip_i(f2i_sat(std::ceil((gap - x) / safe)) - 1, 0, std::max(arr - 1, 0));
+  const float left = static_cast<float>(std::max(arr - first - 1, 0));
+  float rest = left * pb;
+  int32_t more = std::min(f2i_sat(std::floor(rest / next_gap)), arr - first - 1);
+  Hits h;
+  h.count = hit ? 1 + more : 0;
+  float x_new = hit ? maxf(fma_x(left, pb, -(static_cast<float>(more) * next_gap)), 0.0f) : total;
+  h.spacing = maxf(next_gap / safe, 1.0f);
+  h.first = first;
+  float gap_new = hit ? next_gap : gap;
+  x_new = (!active || forced) ? 0.0f : x_new;  // ns-3 restarts its count
+  // step marking (weight 1 and max_p 1: the instantaneous queue against max_th, DCTCP's K)
+  bool step = w >= 1.0f && e.Pf(PL_red_max_p) >= 1.0f && arr > 0;
+  if (step) {
+    h.first = clip_i(f2i_sat(std::ceil(maxf(hi, 2.0f) - static_cast<float>(q))), 0, arr);
+    h.count = std::max(arr - h.first, 0);
+    h.spacing = 1.0f;
+  }
+  h.count = forced ? 0 : h.count;
+  h.forced = forced;
+  h.may_mark = true;
+  // red.syn_chance (red_syn "count": the SYN as one more packet of the drop process)
+  float lo_x = maxf(x, 1.0f);
+  float hazard = x + pb > 1.0f ? (x + pb - lo_x) / maxf(2.0f - lo_x, 1e-6f) : 0.0f;
+  float syn = e.Pi(PL_red_syn_id) == C_red_syn_count ? minf(maxf(hazard, 0.0f), 1.0f) : pb;
+  h.syn_p = forced ? 1.0f : syn;
+  avg_s = avg; x_s = x_new; gap_s = gap_new; maxp_s = max_p; next_s = next;
+  return h;
+}
+
+// red.Red.on_tick_end: the time a queue went empty (its average decays over the idle time)
+void red_tick_end(const Env& e, const RedLeaves& L, int c, int32_t served, int32_t q_after, float now_end_s) {
+  float& idle_s = e.Fl(L.idle_s)[c];
+  bool still_idle = idle_s >= 0.0f && served == 0;
+  idle_s = q_after == 0 ? (still_idle ? idle_s : now_end_s) : -1.0f;
 }
 
 // ---- metrics: the completion log and the interval record ------------------------------
@@ -493,7 +661,9 @@ struct Tick {
   float next_arrival = 0.0f;
   // sending
   int32_t n_retx[MAX_E], n_spur[MAX_E], n_new[MAX_E], send[MAX_E], adm[MAX_E], adm_retx[MAX_E], adm_spur[MAX_E];
-  int32_t arr_c[MAX_P], adm_c[MAX_P], drops_c[MAX_P];
+  int32_t arr_c[MAX_P], adm_c[MAX_P], drops_c[MAX_P], marks_c[MAX_P];
+  int aqm = AQM_NONE;
+  Hits hits[MAX_P];
   bool syn_lost = false;
   int32_t served[MAX_P];
   int32_t n_deq = 0;
@@ -505,6 +675,7 @@ struct Tick {
     now_s = static_cast<float>(t) * e.Pf(PL_tick_s);
     warm = now_s >= e.Pf(PL_warmup_s);
     seed = static_cast<uint32_t>(*e.I(L_seed));
+    aqm = aqm_of(e);
   }
 
   const int32_t* wire_row(int32_t tick_no) const {
@@ -638,7 +809,7 @@ struct Tick {
     }
     for (int k = 0; k < E; ++k) {
       if (empty[k]) continue;
-      AckIn a{0, 0, 0, -1, 0, 0.0f};
+      AckIn a{0, 0, 0, -1, 0, 0.0f, 0, -1};
       int32_t last_enq = -1;
       for (int i = 0; i < K; ++i) {
         const int32_t* r = ack_rows + i * RUN_FIELDS;
@@ -647,6 +818,8 @@ struct Tick {
         a.acked_retx += r[NRETX];
         a.n_dup += dup_e[i];
         a.spur += r[NSPUR];
+        a.ce += r[NCE];
+        if (r[NCE] > 0) a.ce_max_tx = std::max(a.ce_max_tx, tx_last[i]);
         if (real[i] > 0) {
           a.max_tx = std::max(a.max_tx, tx_last[i]);
           last_enq = std::max(last_enq, r[ENQ]);
@@ -769,19 +942,50 @@ struct Tick {
       int c = empty[k] ? -1 : RI(fl[k], cls);
       if (c >= 0 && c < P) arr_c[c] += send[k];
     }
+    // this tick's senders reach the switch in a random cyclic order
+    const float u_order = hash_uniform(seed ^ 0x5BD1E995u, static_cast<uint32_t>(t), 0);
+    const int offset = std::min(f2i(u_order * static_cast<float>(E)), E - 1);
+    // the discipline's decisions on the arrivals (sim._aqm_at_enqueue), placed at each flow's
+    // packets in its class's arrival order; with ECN every data packet is ECT and a hit marks it
+    int32_t offered[MAX_E], aqm_mark[MAX_E], off_c[MAX_P], cum_a[MAX_P], cum_r[MAX_P];
+    for (int c = 0; c < P; ++c) off_c[c] = 0;
+    for (int k = 0; k < E; ++k) { offered[k] = send[k]; aqm_mark[k] = 0; }
+    if (aqm != AQM_NONE) {
+      const RedLeaves& L = aqm == AQM_ARED ? ARED_LEAVES : RED_LEAVES;
+      for (int c = 0; c < P; ++c)
+        hits[c] = red_enqueue(e, L, aqm == AQM_ARED, c, arr_c[c], q_before[c],
+                              hash_uniform(seed ^ 0x3C6EF372u, static_cast<uint32_t>(t), c), now_s);
+      const bool ecn = e.Pi(PL_ecn) != 0;
+      for (int c = 0; c < P; ++c) cum_a[c] = 0;
+      for (int o = 0; o < E; ++o) {
+        int k = o + offset;
+        if (k >= E) k -= E;
+        int c = empty[k] ? -1 : RI(fl[k], cls);
+        if (c < 0 || c >= P) continue;
+        const Hits& h = hits[c];
+        int32_t before = cum_a[c];
+        cum_a[c] += send[k];
+        int32_t decided = hits_below(before + send[k], h) - hits_below(before, h);
+        int32_t marks = (ecn && h.may_mark) ? decided : 0;
+        int32_t drops = h.forced ? send[k] : decided - marks;
+        aqm_mark[k] = h.forced ? 0 : marks;
+        offered[k] = send[k] - drops;
+      }
+    }
+    for (int k = 0; k < E; ++k) {
+      int c = empty[k] ? -1 : RI(fl[k], cls);
+      if (c >= 0 && c < P) off_c[c] += offered[k];
+    }
+    // each class admits what the discipline let through up to its threshold, within the shared buffer
     const int32_t free_b = e.Pi(PL_buffer_pkts) - occ;
     int32_t before_c = 0;
     for (int c = 0; c < P; ++c) {
       int32_t room = std::max(f2i(std::floor(thr[c])) - q_before[c], 0);
-      int32_t want = std::min(arr_c[c], room);
+      int32_t want = std::min(off_c[c], room);
       adm_c[c] = clip_i(free_b - before_c, 0, want);
       before_c += want;
     }
-    // this tick's senders reach the switch in a random cyclic order
-    const float u_order = hash_uniform(seed ^ 0x5BD1E995u, static_cast<uint32_t>(t), 0);
-    const int offset = std::min(f2i(u_order * static_cast<float>(E)), E - 1);
-    int32_t cum_a[MAX_P], cum_r[MAX_P];
-    for (int c = 0; c < P; ++c) { cum_a[c] = 0; cum_r[c] = 0; }
+    for (int c = 0; c < P; ++c) { cum_a[c] = 0; cum_r[c] = 0; marks_c[c] = 0; }
     int32_t* qi = e.I(L_queue_runs);
     int32_t* head = e.I(L_queue_head);
     int32_t* nruns = e.I(L_queue_nruns);
@@ -795,10 +999,12 @@ struct Tick {
       bool in = c >= 0 && c < P;
       int32_t before = in ? cum_a[c] : 0;
       int32_t rank = in ? cum_r[c] : 0;
-      adm[k] = in ? clip_i(adm_c[c] - before, 0, send[k]) : 0;
-      if (in) { cum_a[c] += send[k]; cum_r[c] += adm[k] > 0; }
+      adm[k] = in ? clip_i(adm_c[c] - before, 0, offered[k]) : 0;
+      if (in) { cum_a[c] += offered[k]; cum_r[c] += adm[k] > 0; }
       adm_retx[k] = std::min(n_retx[k], adm[k]);
       adm_spur[k] = std::min(n_spur[k], adm[k] - adm_retx[k]);
+      const int32_t nce = std::min(aqm_mark[k], adm[k]);
+      if (in) marks_c[c] += nce;
       if (adm[k] > 0) {
         int32_t pos = fmod_i(head[c] + nruns[c] + rank, R);
         int32_t* rec = qi + (static_cast<int64_t>(c) * R + pos) * RUN_FIELDS;
@@ -808,7 +1014,7 @@ struct Tick {
         rec[TX0] = RI(fl[k], tx_next);
         rec[ENQ] = t;
         rec[NSPUR] = adm_spur[k];
-        rec[NCE] = 0;
+        rec[NCE] = nce;
         new_runs[c] += 1;
         new_pkts[c] += adm[k];
       }
@@ -833,7 +1039,7 @@ struct Tick {
       RI(r, undet) += drop_new;
       RI(r, next_new) += n_new[k];
       RI(r, tx_next) += sent;
-      if (RI(r, state) == RECOVERY) RI(r, prr_out) += sent;
+      if (RI(r, state) == RECOVERY || RI(r, state) == CWR) RI(r, prr_out) += sent;
       RI(r, gbn_left) -= n_spur[k];
       RI(r, gbn_ahead) += n_spur[k];
     }
@@ -846,6 +1052,8 @@ struct Tick {
       int32_t found = std::min(ahead, adm_c[c]);
       syn_lost = ahead > adm_c[c] || q_before[c] + found >= f2i(std::floor(thr[c])) ||
                  occ + found >= e.Pi(PL_buffer_pkts);
+      // an enqueue discipline drops it with its current chance (a SYN is not ECT: never marked)
+      syn_lost = syn_lost || hash_uniform(seed ^ 0x27D4EB2Fu, static_cast<uint32_t>(t), 1) < hits[c].syn_p;
       if (syn_lost)
         for (int k = 0; k < E; ++k)
           if (is_new[k]) RI(fl[k], data_tick) += e.Pi(PL_syn_wait_ticks);
@@ -910,16 +1118,17 @@ struct Tick {
         int32_t take = std::min(left, cnt);
         int32_t t_retx = std::min(rec[NRETX], take);
         int32_t t_spur = std::min(rec[NSPUR], take - t_retx);
+        int32_t t_ce = clip_i(take - (cnt - rec[NCE]), 0, rec[NCE]);  // the CE marks are a run's last packets
         if (n_out < K) {
           int32_t* o = out + n_out * RUN_FIELDS;
           o[FLOW] = rec[FLOW]; o[COUNT] = take; o[NRETX] = t_retx; o[TX0] = rec[TX0]; o[ENQ] = rec[ENQ];
-          o[NSPUR] = t_spur;
+          o[NSPUR] = t_spur; o[NCE] = t_ce;
           ++n_out;
         }
         if (take == cnt) {
           ++n_full;
         } else {
-          rec[COUNT] -= take; rec[NRETX] -= t_retx; rec[NSPUR] -= t_spur; rec[TX0] += take;
+          rec[COUNT] -= take; rec[NRETX] -= t_retx; rec[NSPUR] -= t_spur; rec[TX0] += take; rec[NCE] -= t_ce;
         }
         left -= take;
         taken += take;
@@ -928,6 +1137,11 @@ struct Tick {
       nruns[c] -= n_full;
       qp[c] -= taken;
       n_deq += served[c];
+    }
+    if (aqm != AQM_NONE) {  // the discipline sees the queues as the tick leaves them
+      const float now_end = P == 1 ? now_s + e.Pf(PL_tick_s)  // (as XLA rounds it in each shape)
+                                   : fma_x(static_cast<float>(t), e.Pf(PL_tick_s), e.Pf(PL_tick_s));
+      for (int c = 0; c < P; ++c) red_tick_end(e, aqm == AQM_ARED ? ARED_LEAVES : RED_LEAVES, c, served[c], qp[c], now_end);
     }
   }
 
@@ -958,6 +1172,9 @@ struct Tick {
     *e.I(L_metrics_retx_drop_warm) += w * s_rtx_drop;
     *e.I(L_metrics_tx_total) += s_send;
     *e.I(L_metrics_drop_total) += s_drop;
+    int32_t s_mark = 0;
+    for (int c = 0; c < P; ++c) s_mark += marks_c[c];
+    *e.I(L_metrics_mark_total) += s_mark;
     *e.I(L_metrics_deq_total) += n_deq;
     *e.I(L_metrics_sink_total) += n_sink;
     *e.I(L_metrics_deq_warm) += w * n_deq;
@@ -967,6 +1184,7 @@ struct Tick {
     for (int c = 0; c < P; ++c) {
       e.I(L_metrics_arrive_warm)[c] += w * arr_c[c];
       e.I(L_metrics_drop_warm)[c] += w * drops_c[c];
+      e.I(L_metrics_mark_warm)[c] += w * marks_c[c];
       e.Fl(L_metrics_queue_sum)[c] = fma_x(wf, static_cast<float>(qlen[c]), e.Fl(L_metrics_queue_sum)[c]);
       e.I(L_metrics_queue_hist)[c * (R + 1) + std::min(qlen[c], R)] += w;
     }
@@ -977,6 +1195,7 @@ struct Tick {
     for (int c = 0; c < P; ++c) {
       e.I(L_interval_arrivals_pkts)[c] += arr_c[c];
       e.I(L_interval_drops_pkts)[c] += drops_c[c];
+      e.I(L_interval_marks_pkts)[c] += marks_c[c];
       e.I(L_interval_dequeues_pkts)[c] += served[c];
       e.Fl(L_interval_queue_pkt_s)[c] = fma_x(static_cast<float>(qlen[c]), tick_s, e.Fl(L_interval_queue_pkt_s)[c]);
       e.I(L_interval_queue_min_pkts)[c] = std::min(e.I(L_interval_queue_min_pkts)[c], qlen[c]);
