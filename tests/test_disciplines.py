@@ -83,11 +83,12 @@ def _identifiers(tree):
 
 
 @pytest.mark.quick
-def test_the_tick_names_no_discipline_and_the_native_kernel_no_discipline_state():
+def test_the_tick_names_no_discipline_and_the_native_kernel_only_those_it_runs():
     """sim.py reaches the disciplines through the registry alone: no identifier, module or
     string of it has a discipline's name as a word (comments aside; the protocol's and the
-    metrics' field names are the tick's own); tick.cc carries their state as flat buffers
-    and names none of its leaves."""
+    metrics' field names are the tick's own); tick.cc names the state leaves only of the
+    disciplines whose policies the native backend claims (and the per-flow queues only
+    where one of them owns departure), and carries every other's as flat buffers."""
     words = {"fq", "fqcodel"}
     for d in disciplines.DISCIPLINES[1:]:
         words |= {d.key, *d.key.split("_")}
@@ -96,7 +97,11 @@ def test_the_tick_names_no_discipline_and_the_native_kernel_no_discipline_state(
                     and set(re.split(r"[^a-z0-9]+", w.lower())) & words})
     assert found == [], f"sim.py names disciplines: {found}"
     tick_cc = (ROOT / "rlbm_jax/env/backends/native/tick.cc").read_text()
-    assert not re.findall(r"\bL_(?:aqm|flowq|fq)_\w+", tick_cc)
+    runs = {buffer.discipline(p) for p in buffer.native_policies()}
+    keys = {d.key for d in runs if d.name != "none"}
+    named = set(re.findall(r"\bL_aqm_([a-z]+(?:_codel)?)_", tick_cc))
+    assert named and named <= keys, (named, keys)
+    assert not re.findall(r"\bL_flowq_\w+", tick_cc) or any(d.owns_departure for d in runs)
 
 
 @pytest.mark.quick

@@ -118,6 +118,46 @@ def test_native_tick_agrees_on_red_ared_and_ecn_as_users_compile_it():
     assert res.returncode == 0 and res.stdout.count("ok") == 2, res.stdout + res.stderr[-3000:]
 
 
+def test_native_tick_agrees_on_the_agents_buffer_size():
+    """`rl-size` (ABS's knob: drop-tail at a size the agent sets per interval) on ABS's Env 2
+    with web-search traffic beside the long flows: the size set before each stretch of ticks,
+    on both ticks, gives the JAX tick's integers, and the sizes are what decide the drops."""
+    p = scenarios.params("abs-env2", load=0.5)
+    n = 4
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *([p] * n))
+    keys = jax.random.split(jax.random.PRNGKey(11), n)
+    ref = nat = jax.vmap(sim.init)(keys, stacked)
+    step = {b: jax.jit(jax.vmap(lambda s, q, b=b: backends.run(s, q, 1500, backend=b)[0])) for b in ("jax", "native")}
+    rng = np.random.default_rng(11)
+    for _ in range(3):  # the agent's sizes for the next interval, one per env
+        size = jnp.asarray(rng.uniform(2.0, float(p.class_cap_pkts[0]) + 20.0, size=(n, 1)), jnp.float32)
+        ref = step["jax"](sim.apply_knobs(ref, {"buffer_size_pkts": size}), stacked)
+        nat = step["native"](sim.apply_knobs(nat, {"buffer_size_pkts": size}), stacked)
+        _assert_equivalent(ref, nat)
+    drops = np.asarray(ref.metrics.drop_total)
+    assert drops.min() > 0 and len(set(drops.tolist())) == n
+
+
+def test_native_tick_agrees_on_fq_and_the_agents_flow_caps():
+    """fq (LFQ's scheduler: deficit round robin over per-flow queues, the shared buffer's
+    overflow dropped from the fattest flow, a drop-tail cap per flow) with the caps an agent
+    sets before each stretch of ticks (knob `flow_cap_pkts`, one per flow slot), over two
+    classes and two packets per tick: the JAX tick's integers."""
+    _, configs = random_configs(8, seed=5, aqm=("fq",), pkts_per_tick=2, num_classes=2)
+    stacked, configs = _busy(configs, np.random.default_rng(5))
+    n = len(configs)
+    ref = nat = jax.vmap(sim.init)(jax.random.split(jax.random.PRNGKey(5), n), stacked)
+    step = {b: jax.jit(jax.vmap(lambda s, q, b=b: backends.run(s, q, 1500, backend=b)[0])) for b in ("jax", "native")}
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        cap = jnp.asarray(rng.uniform(0.5, 40.0, size=ref.aqm.fq.cap_pkts.shape), jnp.float32)
+        ref = step["jax"](sim.apply_knobs(ref, {"flow_cap_pkts": cap}), stacked)
+        nat = step["native"](sim.apply_knobs(nat, {"flow_cap_pkts": cap}), stacked)
+        _assert_equivalent(ref, nat)
+    m = ref.metrics
+    assert int(jnp.min(m.drop_total)) > 20 and int(jnp.sum(m.flows_completed)) > 200 and int(jnp.sum(m.rto_total)) > 50
+
+
 @pytest.mark.parametrize("scenario,kw,seconds", [
     ("thesis", dict(policy="rl", load=0.95, buffer_per_class_pkts=15, tcp="cubic"), 10.0),
     ("thesis", dict(policy="static-bdp", alpha=[0.3, 0.2], load=0.9, arrival="thesis-code"), 5.0),

@@ -124,9 +124,9 @@ _REGISTRY: list[Policy] = [
     Policy("fq-codel", _droptail, (1.0,), "fq-codel"),
     # the plain fair queue with a drop-tail cap per flow (fq_flow_cap_pkts; an agent's knob
     # flow_cap_pkts: LFQ)
-    Policy("fq", _droptail, (1.0,), "fq"),
+    Policy("fq", _droptail, (1.0,), "fq", native=True),
     # drop-tail at a size the agent sets (knob `buffer_size_pkts`; ABS)
-    Policy("rl-size", _rl_size, (1.0,), knobs=("buffer_size_pkts",)),
+    Policy("rl-size", _rl_size, (1.0,), native=True, knobs=("buffer_size_pkts",)),
 ]
 POLICY_NAMES: tuple = tuple(p.name for p in _REGISTRY)
 DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}

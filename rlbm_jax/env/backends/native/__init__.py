@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax.env import model, tcp, traffic
+from rlbm_jax.env.switch import flowqueue
 from rlbm_jax.env.switch.disciplines import red
 
 TARGET = "rlbm_native_run"
@@ -103,6 +104,7 @@ def param_leaves(params):
         ("drain_win_ticks", jnp.maximum(jnp.round(p.base_rtt_s / tick_s).astype(jnp.int32), 1)),
         ("train_gap_ticks", jnp.maximum(1, jnp.floor(p.hystart_ack_delta_s / tick_s)).astype(jnp.int32)),
         ("mss_i", p.mss_bytes.astype(jnp.int32)),
+        ("fq_quantum_bytes", i32(p.fq_quantum_bytes)),
         # every declared model choice's leaf not named above (the kernel refuses a value it lacks)
         *[(c.field, i32(getattr(p, c.field))) for c in model.CHOICES if c.field not in _READ_CHOICES],
         # float32
@@ -373,7 +375,8 @@ def run(state, params, num_ticks: int):
     pi, pf = _pack(p_leaves)
     dims = np.asarray([params.num_flow_slots, params.num_classes, params.num_senders, params.queue_capacity_pkts,
                        params.delay_line_ticks, params.pkts_per_tick, params.event_slots,
-                       params.completion_log_size, params.interval_log_size, params.cdf_size_bytes.shape[-1]],
+                       params.completion_log_size, params.interval_log_size, params.cdf_size_bytes.shape[-1],
+                       flowqueue.num_queues(params), max(params.flow_queue_capacity_pkts, 1)],
                       np.int64)
     call = jax.ffi.ffi_call(TARGET, (jax.ShapeDtypeStruct(si.shape, jnp.int32),
                                      jax.ShapeDtypeStruct(sf.shape, jnp.float32)),

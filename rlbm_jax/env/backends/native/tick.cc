@@ -38,6 +38,7 @@ constexpr int FLOW = 0, COUNT = 1, NRETX = 2, TX0 = 3, ENQ = 4, NSPUR = 5, NCE =
 constexpr int MAX_E = 64;   // event slots: k + 3
 constexpr int MAX_P = 16;   // classes
 constexpr int MAX_S = 1024; // senders
+constexpr int MAX_FLOWS = 1024;  // flow slots with per-flow queues (fq)
 constexpr float INF = std::numeric_limits<float>::infinity();
 
 inline int32_t fmod_i(int32_t a, int32_t b) { int32_t r = a % b; return r < 0 ? r + b : r; }
@@ -60,13 +61,17 @@ inline int32_t f2i_sat(float x) {
   if (x <= -2147483648.0f) return std::numeric_limits<int32_t>::min();
   return static_cast<int32_t>(x);
 }
+// an index as JAX's indexing takes it: a negative one counts from the end (fq's class counts
+// follow the flow slots' classes, and go below 0 where a slot's new flow is of another class than
+// the packets its queue still holds)
+inline int32_t wrap_index(int32_t i, int32_t n) { return i < 0 ? i + n : i; }
 // x / y where XLA sees an array divided by a broadcast scalar: x * (1 / y)
 inline float div_b(float x, float y) { return x * (1.0f / y); }
 // x * y + z where XLA fuses the product into the sum
 inline float fma_x(float x, float y, float z) { return std::fma(x, y, z); }
 
 struct Dims {
-  int F, P, S, R, L, K, E, LOG, M, NTAB;
+  int F, P, S, R, L, K, E, LOG, M, NTAB, Q, C;  // Q, C: per-flow queues and their ring (flowqueue.py)
 };
 
 struct Row {
@@ -425,6 +430,7 @@ void thresholds(const Env& e, int32_t occ, float* thr) {
     case C_policy_droptail:  // droptail (the AQMs' hard limit too)
     case C_policy_red:
     case C_policy_ared:
+    case C_policy_fq:
       for (int c = 0; c < P; ++c) thr[c] = static_cast<float>(e.Pi(PL_class_cap_pkts, c));
       break;
     case C_policy_sb_naive:
@@ -448,6 +454,11 @@ void thresholds(const Env& e, int32_t occ, float* thr) {
     case C_policy_rl:  // rl
       for (int c = 0; c < P; ++c) thr[c] = rl_alpha[c] * beta[c] * static_cast<float>(free_i);
       break;
+    case C_policy_rl_size: {  // rl-size: drop-tail at the agent's size per class, within [1, the class cap]
+      const float* size = e.Fl(L_rl_size_pkts);
+      for (int c = 0; c < P; ++c) thr[c] = minf(maxf(size[c], 1.0f), static_cast<float>(e.Pi(PL_class_cap_pkts, c)));
+      break;
+    }
     case C_policy_static_bdp:  // static-bdp
       for (int c = 0; c < P; ++c) thr[c] = minf(alpha[c] * e.Pf(PL_bdp_pkts), static_cast<float>(free_i));
       break;
@@ -474,12 +485,13 @@ inline int32_t hits_below(int32_t limit, const Hits& h) {
 }
 
 // the disciplines' ids the native tick runs (registry order: rlbm_jax/env/switch/disciplines)
-constexpr int AQM_NONE = 0, AQM_RED = 1, AQM_ARED = 2;
+constexpr int AQM_NONE = 0, AQM_RED = 1, AQM_ARED = 2, AQM_FQ = 7;
 
 inline int aqm_of(const Env& e) {
   switch (e.Pi(PL_policy_id)) {
     case C_policy_red: return AQM_RED;
     case C_policy_ared: return AQM_ARED;
+    case C_policy_fq: return AQM_FQ;
     default: return AQM_NONE;
   }
 }
@@ -579,6 +591,162 @@ void red_tick_end(const Env& e, const RedLeaves& L, int c, int32_t served, int32
   idle_s = q_after == 0 ? (still_idle ? idle_s : now_end_s) : -1.0f;
 }
 
+// ---- fq: the plain fair queue over the per-flow queues (disciplines/fq.py, fq_codel.py) ---
+constexpr int INACTIVE = 0, NEW_LIST = 1, OLD_LIST = 2;
+constexpr int DROP_BATCH_PKTS = 64;  // fq_codel.DROP_BATCH_PKTS
+constexpr int32_t I32_MAX = std::numeric_limits<int32_t>::max();
+
+// the switch's per-flow queues (flowqueue.FlowQueues) and fq's state, as pointers
+struct FlowQ {
+  const Env& e;
+  int Q, C;
+  int32_t* runs;  // [Q, C, RUN_FIELDS]
+  int32_t* head;
+  int32_t* nruns;
+  int32_t* pkts;
+  int32_t* lst;  // fq_codel.FqState
+  int32_t* pos;
+  int32_t* deficit;
+  float* cap;  // fq.FqCapState.cap_pkts
+  explicit FlowQ(const Env& env)
+      : e(env), Q(env.d.Q), C(env.d.C), runs(env.I(L_flowq_runs)), head(env.I(L_flowq_head)),
+        nruns(env.I(L_flowq_nruns)), pkts(env.I(L_flowq_pkts)), lst(env.I(L_aqm_fq_sched_lst)),
+        pos(env.I(L_aqm_fq_sched_pos)), deficit(env.I(L_aqm_fq_sched_deficit)), cap(env.Fl(L_aqm_fq_cap_pkts)) {}
+  int32_t* run(int q, int j) const { return runs + (static_cast<int64_t>(q) * C + j) * RUN_FIELDS; }
+};
+
+// flowqueue.Drops
+struct FlowDrops {
+  int32_t new_[MAX_FLOWS], retx[MAX_FLOWS], first_new_tx[MAX_FLOWS];
+  int32_t by_class[MAX_P];
+  int32_t retx_spur = 0;
+  void reset(int Q, int P) {
+    for (int q = 0; q < Q; ++q) { new_[q] = 0; retx[q] = 0; first_new_tx[q] = I32_MAX; }
+    for (int c = 0; c < P; ++c) by_class[c] = 0;
+    retx_spur = 0;
+  }
+};
+
+// fq.room: how many more packets each flow's queue admits
+inline int32_t fq_room(const FlowQ& fq, int q) {
+  const float hi = static_cast<float>(std::max(fq.C - 1, 1));
+  int32_t cap = f2i(std::floor(minf(maxf(fq.cap[q], 1.0f), hi)));
+  return std::max(cap - fq.pkts[q], 0);
+}
+
+// flowqueue.drop_head: up to n packets (at most DROP_BATCH_PKTS) from the head of queue q
+void fq_drop_head(FlowQ& fq, int q, int32_t n, int cls, FlowDrops& d) {
+  const int m = std::min(DROP_BATCH_PKTS, fq.C);
+  int32_t before = 0, n_full = 0, dropped = 0, t_new_sum = 0, t_retx_sum = 0, t_spur_sum = 0, first_new = I32_MAX;
+  for (int j = 0; j < m; ++j) {
+    int32_t* r = fq.run(q, fmod_i(fq.head[q] + j, fq.C));
+    int32_t count = j < fq.nruns[q] ? r[COUNT] : 0;
+    int32_t take = clip_i(n - before, 0, count);
+    before += count;
+    if (j < fq.nruns[q] && take == count && count > 0) ++n_full;
+    int32_t t_retx = std::min(r[NRETX], take);
+    int32_t t_spur = std::min(r[NSPUR], take - t_retx);
+    int32_t t_ce = clip_i(take - (count - r[NCE]), 0, r[NCE]);
+    int32_t t_new = take - t_retx - t_spur;
+    if (t_new > 0) first_new = std::min(first_new, r[TX0] + r[NRETX] + r[NSPUR]);
+    if (take > 0) { r[COUNT] -= take; r[NRETX] -= t_retx; r[NSPUR] -= t_spur; r[TX0] += take; r[NCE] -= t_ce; }
+    dropped += take; t_new_sum += t_new; t_retx_sum += t_retx; t_spur_sum += t_spur;
+  }
+  fq.head[q] = fmod_i(fq.head[q] + n_full, fq.C);
+  fq.nruns[q] -= n_full;
+  fq.pkts[q] -= dropped;
+  // flowqueue.add_drop
+  d.new_[q] += t_new_sum;
+  d.retx[q] += t_retx_sum;
+  d.first_new_tx[q] = std::min(d.first_new_tx[q], t_new_sum > 0 ? first_new : I32_MAX);
+  d.by_class[cls] += dropped;
+  d.retx_spur += t_retx_sum + t_spur_sum;
+}
+
+// fq_codel.overflow: the fattest queue drops at its head until the queues fit the limit
+void fq_overflow(FlowQ& fq, int32_t limit, int32_t size, const int32_t* flow_cls, FlowDrops& d) {
+  for (;;) {
+    int32_t total = 0;
+    for (int q = 0; q < fq.Q; ++q) total += fq.pkts[q];
+    if (total <= limit) return;
+    int g = 0;
+    for (int q = 1; q < fq.Q; ++q)
+      if (fq.pkts[q] > fq.pkts[g]) g = q;
+    int32_t half = (fq.pkts[g] * size) / 2;
+    int32_t batch = clip_i((half + size - 1) / size, 1, DROP_BATCH_PKTS);
+    fq_drop_head(fq, g, batch, flow_cls[g], d);
+  }
+}
+
+// fq_codel.select: one dequeue's walk of the new and old lists; returns the queue served (-1: none)
+int fq_select(FlowQ& fq, int32_t quantum) {
+  const int n = fq.Q;
+  int32_t* lst = fq.lst;
+  int32_t* pos = fq.pos;
+  int32_t* deficit = fq.deficit;
+  auto nonempty = [&](int q) { return fq.pkts[q] > 0; };
+  int32_t n_old = 0, n_new = 0, first = n;
+  for (int q = 0; q < n; ++q) {
+    n_old += lst[q] == OLD_LIST;
+    n_new += lst[q] == NEW_LIST;
+    if (lst[q] == NEW_LIST && deficit[q] > 0 && nonempty(q)) first = std::min(first, pos[q]);
+  }
+  const bool found_new = first < n;
+  int32_t m = found_new ? first : n_new;
+  for (int q = 0; q < n; ++q) {
+    if (lst[q] != NEW_LIST) continue;
+    if (pos[q] < m) {
+      if (deficit[q] <= 0) deficit[q] += quantum;
+      pos[q] = n_old + pos[q];
+      lst[q] = OLD_LIST;
+    } else {
+      pos[q] -= m;
+    }
+  }
+  int32_t at[MAX_FLOWS + 1];
+  bool remove[MAX_FLOWS], rotate[MAX_FLOWS], before[MAX_FLOWS];
+  for (int pass = 0; pass < 2; ++pass) {
+    n_old = 0;
+    first = n;
+    for (int q = 0; q < n; ++q) {
+      bool old = lst[q] == OLD_LIST;
+      n_old += old;
+      if (old && deficit[q] > 0 && nonempty(q)) first = std::min(first, pos[q]);
+    }
+    m = found_new ? 0 : (first < n ? first : n_old);
+    for (int i = 0; i <= n; ++i) at[i] = 0;
+    for (int q = 0; q < n; ++q) {
+      bool old = lst[q] == OLD_LIST;
+      before[q] = old && pos[q] < m;
+      remove[q] = before[q] && deficit[q] > 0;
+      rotate[q] = before[q] && deficit[q] <= 0;
+      if (remove[q]) at[std::min(std::max(pos[q], 0), n)] += 1;  // (_removed_before: positions < n)
+    }
+    // removed queues at smaller positions (an exclusive prefix sum over positions)
+    int32_t excl[MAX_FLOWS];
+    int32_t run_sum = 0;
+    for (int i = 0; i < n; ++i) { excl[i] = run_sum; run_sum += at[i]; }
+    for (int q = 0; q < n; ++q) {
+      bool old = lst[q] == OLD_LIST;
+      int32_t gone = excl[clip_i(pos[q], 0, n - 1)];
+      if (rotate[q]) {
+        pos[q] = n_old - m + pos[q] - gone;
+        deficit[q] += quantum;
+      } else if (old && !before[q]) {
+        pos[q] -= m;
+      }
+      if (remove[q]) lst[q] = INACTIVE;
+    }
+  }
+  for (int q = 0; q < n; ++q) {
+    bool front = pos[q] == 0;
+    bool cand = found_new ? (lst[q] == NEW_LIST && front)
+                          : (lst[q] == OLD_LIST && front && deficit[q] > 0 && nonempty(q));
+    if (cand) return q;
+  }
+  return -1;
+}
+
 // ---- metrics: the completion log and the interval record ------------------------------
 struct Completion { float size_b, cls, fct, slow, start_s; };
 
@@ -664,6 +832,8 @@ struct Tick {
   int32_t arr_c[MAX_P], adm_c[MAX_P], drops_c[MAX_P], marks_c[MAX_P];
   int aqm = AQM_NONE;
   Hits hits[MAX_P];
+  FlowDrops fq_drops;
+  int32_t dep_retx_drops = 0;  // retransmissions and spurious copies dropped from the queues (fq)
   bool syn_lost = false;
   int32_t served[MAX_P];
   int32_t n_deq = 0;
@@ -862,7 +1032,10 @@ struct Tick {
     for (int c = 0; c < P - 1; ++c) n_above += size_b > e.Pf(PL_class_threshold_bytes, c);
     new_cls = std::min(n_above, P - 1);
     if (start) {
-      float qdelay = static_cast<float>(q_before[new_cls]) * e.Pf(PL_data_pkt_bits) / e.Pf(PL_bottleneck_rate_bps);
+      // (fq: a new flow's SYN is its new queue's one packet, served first: `syn_skips_queue`)
+      float qdelay = aqm == AQM_FQ ? 0.0f
+                                   : static_cast<float>(q_before[new_cls]) * e.Pf(PL_data_pkt_bits) /
+                                         e.Pf(PL_bottleneck_rate_bps);
       float hs_rtt = e.Pf(PL_base_rtt_s) + qdelay;
       Row fresh;
       std::memset(&fresh, 0, sizeof(fresh));
@@ -947,10 +1120,10 @@ struct Tick {
     const int offset = std::min(f2i(u_order * static_cast<float>(E)), E - 1);
     // the discipline's decisions on the arrivals (sim._aqm_at_enqueue), placed at each flow's
     // packets in its class's arrival order; with ECN every data packet is ECT and a hit marks it
-    int32_t offered[MAX_E], aqm_mark[MAX_E], off_c[MAX_P], cum_a[MAX_P], cum_r[MAX_P];
+    int32_t offered[MAX_E], aqm_mark[MAX_E], off_c[MAX_P], cum_a[MAX_P];
     for (int c = 0; c < P; ++c) off_c[c] = 0;
     for (int k = 0; k < E; ++k) { offered[k] = send[k]; aqm_mark[k] = 0; }
-    if (aqm != AQM_NONE) {
+    if (aqm == AQM_RED || aqm == AQM_ARED) {
       const RedLeaves& L = aqm == AQM_ARED ? ARED_LEAVES : RED_LEAVES;
       for (int c = 0; c < P; ++c)
         hits[c] = red_enqueue(e, L, aqm == AQM_ARED, c, arr_c[c], q_before[c],
@@ -976,6 +1149,75 @@ struct Tick {
       int c = empty[k] ? -1 : RI(fl[k], cls);
       if (c >= 0 && c < P) off_c[c] += offered[k];
     }
+    if (aqm == AQM_FQ) {
+      admit_fq();
+    } else {
+      admit_fifo(offered, aqm_mark, off_c, offset);
+    }
+    book_sent();
+  }
+
+  // fq (sim._enqueue_arrivals with a discipline that owns departure): every packet is taken, each
+  // flow's queue admits up to its room (entries naming one slot in entry order) and the rest drop
+  // at the tail; the runs join their flows' queues, and an inactive queue the new list's tail
+  void admit_fq() {
+    const int E = d.E, P = d.P;
+    FlowQ fq(e);
+    int32_t room[MAX_E];
+    for (int k = 0; k < E; ++k) room[k] = (!empty[k] && idx[k] < fq.Q) ? fq_room(fq, idx[k]) : 0;
+    for (int c = 0; c < P; ++c) { adm_c[c] = 0; marks_c[c] = 0; }
+    for (int k = 0; k < E; ++k) {
+      int32_t ahead = 0;
+      for (int j = 0; j < k; ++j)
+        if (idx[j] == idx[k]) ahead += send[j];
+      adm[k] = clip_i(room[k] - ahead, 0, send[k]);
+      int c = empty[k] ? -1 : RI(fl[k], cls);
+      if (c >= 0 && c < P) adm_c[c] += adm[k];
+      adm_retx[k] = std::min(n_retx[k], adm[k]);
+      adm_spur[k] = std::min(n_spur[k], adm[k] - adm_retx[k]);
+    }
+    int32_t* qpk = e.I(L_queue_pkts);
+    for (int c = 0; c < P; ++c) qpk[c] += adm_c[c];  // the class counts hold their flows' totals
+    // fq_codel.activate: the order of this tick's senders, from the lists as the tick found them
+    const float u_order = hash_uniform(seed ^ 0x5BD1E995u, static_cast<uint32_t>(t), 0);
+    const int offset = std::min(f2i(u_order * static_cast<float>(E)), E - 1);
+    bool joins[MAX_E];
+    int32_t n_new = 0;
+    for (int q = 0; q < fq.Q; ++q) n_new += fq.lst[q] == NEW_LIST;
+    for (int k = 0; k < E; ++k) {
+      bool has = adm[k] > 0 && idx[k] < fq.Q;
+      bool dup = false;
+      for (int j = 0; j < k && has; ++j) dup = dup || (adm[j] > 0 && idx[j] == idx[k]);
+      joins[k] = has && !dup && fq.lst[idx[k]] == INACTIVE;
+    }
+    const int32_t quantum = e.Pi(PL_fq_quantum_bytes);
+    int32_t join_pos[MAX_E];
+    for (int k = 0; k < E; ++k) {
+      int32_t ahead = 0, ok = fmod_i(k - offset, E);
+      for (int j = 0; j < E; ++j) ahead += joins[j] && fmod_i(j - offset, E) < ok;
+      join_pos[k] = n_new + ahead;
+    }
+    for (int k = 0; k < E; ++k) {
+      if (!joins[k]) continue;
+      fq.lst[idx[k]] = NEW_LIST;
+      fq.pos[idx[k]] = join_pos[k];
+      fq.deficit[idx[k]] = quantum;
+    }
+    // flowqueue.enqueue, in entry order
+    for (int k = 0; k < E; ++k) {
+      if (!(adm[k] > 0 && idx[k] < fq.Q)) continue;
+      const int q = idx[k];
+      int32_t* rec = fq.run(q, fmod_i(fq.head[q] + fq.nruns[q], fq.C));
+      rec[FLOW] = idx[k]; rec[COUNT] = adm[k]; rec[NRETX] = adm_retx[k]; rec[TX0] = RI(fl[k], tx_next);
+      rec[ENQ] = t; rec[NSPUR] = adm_spur[k]; rec[NCE] = 0;
+      fq.nruns[q] += 1;
+      fq.pkts[q] += adm[k];
+    }
+  }
+
+  void admit_fifo(const int32_t* offered, const int32_t* aqm_mark, const int32_t* off_c, int offset) {
+    const int E = d.E, P = d.P, R = d.R, F = d.F;
+    int32_t cum_a[MAX_P], cum_r[MAX_P];
     // each class admits what the discipline let through up to its threshold, within the shared buffer
     const int32_t free_b = e.Pi(PL_buffer_pkts) - occ;
     int32_t before_c = 0;
@@ -1020,6 +1262,11 @@ struct Tick {
       }
     }
     for (int c = 0; c < P; ++c) { nruns[c] += new_runs[c]; qpk[c] += new_pkts[c]; }
+  }
+
+  // tcp.on_sent, the admission drops and the new flow's SYN; the rows go back to the table
+  void book_sent() {
+    const int E = d.E, P = d.P;
     const float tick_s = e.Pf(PL_tick_s);
     for (int k = 0; k < E; ++k) {  // tcp.on_sent
       if (empty[k]) continue;
@@ -1044,8 +1291,9 @@ struct Tick {
       RI(r, gbn_ahead) += n_spur[k];
     }
     for (int c = 0; c < P; ++c) drops_c[c] = arr_c[c] - adm_c[c];
-    // a new flow's SYN takes a random place among this tick's packets of its class
-    if (start) {
+    // a new flow's SYN takes a random place among this tick's packets of its class (fq takes
+    // every arrival: its SYN is never lost)
+    if (start && aqm != AQM_FQ) {
       float u_syn = hash_uniform(seed ^ 0x27D4EB2Fu, static_cast<uint32_t>(t), 0);
       int c = new_cls;
       int32_t ahead = std::min(f2i(u_syn * static_cast<float>(arr_c[c] + 1)), arr_c[c]);
@@ -1063,8 +1311,65 @@ struct Tick {
       if (!empty[k]) e.set_row(idx[k], fl[k]);
   }
 
+  // 7 (fq, sim._owned_depart). The shared buffer's overflow drops from the fattest flow, then the
+  // k dequeues of deficit round robin over the flows' queues; the senders book the drops
+  void depart_fq() {
+    const int P = d.P, K = d.K;
+    FlowQ fq(e);
+    int32_t flow_cls[MAX_FLOWS];
+    for (int q = 0; q < fq.Q; ++q) flow_cls[q] = e.tab_i(FI_cls, q);
+    FlowDrops& dr = fq_drops;
+    dr.reset(fq.Q, P);
+    const int32_t size = e.Pi(PL_mss_i) + 52;  // fq_codel.pkt_bytes: the IP packet
+    fq_overflow(fq, e.Pi(PL_buffer_pkts), size, flow_cls, dr);
+    int32_t* out = e.I(L_wire) + static_cast<int64_t>(fmod_i(t, d.L)) * K * RUN_FIELDS;
+    std::memset(out, 0, sizeof(int32_t) * K * RUN_FIELDS);
+    for (int c = 0; c < P; ++c) served[c] = 0;
+    const int32_t quantum = e.Pi(PL_fq_quantum_bytes);
+    for (int j = 0; j < K; ++j) {
+      int f = fq_select(fq, quantum);
+      if (f < 0) continue;
+      // flowqueue.pop: the head packet of queue f
+      const int32_t h = fq.head[f];
+      int32_t* run = fq.run(f, h);
+      const int32_t is_retx = run[NRETX] > 0, is_spur = !is_retx && run[NSPUR] > 0, is_ce = run[NCE] >= run[COUNT];
+      int32_t* o = out + j * RUN_FIELDS;
+      o[FLOW] = run[FLOW]; o[COUNT] = 1; o[NRETX] = is_retx; o[TX0] = run[TX0]; o[ENQ] = run[ENQ];
+      o[NSPUR] = is_spur; o[NCE] = is_ce;
+      const bool emptied = run[COUNT] <= 1;
+      run[COUNT] -= 1; run[NRETX] -= is_retx; run[TX0] += 1; run[NSPUR] -= is_spur; run[NCE] -= is_ce;
+      if (emptied) { fq.head[f] = fmod_i(h + 1, fq.C); fq.nruns[f] -= 1; }
+      fq.pkts[f] -= 1;
+      fq.deficit[f] -= size;
+      served[flow_cls[f]] += 1;
+    }
+    // tcp.on_queue_drops: the senders learn of the packets dropped from their queues
+    for (int q = 0; q < fq.Q && q < d.F; ++q) {
+      if (e.tab_i(FI_active, q) == 0) continue;
+      if (dr.new_[q] > 0) {
+        int32_t& undet_tx = e.tab_i(FI_undet_tx, q);
+        undet_tx = e.tab_i(FI_undet, q) > 0 ? std::min(undet_tx, dr.first_new_tx[q]) : dr.first_new_tx[q];
+        e.tab_i(FI_undet, q) += dr.new_[q];
+      }
+      e.tab_i(FI_retx_out, q) -= dr.retx[q];
+      e.tab_i(FI_retx_dropped, q) += dr.retx[q];
+    }
+    int32_t* qp = e.I(L_queue_pkts);
+    n_deq = 0;
+    for (int c = 0; c < P; ++c) {
+      qp[c] -= dr.by_class[c] + served[c];
+      drops_c[c] += dr.by_class[c];  // (with the admission's: the tick's drops)
+      n_deq += served[c];
+    }
+    dep_retx_drops = dr.retx_spur;
+  }
+
   // 7. the scheduler picks up to k packets; they leave the FIFOs for the delay line
   void depart() {
+    if (aqm == AQM_FQ) {
+      depart_fq();
+      return;
+    }
     const int P = d.P, K = d.K, R = d.R;
     int32_t* qp = e.I(L_queue_pkts);
     int32_t& rr_next = *e.I(L_rr_next);
@@ -1138,7 +1443,7 @@ struct Tick {
       qp[c] -= taken;
       n_deq += served[c];
     }
-    if (aqm != AQM_NONE) {  // the discipline sees the queues as the tick leaves them
+    if (aqm == AQM_RED || aqm == AQM_ARED) {  // the discipline sees the queues as the tick leaves them
       const float now_end = P == 1 ? now_s + e.Pf(PL_tick_s)  // (as XLA rounds it in each shape)
                                    : fma_x(static_cast<float>(t), e.Pf(PL_tick_s), e.Pf(PL_tick_s));
       for (int c = 0; c < P; ++c) red_tick_end(e, aqm == AQM_ARED ? ARED_LEAVES : RED_LEAVES, c, served[c], qp[c], now_end);
@@ -1169,7 +1474,7 @@ struct Tick {
     *e.I(L_metrics_spur_tx_total) += s_spur;
     *e.I(L_metrics_spur_sink_total) += n_spur_sink;
     *e.I(L_metrics_retx_arrive_warm) += w * s_rtx;
-    *e.I(L_metrics_retx_drop_warm) += w * s_rtx_drop;
+    *e.I(L_metrics_retx_drop_warm) += w * (s_rtx_drop + dep_retx_drops);
     *e.I(L_metrics_tx_total) += s_send;
     *e.I(L_metrics_drop_total) += s_drop;
     int32_t s_mark = 0;
@@ -1186,9 +1491,9 @@ struct Tick {
       e.I(L_metrics_drop_warm)[c] += w * drops_c[c];
       e.I(L_metrics_mark_warm)[c] += w * marks_c[c];
       e.Fl(L_metrics_queue_sum)[c] = fma_x(wf, static_cast<float>(qlen[c]), e.Fl(L_metrics_queue_sum)[c]);
-      e.I(L_metrics_queue_hist)[c * (R + 1) + std::min(qlen[c], R)] += w;
+      e.I(L_metrics_queue_hist)[c * (R + 1) + wrap_index(std::min(qlen[c], R), R + 1)] += w;
     }
-    e.I(L_metrics_occ_hist)[std::min(occ_after, P * R)] += w;
+    e.I(L_metrics_occ_hist)[wrap_index(std::min(occ_after, P * R), P * R + 1)] += w;
     *e.Fl(L_metrics_probe_rtt_sum_s) = fma_x(wf, probe, *e.Fl(L_metrics_probe_rtt_sum_s));
     *e.Fl(L_metrics_probe_rtt_max_s) = maxf(*e.Fl(L_metrics_probe_rtt_max_s), warm ? probe : 0.0f);
     const float tick_s = e.Pf(PL_tick_s);
@@ -1244,14 +1549,16 @@ ffi::Error RunImpl(ffi::Buffer<ffi::S32> si_in, ffi::Buffer<ffi::F32> sf_in, ffi
                    ffi::Buffer<ffi::F32> pf, ffi::ResultBuffer<ffi::S32> si_out, ffi::ResultBuffer<ffi::F32> sf_out,
                    int64_t n_ticks, int64_t threads, ffi::Span<const int64_t> dims,
                    ffi::Span<const int64_t> s_off, ffi::Span<const int64_t> p_off) {
-  if (dims.size() != 10) return ffi::Error::InvalidArgument("rlbm native: dims must have 10 entries");
+  if (dims.size() != 12) return ffi::Error::InvalidArgument("rlbm native: dims must have 12 entries");
   if (static_cast<int64_t>(s_off.size()) != L_COUNT || static_cast<int64_t>(p_off.size()) != PL_COUNT)
     return ffi::Error::InvalidArgument("rlbm native: layout does not match the compiled kernel; rebuild it");
   Dims d{static_cast<int>(dims[0]), static_cast<int>(dims[1]), static_cast<int>(dims[2]), static_cast<int>(dims[3]),
          static_cast<int>(dims[4]), static_cast<int>(dims[5]), static_cast<int>(dims[6]), static_cast<int>(dims[7]),
-         static_cast<int>(dims[8]), static_cast<int>(dims[9])};
-  if (d.E > MAX_E || d.P > MAX_P || d.S > MAX_S || d.E != d.K + 3)
-    return ffi::Error::InvalidArgument("rlbm native: pkts_per_tick <= 61, at most 16 classes and 1024 senders");
+         static_cast<int>(dims[8]), static_cast<int>(dims[9]), static_cast<int>(dims[10]),
+         static_cast<int>(dims[11])};
+  if (d.E > MAX_E || d.P > MAX_P || d.S > MAX_S || d.E != d.K + 3 || d.Q > MAX_FLOWS)
+    return ffi::Error::InvalidArgument("rlbm native: pkts_per_tick <= 61, at most 16 classes, 1024 senders and "
+                                       "1024 flow slots with per-flow queues");
   const int64_t ni = si_in.dimensions().back(), nf = sf_in.dimensions().back();
   const int64_t npi = pi.dimensions().back(), npf = pf.dimensions().back();
   const int64_t batch = ni ? static_cast<int64_t>(si_in.element_count()) / ni : 0;
