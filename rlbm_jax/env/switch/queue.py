@@ -84,9 +84,9 @@ def dequeue(q: QueueState, n_pkts, max_runs: int):
     taken_ce = jnp.clip(take - (count - rows[..., NCE]), 0, rows[..., NCE])
     rest = (rows.at[..., COUNT].add(-take).at[..., NRETX].add(-taken_retx).at[..., NSPUR].add(-taken_spur)
             .at[..., TX0].add(take).at[..., NCE].add(-taken_ce))
-    flat = jnp.where(partial, jnp.arange(P)[:, None] * R + idx, P * R)
-    runs = (q.runs.reshape(P * R, RUN_FIELDS).at[flat.reshape(-1)]
-            .set(rest.reshape(-1, RUN_FIELDS), mode="drop").reshape(P, R, RUN_FIELDS))
+    row = jnp.where(partial, jnp.arange(P)[:, None], P)  # out of range -> dropped by the scatter
+    # (indexed [class, position], not through a flattened view: see `enqueue`)
+    runs = q.runs.at[row, idx].set(rest, mode="drop")
     out = (rows.at[..., COUNT].set(take).at[..., NRETX].set(taken_retx).at[..., NSPUR].set(taken_spur)
            .at[..., NCE].set(taken_ce))
     dq = jnp.sum(take, axis=1, dtype=jnp.int32)
