@@ -38,8 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlbm_jax.env import model, tcp, traffic
-from rlbm_jax.env.switch import flowqueue
-from rlbm_jax.env.switch.disciplines import red
+from rlbm_jax.env.switch import buffer, disciplines, flowqueue
+from rlbm_jax.env.switch.disciplines import fq_codel, red
 
 TARGET = "rlbm_native_run"
 # the sizes the kernel's fixed arrays hold (declared in `model` as this backend's bounds)
@@ -105,6 +105,7 @@ def param_leaves(params):
         ("train_gap_ticks", jnp.maximum(1, jnp.floor(p.hystart_ack_delta_s / tick_s)).astype(jnp.int32)),
         ("mss_i", p.mss_bytes.astype(jnp.int32)),
         ("fq_quantum_bytes", i32(p.fq_quantum_bytes)),
+        ("fq_pkt_bytes", i32(fq_codel.pkt_bytes(p))),
         # every declared model choice's leaf not named above (the kernel refuses a value it lacks)
         *[(c.field, i32(getattr(p, c.field))) for c in model.CHOICES if c.field not in _READ_CHOICES],
         # float32
@@ -192,11 +193,19 @@ def layout_header() -> str:
             + enum("FI_", tcp.BASE_INT_FIELDS) + enum("FF_", tcp.BASE_FLOAT_FIELDS)  # (native runs no optional variant)
             + enum("TCP_", tcp.TCP_NAMES)  # the TCP registry's ids, and which of them tick.cc implements
             + "constexpr bool TCP_NATIVE[] = {" + ", ".join("true" if v.native else "false" for v in tcp.VARIANTS)
-            + "};\n" + choice_tables())
+            + "};\n" + choice_tables() + discipline_tables())
 
 
 def _c_name(value) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in str(value).lower())
+
+
+def discipline_tables() -> str:
+    """The discipline registry's ids for layout.h (`D_red`, `D_fq`) and each policy's discipline
+    (`POLICY_AQM[policy code]`, `buffer.Policy.aqm`), so the kernel keeps no copy of either."""
+    ids = "".join(f"  D_{d.key} = {i},\n" for i, d in enumerate(disciplines.DISCIPLINES))
+    of = [disciplines.index(buffer.discipline(name).name) for name in model.BY_NAME["policy"].values()]
+    return "enum {\n" + ids + "};\nconstexpr int POLICY_AQM[] = {" + ", ".join(map(str, of)) + "};\n"
 
 
 def choice_tables() -> str:

@@ -333,8 +333,8 @@ void on_acks(const Env& e, Row& r, int32_t t, const AckIn& a) {
                static_cast<float>(prr_out);
   if (e.Pi(PL_prr_id) == C_prr_ns_3_37) {  // ns-3.37 multiplies delivered bytes by ssthresh bytes in 32 unsigned bits
     const float mss = e.Pf(PL_mss_bytes);
-    uint32_t wrapped = static_cast<uint32_t>(f2i_sat_u(std::floor(static_cast<float>(prr_delivered) * mss))) *
-                       static_cast<uint32_t>(f2i_sat_u(std::floor(ssthresh * mss)));
+    uint32_t wrapped = f2i_sat_u(std::floor(static_cast<float>(prr_delivered) * mss)) *
+                       f2i_sat_u(std::floor(ssthresh * mss));
     prop = std::floor(div_b(fma_x(-static_cast<float>(prr_out), mss,
                                   std::ceil(static_cast<float>(wrapped) / maxf(recover_fs * mss, 1.0f))), mss));
   }
@@ -484,17 +484,10 @@ inline int32_t hits_below(int32_t limit, const Hits& h) {
   return lim > 0.0f ? clip_i(n, 0, h.count) : 0;
 }
 
-// the disciplines' ids the native tick runs (registry order: rlbm_jax/env/switch/disciplines)
-constexpr int AQM_NONE = 0, AQM_RED = 1, AQM_ARED = 2, AQM_FQ = 7;
+// the disciplines the native tick runs (layout.h: the registry's ids, and each policy's)
+constexpr int AQM_NONE = D_none, AQM_RED = D_red, AQM_ARED = D_ared, AQM_FQ = D_fq;
 
-inline int aqm_of(const Env& e) {
-  switch (e.Pi(PL_policy_id)) {
-    case C_policy_red: return AQM_RED;
-    case C_policy_ared: return AQM_ARED;
-    case C_policy_fq: return AQM_FQ;
-    default: return AQM_NONE;
-  }
-}
+inline int aqm_of(const Env& e) { return POLICY_AQM[e.Pi(PL_policy_id)]; }
 
 // one RED instance's state leaves (red.RedState; ARED keeps its own)
 struct RedLeaves { int avg, x, gap, max_p, idle_s, next_s; };
@@ -534,10 +527,12 @@ Hits red_enqueue(const Env& e, const RedLeaves& L, bool adaptive, int c, int32_t
   float since = one ? fma_x(static_cast<float>(*e.I(L_tick)), e.Pf(PL_tick_s), -idle_s) : now_s - idle_s;
   float decay = idle ? maxf(since, 0.0f) * e.Pf(PL_red_link_pkts_per_s) : 0.0f;
   float n = static_cast<float>(arr);
-  float old = avg_s * std::pow(keep, decay);
-  float pw = std::pow(keep, n);
-  float avg = one ? old * pw + (1.0f - pw) * static_cast<float>(q) : fma_x(1.0f - pw, static_cast<float>(q), old * pw);
-  avg = arr > 0 ? avg : avg_s;
+  float avg = avg_s;  // (no arrival: the average stands; not idle: (1 - w)^0 = 1, exactly)
+  if (arr > 0) {
+    float old = idle ? avg_s * std::pow(keep, decay) : avg_s;
+    float pw = std::pow(keep, n);
+    avg = one ? old * pw + (1.0f - pw) * static_cast<float>(q) : fma_x(1.0f - pw, static_cast<float>(q), old * pw);
+  }
   // adaptive max_p
   bool adapt = adaptive && arr > 0 && now_s > next_s;
   float part = 0.4f * (hi - lo);
@@ -832,7 +827,6 @@ struct Tick {
   int32_t arr_c[MAX_P], adm_c[MAX_P], drops_c[MAX_P], marks_c[MAX_P];
   int aqm = AQM_NONE;
   Hits hits[MAX_P];
-  FlowDrops fq_drops;
   int32_t dep_retx_drops = 0;  // retransmissions and spurious copies dropped from the queues (fq)
   bool syn_lost = false;
   int32_t served[MAX_P];
@@ -1150,7 +1144,7 @@ struct Tick {
       if (c >= 0 && c < P) off_c[c] += offered[k];
     }
     if (aqm == AQM_FQ) {
-      admit_fq();
+      admit_fq(offset);
     } else {
       admit_fifo(offered, aqm_mark, off_c, offset);
     }
@@ -1160,7 +1154,7 @@ struct Tick {
   // fq (sim._enqueue_arrivals with a discipline that owns departure): every packet is taken, each
   // flow's queue admits up to its room (entries naming one slot in entry order) and the rest drop
   // at the tail; the runs join their flows' queues, and an inactive queue the new list's tail
-  void admit_fq() {
+  void admit_fq(int offset) {
     const int E = d.E, P = d.P;
     FlowQ fq(e);
     int32_t room[MAX_E];
@@ -1178,9 +1172,7 @@ struct Tick {
     }
     int32_t* qpk = e.I(L_queue_pkts);
     for (int c = 0; c < P; ++c) qpk[c] += adm_c[c];  // the class counts hold their flows' totals
-    // fq_codel.activate: the order of this tick's senders, from the lists as the tick found them
-    const float u_order = hash_uniform(seed ^ 0x5BD1E995u, static_cast<uint32_t>(t), 0);
-    const int offset = std::min(f2i(u_order * static_cast<float>(E)), E - 1);
+    // fq_codel.activate: in this tick's senders' order, from the lists as the tick found them
     bool joins[MAX_E];
     int32_t n_new = 0;
     for (int q = 0; q < fq.Q; ++q) n_new += fq.lst[q] == NEW_LIST;
@@ -1318,9 +1310,9 @@ struct Tick {
     FlowQ fq(e);
     int32_t flow_cls[MAX_FLOWS];
     for (int q = 0; q < fq.Q; ++q) flow_cls[q] = e.tab_i(FI_cls, q);
-    FlowDrops& dr = fq_drops;
+    FlowDrops dr;
     dr.reset(fq.Q, P);
-    const int32_t size = e.Pi(PL_mss_i) + 52;  // fq_codel.pkt_bytes: the IP packet
+    const int32_t size = e.Pi(PL_fq_pkt_bytes);
     fq_overflow(fq, e.Pi(PL_buffer_pkts), size, flow_cls, dr);
     int32_t* out = e.I(L_wire) + static_cast<int64_t>(fmod_i(t, d.L)) * K * RUN_FIELDS;
     std::memset(out, 0, sizeof(int32_t) * K * RUN_FIELDS);
