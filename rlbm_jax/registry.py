@@ -67,20 +67,25 @@ def make(env_id=DEFAULT_FORMULATION, *, scenario: str | None = None, reward: str
 
 def agent_policy(formulation, scenario: str = "thesis", sim_overrides: dict | None = None) -> str:
     """The buffer policy that acts on every knob the formulation's action sets
-    (`buffer.reads_knob`): "rl" for class_alpha, "rl-mark" for mark_prob.  A ValueError
-    when none does."""
+    (`buffer.reads_knob`): "rl" for class_alpha, "rl-mark" for mark_prob; a sender agent's
+    formulation, whose knobs are the senders' (`sim.FLOW_KNOBS`), the scenario's own.  A
+    ValueError when none does."""
     import jax
 
     from rlbm_jax.env import metrics as mx
     from rlbm_jax.env.rlbm_env import make_env_params
     from rlbm_jax.env.switch import buffer
 
+    from rlbm_jax.env import model, sim
+
     sim_params = scenarios.params(scenario, **{**(sim_overrides or {}), "policy": "rl"})
     ep = make_env_params(sim_params)
     P = int(sim_params.num_classes)
-    rec = mx.init_interval(P, int(sim_params.interval_log_size))
+    rec = mx.init_interval(P, int(sim_params.interval_log_size), int(sim_params.agent_flows))
     act = formulation.action_space(P).sample(jax.random.PRNGKey(0))
-    knobs = tuple(jax.eval_shape(lambda: formulation.knobs(act, rec, ep)))
+    knobs = tuple(k for k in jax.eval_shape(lambda: formulation.knobs(act, rec, ep)) if k not in sim.FLOW_KNOBS)
+    if not knobs:  # a sender agent's: the switch runs the scenario's own policy
+        return scenarios.kw(scenario, **(sim_overrides or {})).get("policy", model.DEFAULTS["policy"])
     fits = [p for p in buffer.POLICY_NAMES if all(buffer.reads_knob(p, k) for k in knobs)]
     if not fits:
         raise ValueError(f"no buffer policy acts on the knobs {', '.join(knobs)} of {formulation.id}")

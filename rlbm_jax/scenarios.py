@@ -26,6 +26,11 @@ validated `SimParams`; `SCENARIOS` lists the names with what each models.
     abs-env2-trace  Env 2 on a capacity trace: the same flows, RTT and buffer with the
              bottleneck's rate following `capacity_schedule` (default the shipped "wifi"
              trace, 10 Mbit/s peak, 5.0 Mbit/s mean), the link's peak rate the trace's peak
+    cc       the RL congestion-control benchmark (the fifth seed): flows side by side, each its
+             own TCP and base RTT (default two CUBIC flows at 40 ms), one FIFO of `buffer_bdp`
+             x BDP at `rate_bps` (100 Mbit/s), the first `agents` flows driven by a sender agent
+    cc-rate  `cc` with the agent's flow a rate sender (tcp "rate") starting at half the link,
+             against a CUBIC flow (Aurora's)
 The thesis grid (`THESIS_GRID`, `thesis_grid`) is TCP x per-class buffer N x load; a cell
 is `thesis_cell(tcp, n, load)`.  `THESIS_RANDOM` holds the ranges training draws each
 episode's scenario from (`rlbm_jax.env.randomize`).
@@ -209,6 +214,57 @@ def abs_env2_trace(capacity_schedule="wifi", long_flows: int = 2, rtt_s: float =
     return kw
 
 
+# The fifth seed's benchmark (RL congestion control): long-lived flows side by side on a
+# dumbbell, each flow its own flow group (its own TCP and base RTT), the first `agents` of
+# them driven by a sender agent (`agent_flows`); as calibration/flows.py's pairs (1 Gbit/s
+# access links, MSS 1448, starts spread over 1 s).
+CC = dict(num_classes=1, load=0.0, policy="droptail", access_rate_bps=1e9, mss_bytes=1448,
+          long_flow_start_spread_s=1.0, completion_log_size=16)
+CC_ACCESS_DELAY_S = 0.1e-3  # the access links' one-way delay of the flows with the smallest base RTT
+
+
+def cc(agents: int = 1, tcp: Sequence[str] | str = ("cubic", "cubic"), rate_bps: float = 100e6,
+       rtt_s: Sequence[float] | float = 0.04, buffer_bdp: float = 1.0, **overrides) -> dict:
+    """len(`tcp`) long-lived flows from t = 0 (spread over 1 s), flow k with TCP `tcp[k]` and
+    base RTT `rtt_s[k]` (one value: every flow's), through one FIFO of `buffer_bdp` x BDP (at
+    the smallest base RTT) at `rate_bps`; the first `agents` flows are driven by a sender
+    agent (Orca: on top of their TCP).  Each flow is its own flow group; the bottleneck's
+    delay makes the smallest base RTT and each other flow's access link adds the rest."""
+    tcps = [tcp] if isinstance(tcp, str) else list(tcp)
+    n = len(tcps)
+    if n < 1:
+        raise ValueError("tcp must name at least one flow's TCP")
+    rtts = [float(rtt_s)] * n if isinstance(rtt_s, (int, float)) else [float(x) for x in rtt_s]
+    if len(rtts) != n:
+        raise ValueError(f"rtt_s must be one value or one per flow ({n}), got {len(rtts)}")
+    if not all(math.isfinite(r) and r > 2 * CC_ACCESS_DELAY_S for r in rtts):
+        raise ValueError(f"every rtt_s must exceed twice the access delay ({2 * CC_ACCESS_DELAY_S} s), got {rtts}")
+    if isinstance(agents, bool) or not isinstance(agents, int) or not 0 <= agents <= n:
+        raise ValueError(f"agents must be a whole number in [0, {n}] (the flows), got {agents!r}")
+    if not (math.isfinite(buffer_bdp) and buffer_bdp > 0):
+        raise ValueError(f"buffer_bdp must be a positive number, got {buffer_bdp!r}")
+    low = min(rtts)
+    per = (lambda v: list(v)) if n > 1 else (lambda v: v[0])  # one flow: one group, the run's values
+    kw = {**CC, "num_senders": n, "num_flow_slots": n, "long_flows": n, "flow_groups": n, "agent_flows": agents,
+          "tcp": per(tcps), "access_delay_s": per([CC_ACCESS_DELAY_S + (r - low) / 2 for r in rtts]),
+          "bottleneck_rate_bps": float(rate_bps), "bottleneck_delay_s": low / 2 - CC_ACCESS_DELAY_S, **overrides}
+    if "buffer_per_class_pkts" not in overrides:
+        bdp = float(make_params(**{**kw, "buffer_per_class_pkts": 1, "queue_capacity_pkts": 1}).bdp_pkts)
+        kw["buffer_per_class_pkts"] = max(2, int(round(buffer_bdp * bdp)))
+    kw.setdefault("queue_capacity_pkts", kw["buffer_per_class_pkts"])
+    return kw
+
+
+def cc_rate(rate_bps: float = 100e6, start_share: float = 0.5, **overrides) -> dict:
+    """`cc` with the agent's flow a rate sender (tcp "rate", Aurora's) starting at
+    `start_share` of `rate_bps`, against a CUBIC flow (`tcp` and the rest as `cc` takes them)."""
+    if not (math.isfinite(start_share) and start_share > 0):
+        raise ValueError(f"start_share must be a positive number, got {start_share!r}")
+    overrides.setdefault("tcp", ("rate", "cubic"))
+    overrides.setdefault("sender_rate_bps", start_share * float(rate_bps))
+    return cc(rate_bps=rate_bps, **overrides)
+
+
 SCENARIOS: dict[str, tuple[Callable[..., dict], str]] = {
     "thesis": (thesis, "10 senders, Poisson web-search flows at a load, 10 Mbit/s, two classes (the thesis)"),
     "long": (long_flows, "long-lived flows through one droptail FIFO at 100 Mbit/s"),
@@ -221,6 +277,10 @@ SCENARIOS: dict[str, tuple[Callable[..., dict], str]] = {
                  "15 ms one way (the paper draws 5-25 Mbit/s and 5-25 ms)"),
     "abs-env2-trace": (abs_env2_trace, "the ABS paper's Env 2 on a capacity trace (default the shipped wifi trace, "
                                        "10 Mbit/s peak, 5.0 Mbit/s mean), its buffer size set by the agent"),
+    "cc": (cc, "the RL congestion-control benchmark's dumbbell: long flows side by side, each its own TCP and base "
+               "RTT (default two CUBIC flows, 40 ms, 100 Mbit/s, 1 BDP drop-tail), the first driven by a sender agent"),
+    "cc-rate": (cc_rate, "cc with the agent's flow a rate sender (tcp rate, Aurora's) starting at half the link, "
+                         "against a CUBIC flow"),
 }
 
 

@@ -200,6 +200,8 @@ PAIRED = {
     ("export_onnx", (), "seed"): ["--checkpoint", QP_RUN, "--seed", "1"],
     ("tune_aqm", ("evaluate",), "knob"): ["--knob", "buffer", "--run-dir", TUNE_BUFFER_RUN],
     ("tune_aqm", ("export",), "knob"): ["--knob", "buffer", "--run-dir", TUNE_BUFFER_RUN],
+    # an agent drives long flows
+    ("simulate", (), "agent_flows"): ["--long-flows", "2", "--agent-flows", "1"],
     # flow statistics measure long flows
     ("simulate", (), "flow_stats"): ["--scenario", "long", "--long-flows", "2", "--flow-stats"],
     ("simulate", (), "flow_sample_s"): ["--scenario", "long", "--long-flows", "2", "--flow-stats",

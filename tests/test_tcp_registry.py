@@ -25,7 +25,7 @@ TICKS = 60000  # 4.8 s at 100 Mbit/s (80 us ticks)
 
 
 def test_the_registry_is_what_params_the_table_and_native_read():
-    assert tcp.TCP_NAMES == tuple(v.name for v in tcp.VARIANTS) == ("newreno", "cubic", "dctcp", "bbr")
+    assert tcp.TCP_NAMES == tuple(v.name for v in tcp.VARIANTS) == ("newreno", "cubic", "dctcp", "bbr", "rate")
     cols = set(tcp.INT_FIELDS) | set(tcp.FLOAT_FIELDS)
     assert len(cols) == len(tcp.INT_FIELDS) + len(tcp.FLOAT_FIELDS)  # no column twice
     assert set(tcp.FlowState.__dataclass_fields__) == cols
@@ -44,7 +44,7 @@ def test_the_registry_is_what_params_the_table_and_native_read():
     assert opt and set(opt) == set(tcp.INT_FIELDS[len(tcp.BASE_INT_FIELDS):] + tcp.FLOAT_FIELDS[len(tcp.BASE_FLOAT_FIELDS):])
     assert tcp.INT_FIELDS[:len(tcp.BASE_INT_FIELDS)] == tcp.BASE_INT_FIELDS
     assert tcp.FLOAT_FIELDS[:len(tcp.BASE_FLOAT_FIELDS)] == tcp.BASE_FLOAT_FIELDS
-    with pytest.raises(ValueError, match="registered: newreno, cubic, dctcp, bbr"):
+    with pytest.raises(ValueError, match="registered: newreno, cubic, dctcp, bbr, rate"):
         tcp.by_name("vegas")
     with pytest.raises(ValueError, match="tcp"):
         make_params(tcp="vegas")
@@ -52,18 +52,19 @@ def test_the_registry_is_what_params_the_table_and_native_read():
     p = make_params(tcp="newreno").replace(tcp_id=jnp.asarray(tcp.DCTCP, jnp.int32))
     with pytest.raises(ValueError, match="the native backend does not implement tcp=dctcp"):
         native.check_params(p)
-    assert "TCP_cubic" in native.layout_header() and "TCP_NATIVE[] = {true, true, false, false}" in native.layout_header()
+    assert "TCP_cubic" in native.layout_header() and "TCP_NATIVE[] = {true, true, false, false, false}" in native.layout_header()
 
 
 def test_a_run_writes_only_its_own_variants_columns():
-    """NewReno, CUBIC, DCTCP and BBR batched in one vmap over 16 long flows into a 0.25-BDP
-    buffer (RED marking for DCTCP): each run's own columns move, the others' stay at their
-    initial values in every slot."""
+    """NewReno, CUBIC, DCTCP, BBR and the rate sender batched in one vmap over 16 long flows
+    into a 0.25-BDP buffer (RED marking for DCTCP; the rate senders at 10 Mbit/s each, 1.6x the
+    link): each run's own columns move, the others' stay at their initial values in every slot."""
     configs = [long_flow_params(16, 0.25, tcp="newreno"), long_flow_params(16, 0.25, tcp="cubic"),
                long_flow_params(16, 0.25, tcp="dctcp", policy="red", red_min_th_pkts=5.0,
-                                red_max_th_pkts=15.0), long_flow_params(16, 0.25, tcp="bbr")]
+                                red_max_th_pkts=15.0), long_flow_params(16, 0.25, tcp="bbr"),
+               long_flow_params(16, 0.25, tcp="rate", sender_rate_bps=10e6)]
     stacked = stack_params(configs)
-    keys = jax.random.split(jax.random.PRNGKey(3), 4)
+    keys = jax.random.split(jax.random.PRNGKey(3), len(configs))
     state = jax.jit(jax.vmap(lambda k, p: backends.run(sim.init(k, p), p, TICKS, backend="jax")[0]))(keys, stacked)
     fresh = tcp.init_flows(configs[0].num_flow_slots)
     for i, v in enumerate(tcp.VARIANTS):
@@ -82,6 +83,8 @@ def test_a_run_writes_only_its_own_variants_columns():
     assert np.all((alpha > 0) & (alpha < 1))  # moved from 1 towards the marked fraction
     bb = tcp.unpack(jax.tree.map(lambda x: x[tcp.BBR], state.flows))
     assert int(jnp.min(bb.bbr_round)) > 10 and bool(jnp.all(bb.bbr_filled))
+    rt = tcp.unpack(jax.tree.map(lambda x: x[tcp.RATE], state.flows))
+    np.testing.assert_allclose(np.asarray(rt.rate_pps), 10e6 / (8 * float(configs[-1].mss_bytes)), rtol=1e-6)
 
 
 # Scalable TCP as ns-3.37's TcpScalable: +1 segment per min(cwnd, 50) segments ACKed in
@@ -130,11 +133,11 @@ def test_a_new_variant_is_one_module_and_one_line(tmp_path):
     (pkg / "env" / "tcp" / "scalable.py").write_text(SCALABLE)
     reg = pkg / "env" / "tcp" / "variants.py"
     text = reg.read_text()
-    assert "VARIANTS = (newreno.VARIANT, cubic.VARIANT, dctcp.VARIANT, bbr.VARIANT)" in text
+    assert "VARIANTS = (newreno.VARIANT, cubic.VARIANT, dctcp.VARIANT, bbr.VARIANT, rate.VARIANT)" in text
     reg.write_text(text + "\nfrom rlbm_jax.env.tcp import scalable  # noqa: E402\n"
                    "VARIANTS = VARIANTS + (scalable.VARIANT,)\nTCP_NAMES = tuple(v.name for v in VARIANTS)\n")
     out = json.loads(run_in_copy(tmp_path, textwrap.dedent(RUN)).strip().splitlines()[-1])
-    assert out["names"] == ["newreno", "cubic", "dctcp", "bbr", "scalable"]
+    assert out["names"] == ["newreno", "cubic", "dctcp", "bbr", "rate", "scalable"]
     sc, nr = out["scalable"], out["newreno"]
     assert sc["needs_jax"] and sc["drops"] > 0
     # its own counter stays below the segments one increment takes, min(cwnd, 50)

@@ -108,6 +108,13 @@ class Interval:
     # constant rate, the schedule's integral under a capacity schedule (what the link
     # offered, used or not; ns-3 writes the same integral)
     capacity_pkts: jnp.ndarray
+    # sender agents (`params.agent_flows` = A > 0; None without, and ns-3's records have none):
+    # per agent flow a (flow slot a), `AGENT_COUNTS` over the interval, int32 [A, 3], and
+    # `AGENT_STATE` at its end (srtt_start_s: at its start), float32 [A, 5].  While the interval
+    # is open the counts hold minus the flows' counters at its start (`sim.open_interval`);
+    # closing it adds the counters then (int32, exact across a wrap), leaving the interval's.
+    agent_counts: jnp.ndarray = None
+    agent_state: jnp.ndarray = None
 
 
 # the record's fields in order, with their shape: "P" per class, "" scalar, "flows" [M, 3]
@@ -120,18 +127,29 @@ INTERVAL_INT_FIELDS = ("arrivals_pkts", "drops_pkts", "marks_pkts", "dequeues_pk
                        "queue_min_pkts", "sink_pkts", "rto_count",
                        "syn_drops", "flows_done", "flows_logged", "flows_overflow")
 FLOW_FIELDS = ("size_bytes", "cls", "slowdown")
+# per agent flow (`Interval.agent_counts`): transmissions sent (retransmissions included), of them
+# retransmissions (go-back-N resends included), distinct data packets delivered to the sink
+AGENT_COUNTS = ("sent_pkts", "retx_pkts", "delivered_pkts")
+# per agent flow (`Interval.agent_state`): cwnd (segments), smoothed RTT, smallest RTT sample
+# (a timeout clears it: 0 until the next sample), pacing rate (segments/s; 0 unpaced), the
+# smoothed RTT at the interval's start
+AGENT_STATE = ("cwnd_pkts", "srtt_s", "min_rtt_s", "pacing_rate_pps", "srtt_start_s")
+AGENT_RECORD_FIELDS = ("agent_counts", "agent_state")
 
 
-def init_interval(num_classes: int, log_size: int = 16) -> Interval:
-    """An empty record."""
+def init_interval(num_classes: int, log_size: int = 16, agent_flows: int = 0) -> Interval:
+    """An empty record (with `agent_flows` > 0, the agent flows' tables, zero)."""
     zi, zf = jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)
+    agents = {} if not agent_flows else {
+        "agent_counts": jnp.zeros((agent_flows, len(AGENT_COUNTS)), jnp.int32),
+        "agent_state": jnp.zeros((agent_flows, len(AGENT_STATE)), jnp.float32)}
     pi, pf = jnp.zeros((num_classes,), jnp.int32), jnp.zeros((num_classes,), jnp.float32)
     return Interval(arrivals_pkts=pi, drops_pkts=pi, marks_pkts=pi, dequeues_pkts=pi, queue_end_pkts=pi, queue_pkt_s=pf,
                     queue_min_pkts=pi,
                     sink_pkts=zi, sink_bytes=zf, rto_count=zi, syn_drops=zi, flows_done=pi, slowdown_max=pf,
                     log_slowdown_sum=pf, open_log_slowdown_start=pf, open_log_slowdown_end=pf,
                     flows=jnp.zeros((log_size, len(FLOW_FIELDS)), jnp.float32), flows_logged=zi, flows_overflow=zi,
-                    capacity_pkts=zf)
+                    capacity_pkts=zf, **agents)
 
 
 def open_log_slowdown(active, done_sink, cls, start_s, size_bytes, now_s, params, base_rtt_s=None):

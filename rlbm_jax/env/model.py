@@ -297,6 +297,9 @@ PARAMS: tuple[Param, ...] = (
     Param("max_pacing_rate_bps", "tcp", "float", 4e9, "pacing: the highest pacing rate in payload bit/s (ns-3.37 "
           "MaxPacingRate); below the bottleneck's rate a paced sender sends at it: one, or one per flow group",
           **POS, per_group=True),
+    Param("sender_rate_bps", "tcp", "float", 1e6, "tcp=rate: the payload rate a rate sender starts at and holds "
+          "until an agent moves it (no congestion window; knob rate_gain, Aurora's action): one, or one per flow "
+          "group", **POS, per_group=True, ns3=""),
     Param("pacing_ss_ratio", "tcp", "float", 2.0, "pacing: the rate as a multiple of cwnd / sRTT while cwnd < "
           "ssthresh / 2 (ns-3.37 PacingSsRatio: 200, in percent)", **POS),
     Param("pacing_ca_ratio", "tcp", "float", 1.2, "pacing: the rate as a multiple of cwnd / sRTT from cwnd >= "
@@ -390,6 +393,10 @@ PARAMS: tuple[Param, ...] = (
     Param("arrival_stop_s", "traffic", "float", math.inf, "no new flows after this time (s)", **NONNEG,
           allow_inf=True),
     Param("long_flows", "traffic", "int", 0, "long-lived flows started at t = 0", lo=0),
+    Param("agent_flows", "traffic", "int", 0, "long-lived flows a sender agent drives (flow slots 0..A-1, the "
+          "first A long flows): their window or rate takes the agent's knobs, and each interval's record lists "
+          "their packets, window and RTTs (`metrics.Interval.agent_counts`, `agent_state`); static", lo=0,
+          static=True, backends={"fluid": 0}, ns3=""),
     Param("long_flow_start_spread_s", "traffic", "float", 0.0, "long flows start uniformly in [0, this) (s)",
           **NONNEG),
     Param("long_flow_start_s", "traffic", "float", 0.0, "the long flows of a flow group start this long after "

@@ -76,6 +76,7 @@ class SimParams:
     group_tcp_id: jnp.ndarray  # [G] each group's TCP (tcp_id: the first group's)
     group_pacing_id: jnp.ndarray  # [G] each group's pacing (pacing_id: the first group's)
     group_max_pacing_rate_bps: jnp.ndarray  # [G] each group's highest pacing rate
+    group_sender_rate_bps: jnp.ndarray  # [G] each group's rate sender's starting rate (tcp=rate)
     group_long_flow_start_s: jnp.ndarray  # [G] each group's long flows' start offset
     bottleneck_rate_bps: jnp.ndarray  # [] switch -> sink link rate
     bottleneck_delay_s: jnp.ndarray  # [] switch -> sink one-way propagation delay
@@ -127,6 +128,7 @@ class SimParams:
     dctcp_g: jnp.ndarray  # [] DCTCP: weight of a window's marked fraction in alpha (ns-3 DctcpShiftG)
     pacing_id: jnp.ndarray  # [] index into PACING_NAMES (0 off, 1 ns-3.37's TcpSocketState pacing)
     max_pacing_rate_bps: jnp.ndarray  # [] pacing: the highest rate (payload bit/s)
+    sender_rate_bps: jnp.ndarray  # [] tcp=rate: the rate a rate sender starts at (payload bit/s)
     pacing_ss_ratio: jnp.ndarray  # [] pacing: rate / (cwnd / sRTT) while cwnd < ssthresh / 2
     pacing_ca_ratio: jnp.ndarray  # [] pacing: rate / (cwnd / sRTT) otherwise
     pace_initial_window: jnp.ndarray  # [] bool: the first initial_cwnd_pkts segments are paced too
@@ -171,6 +173,8 @@ class SimParams:
     delay_line_ticks: int = struct.field(pytree_node=False, default=64)
     completion_log_size: int = struct.field(pytree_node=False, default=1024)
     interval_log_size: int = struct.field(pytree_node=False, default=16)  # finished flows an agent interval lists
+    # long flows (slots 0..A-1) a sender agent drives (`sim.FLOW_KNOBS`; their statistics in the interval record)
+    agent_flows: int = struct.field(pytree_node=False, default=0)
     # per-flow queues (rlbm_jax.env.switch.flowqueue, FQ-CoDel): runs each flow slot's ring holds; 0
     # allocates none (policies without per-flow queues), and the tick then leaves their code out
     flow_queue_capacity_pkts: int = struct.field(pytree_node=False, default=0)
@@ -290,6 +294,9 @@ def resolve(**kw) -> dict:
     num_classes, num_senders, num_flow_slots = int(r["num_classes"]), int(r["num_senders"]), int(r["num_flow_slots"])
     if num_flow_slots < num_senders:
         raise ValueError(f"num_flow_slots must be >= num_senders ({num_senders}), got {num_flow_slots}")
+    if r["agent_flows"] > r["long_flows"]:
+        raise ValueError(f"agent_flows ({r['agent_flows']}) must not exceed long_flows ({r['long_flows']}): an "
+                         "agent drives long-lived flows (slots 0..agent_flows-1)")
     if r["long_flows"] > num_flow_slots:
         raise ValueError(f"long_flows ({r['long_flows']}) must not exceed num_flow_slots ({num_flow_slots})")
     caps = _per_class("buffer_per_class_pkts", r["buffer_per_class_pkts"], num_classes).astype(np.int64)

@@ -194,6 +194,23 @@ class RLBMEnv(FormulationEnv):
         self.backend = backend  # None: the process's default (`backends.set_default`, $RLBM_JAX_BACKEND)
         self._default = make_env_params(sim_params, **kwargs)
         self._set_formulation(formulation, self._default.sim.num_classes)
+        agents = self._default.sim.agent_flows
+        if self.formulation.sender and agents == 0:
+            raise ValueError(f"{self.formulation.id} is a sender agent and drives a flow of the scenario: give "
+                             "agent_flows=1 (scenario 'cc' sets it), got agent_flows=0")
+        if self.formulation.sender and self.formulation.agent_tcps:
+            from rlbm_jax.env import tcp
+
+            sp = self._default.sim
+            ids = np.asarray(sp.group_tcp_id if sp.flow_groups > 1 else sp.tcp_id).reshape(-1, sp.flow_groups)[:, 0]
+            wrong = sorted({tcp.TCP_NAMES[int(i)] for i in ids} - set(self.formulation.agent_tcps))
+            if wrong:
+                raise ValueError(f"{self.formulation.id}'s agent flow (the first flow group's) runs tcp {wrong[0]}, "
+                                 f"and its action acts on {', '.join(self.formulation.agent_tcps)} only")
+        if self.formulation.sender and agents > 1:
+            raise ValueError(f"{self.formulation.id} drives one flow (agent_flows=1), got agent_flows={agents}: "
+                             "several agent flows sharing one policy need an agent axis in the trainer, which "
+                             "this env does not have")
 
     def reset_env(self, key, params: EnvParams):
         params = no_gradient(params)

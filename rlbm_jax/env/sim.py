@@ -80,13 +80,54 @@ class SimState:
 # (`buffer._rl_size`; it starts at the cap); the disciplines declare theirs
 # (`Discipline.knobs`: mark_prob [P], the marker's probability, held in `aqm.mark.mark_p`).
 # knob -> the state field it sets (a dotted path names a field of a sub-state)
+# The senders' knobs (a sender agent's action, `params.agent_flows` = A > 0): each acts on the
+# flows slots 0..A-1, one value for all of them or one per agent flow.  cwnd_gain [A]: each
+# agent flow's window is multiplied by it, within [1, MAX_CWND_PKTS] segments (a gain of
+# exactly 1 leaves the window as it is, bit for bit), and its congestion control goes on from
+# there (Orca's action on top of CUBIC).  rate_gain [A]: each agent flow's pacing rate is
+# multiplied by it, within [MIN_RATE_PPS, MAX_RATE_PPS] segments per second (the rate a rate
+# sender, tcp "rate", holds and paces at: Aurora's action).
+FLOW_KNOBS = {"cwnd_gain": "flows.cwnd", "rate_gain": "flows.rate_pps"}
+# the largest window the knob sets: ns-3.37 keeps cwnd in a uint32 of bytes, about 3e6 segments
+# of 1448 B; a gain held above 1 would otherwise grow it past float32's range
+MAX_CWND_PKTS = float(1 << 21)
+# the rates the knob sets: at least a segment a second, at most 1e7 (120 Gbit/s of 1500 B)
+MIN_RATE_PPS, MAX_RATE_PPS = 1.0, 1e7
+_FLOW_KNOB_RANGE = {"cwnd_gain": (1.0, MAX_CWND_PKTS), "rate_gain": (MIN_RATE_PPS, MAX_RATE_PPS)}
 KNOBS = {"class_alpha": "rl_alpha", "buffer_size_pkts": "rl_size_pkts",
-         **{knob: f"aqm.{d.key}.{field}" for d in disciplines.DISCIPLINES for knob, field in d.knobs}}
+         **{knob: f"aqm.{d.key}.{field}" for d in disciplines.DISCIPLINES for knob, field in d.knobs},
+         **FLOW_KNOBS}
+
+
+def agent_count(state: SimState) -> int:
+    """A, the flows a sender agent drives (static: the interval record's agent rows; 0 without)."""
+    counts = state.interval.agent_counts
+    return 0 if counts is None else int(counts.shape[-2])
+
+
+def _scale_flows(state: SimState, name: str, gain) -> SimState:
+    """A sender knob (`FLOW_KNOBS`): the agent flows' column times `gain` (one value or [A]),
+    within the knob's range; a gain of exactly 1 leaves it as it is."""
+    A = agent_count(state)
+    if A == 0:
+        raise ValueError(f"knob {name} acts on the flows a sender agent drives, and this run has none: "
+                         "give agent_flows >= 1 (the first long flows)")
+    field = FLOW_KNOBS[name].split(".")[1]
+    lo, hi = _FLOW_KNOB_RANGE[name]
+    tb = state.flows
+    col = tcp.column(tb, field)
+    g = jnp.broadcast_to(jnp.asarray(gain, jnp.float32).reshape(-1), (A,))
+    old = col[:A]
+    new = jnp.where(g == 1.0, old, jnp.clip(old * g, lo, hi))
+    return state.replace(flows=tcp.with_column(tb, field, col.at[:A].set(new)))
 
 
 def apply_knobs(state: SimState, knobs: dict) -> SimState:
     """The state with the agent's knobs set (from the next tick on)."""
     for name, value in knobs.items():
+        if name in FLOW_KNOBS:
+            state = _scale_flows(state, name, value)
+            continue
         *outer, field = KNOBS[name].split(".")
         subs = [state]
         for f in outer:
@@ -150,7 +191,7 @@ def init(key, params: SimParams) -> SimState:
         thresholds=jnp.zeros((P,), jnp.float32),
         aqm=disciplines.init(params),
         metrics=m,
-        interval=mx.init_interval(P, params.interval_log_size),
+        interval=mx.init_interval(P, params.interval_log_size, params.agent_flows),
         flowq=flowqueue.init(params),
         link_credit=jnp.zeros((), jnp.float32),
     )
@@ -951,15 +992,35 @@ def open_cost(state: SimState, params: SimParams):
 def open_interval(state: SimState, params: SimParams) -> SimState:
     """Start an agent interval: an empty record, with the open flows' cost and the queues
     (the smallest so far) taken now."""
-    iv = mx.init_interval(params.num_classes, params.interval_log_size)
-    return state.replace(interval=iv.replace(open_log_slowdown_start=open_cost(state, params),
-                                             queue_min_pkts=state.queue.pkts))
+    iv = mx.init_interval(params.num_classes, params.interval_log_size, params.agent_flows)
+    iv = iv.replace(open_log_slowdown_start=open_cost(state, params), queue_min_pkts=state.queue.pkts)
+    if params.agent_flows:  # minus the agent flows' counters now, and their sRTT now
+        iv = iv.replace(agent_counts=-_agent_counters(state, params),
+                        agent_state=iv.agent_state.at[:, mx.AGENT_STATE.index("srtt_start_s")].set(
+                            tcp.column(state.flows, "srtt_s")[:params.agent_flows]))
+    return state.replace(interval=iv)
 
 
 def close_interval(state: SimState, params: SimParams) -> SimState:
-    """End an agent interval: the record gets the queues and the open flows' cost now."""
-    return state.replace(interval=state.interval.replace(queue_end_pkts=state.queue.pkts,
-                                                         open_log_slowdown_end=open_cost(state, params)))
+    """End an agent interval: the record gets the queues and the open flows' cost now (and
+    the agent flows' counts over the interval and their state now)."""
+    iv = state.interval.replace(queue_end_pkts=state.queue.pkts, open_log_slowdown_end=open_cost(state, params))
+    if params.agent_flows:
+        col = lambda n: tcp.column(state.flows, n)[:params.agent_flows]
+        now = {"cwnd_pkts": col("cwnd"), "srtt_s": col("srtt_s"), "min_rtt_s": col("delay_min_s"),
+               "pacing_rate_pps": col("pace_rate_pps"),
+               "srtt_start_s": iv.agent_state[:, mx.AGENT_STATE.index("srtt_start_s")]}
+        iv = iv.replace(agent_counts=iv.agent_counts + _agent_counters(state, params),
+                        agent_state=jnp.stack([now[n] for n in mx.AGENT_STATE], axis=-1).astype(jnp.float32))
+    return state.replace(interval=iv)
+
+
+def _agent_counters(state: SimState, params: SimParams):
+    """[A, 3] int32 (`metrics.AGENT_COUNTS`) the agent flows' counters since they started:
+    transmissions, retransmissions (transmissions that were not new data), packets delivered."""
+    A = params.agent_flows
+    tx, new = tcp.column(state.flows, "tx_next")[:A], tcp.column(state.flows, "next_new")[:A]
+    return jnp.stack([tx, tx - new, state.delivered[:A]], axis=-1).astype(jnp.int32)
 
 
 def flow_schedule(key, params: SimParams, max_flows: int):

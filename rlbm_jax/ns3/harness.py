@@ -177,12 +177,20 @@ def _capacity_file(spec, inputs: Path | None) -> Path | None:
     return write_capacity(s, path)
 
 
+# the congestion controls the scenario runs (its --tcp): ns-3.37's TcpCubic, TcpNewReno, TcpDctcp, TcpBbr
+NS3_TCPS = ("cubic", "newreno", "dctcp", "bbr")
+
+
 def ns3_args(c: Cell, seed: int, inputs: Path | None = None) -> list[str]:
     """The scenario's options for (cell, seed).  A capacity schedule is written as a CSV at
     `<inputs>.capacity.csv` (`inputs` unset: in the temporary folder, named by its digest)
     and passed as `--capacity_in`."""
     args = {"seconds": c.seconds, "seed": seed}
     kw = seed_kw(c, seed)
+    tcps = kw.get("tcp", model.DEFAULTS["tcp"])
+    for t in ([tcps] if isinstance(tcps, str) else list(tcps)):
+        if t not in NS3_TCPS:
+            raise ValueError(f"the ns-3 scenario has no tcp {t!r}; it runs {', '.join(NS3_TCPS)}")
     if kw.get("policy") == "ared" and any(kw.get(k) is None for k in RED_RESOLVED):
         p = make_params(**kw)
         kw = {**kw, **{k: float(getattr(p, k)) for k in RED_RESOLVED if kw.get(k) is None}}

@@ -17,7 +17,8 @@ from rlbm_jax.env.formulations.thesis import DEFAULT, THESIS, ClassAlpha, Thesis
 from rlbm_jax.env.formulations.queuepilot import QUEUEPILOT, QUEUEPILOT_CONTINUOUS  # noqa: E402  (registers them)
 from rlbm_jax.env.formulations.abs import ABS  # noqa: E402  (registers it)
 from rlbm_jax.env.formulations.lfq import LFQ, LFQ_A10  # noqa: E402  (registers them)
+from rlbm_jax.env.formulations.cc import AURORA, ORCA  # noqa: E402  (registers them)
 
 __all__ = ["Field", "Formulation", "register", "get", "ids", "on_register", "per_class", "capacity_pkts", "rewards", "REWARDS",
            "Reward", "THESIS", "DEFAULT", "ThesisObservation", "ClassAlpha", "QUEUEPILOT",
-           "QUEUEPILOT_CONTINUOUS", "ABS", "LFQ", "LFQ_A10"]
+           "QUEUEPILOT_CONTINUOUS", "ABS", "LFQ", "LFQ_A10", "ORCA", "AURORA"]

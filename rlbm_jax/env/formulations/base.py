@@ -18,6 +18,10 @@ exponentially weighted averages): it defines `first_window(rec, params, knobs)`,
 `next_window(carry, rec, params, knobs)` (knobs: the switch's knobs in force over the
 interval, None before an agent set any) and `window_fields(P)` (the carry's entries in
 order), and the formulation's `window` is the carry's row count.
+A sender formulation (`sender`: RL congestion control, `formulations.cc`) is the same three
+parts with the agent as one of the senders: it reads the agent flow's rows of the record
+(`Interval.agent_counts`, `agent_state`) and its action sets the senders' knobs
+(`sim.FLOW_KNOBS`).
 A new formulation is one module that builds a `Formulation` and calls `register`.
 """
 from __future__ import annotations
@@ -64,6 +68,12 @@ class Formulation:
     # an interval of this many ticks whatever the tick's length (LFQ: 10 of the link's packet
     # slots at any rate); 0: `agent_interval_s` seconds
     ticks_per_step: int = 0
+    # a sender agent (`formulations.cc`): its action sets the senders' knobs (`sim.FLOW_KNOBS`) of
+    # the scenario's agent flow (`agent_flows` = 1), not the switch's, and it reads that flow's record
+    sender: bool = False
+    # the TCPs a sender agent's flow may run (() any): a knob its TCP overrides every tick would
+    # otherwise be lost (BBR and the rate sender set their own windows; only a rate sender holds a rate)
+    agent_tcps: tuple = ()
 
     def __post_init__(self):
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:

@@ -202,6 +202,16 @@ def column(tb: FlowTable, name: str):
     return col > 0 if name in BOOL_FIELDS else col
 
 
+def with_column(tb: FlowTable, name: str, col) -> FlowTable:
+    """The table with one field of every slot replaced by `col` [F] (a column the table stores)."""
+    floats = name in FLOAT_FIELDS
+    arr = tb.floats if floats else tb.ints
+    if _COL[name] >= arr.shape[0]:
+        raise ValueError(f"column {name} is not stored in this flow table (a variant's optional column)")
+    arr = arr.at[_COL[name]].set(jnp.asarray(col, arr.dtype))
+    return tb.replace(floats=arr) if floats else tb.replace(ints=arr)
+
+
 def init_flows(num_slots: int):
     """An empty table of `num_slots` slots (every column at its initial value)."""
     def col(name):

@@ -1,9 +1,9 @@
 """The TCP registry: a variant's position here is its `tcp_id` (`params.tcp_id`)."""
-from rlbm_jax.env.tcp import bbr, cubic, dctcp, newreno
+from rlbm_jax.env.tcp import bbr, cubic, dctcp, newreno, rate
 
-VARIANTS = (newreno.VARIANT, cubic.VARIANT, dctcp.VARIANT, bbr.VARIANT)
+VARIANTS = (newreno.VARIANT, cubic.VARIANT, dctcp.VARIANT, bbr.VARIANT, rate.VARIANT)
 TCP_NAMES = tuple(v.name for v in VARIANTS)
-NEWRENO, CUBIC, DCTCP, BBR = (TCP_NAMES.index(n) for n in ("newreno", "cubic", "dctcp", "bbr"))
+NEWRENO, CUBIC, DCTCP, BBR, RATE = (TCP_NAMES.index(n) for n in ("newreno", "cubic", "dctcp", "bbr", "rate"))
 
 
 def by_name(name: str):
