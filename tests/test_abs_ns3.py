@@ -2,6 +2,7 @@
 integral over the interval) and queue_min_pkts (the standing queue), the scenario's rl-size policy holds the queue at the size the
 driver answers (drop-tail at that size, packet for packet), and the lock-step driver gives
 a windowed formulation the last 5 observations, oldest first, as the packet env keeps them."""
+import jax
 import numpy as np
 import pytest
 
@@ -72,8 +73,7 @@ def test_rl_size_holds_the_queue_at_the_answered_size_and_the_window_is_kept(ns3
     # the window: the observation answered at boundary k is the last 5 records' (the empty
     # record before interval 0 in every place at first), oldest first
     rec = harness.records_to_interval(rows, 1, ep.sim.interval_log_size)
-    obs = np.asarray([np.asarray(ABS_TRACE.observe(type(rec)(**{k: getattr(rec, k)[i] for k in rec.__dataclass_fields__}),
-                                                   ep)) for i in range(len(rows))])
+    obs = np.asarray([np.asarray(ABS_TRACE.observe(jax.tree.map(lambda x: x[i], rec), ep)) for i in range(len(rows))])
     D = obs.shape[1]
     first = np.zeros(D, np.float32)
     first[3] = float(ep.sim.base_rtt_s)  # the empty record: only the propagation delay is not 0

@@ -54,13 +54,19 @@ ORCA_DELAY_MARGIN = 1.25  # full reward while sRTT <= 1.25 min RTT
 DELAY_CAP = 10.0
 
 
-def agent_stats(rec, params, a: int = 0) -> dict:
-    """Agent flow `a`'s quantities over the interval of record `rec` (float32 [] each)."""
+def agent_rows(rec, a: int = 0) -> tuple[dict, dict]:
+    """Agent flow `a`'s rows of the record: ({`metrics.AGENT_COUNTS` name: float32 []},
+    {`metrics.AGENT_STATE` name: float32 []})."""
     if rec.agent_counts is None:
         raise ValueError("a sender formulation reads the agent flows' record, and this run has none: give "
-                         "agent_flows >= 1 (scenario 'cc' does)")
-    c = {n: rec.agent_counts[..., a, i].astype(jnp.float32) for i, n in enumerate(mx.AGENT_COUNTS)}
-    s = {n: rec.agent_state[..., a, i] for i, n in enumerate(mx.AGENT_STATE)}
+                         "agent_flows >= 1 (scenarios 'cc' and 'cc-rate' do)")
+    return ({n: rec.agent_counts[..., a, i].astype(jnp.float32) for i, n in enumerate(mx.AGENT_COUNTS)},
+            {n: rec.agent_state[..., a, i] for i, n in enumerate(mx.AGENT_STATE)})
+
+
+def agent_stats(rec, params, a: int = 0) -> dict:
+    """Agent flow `a`'s quantities over the interval of record `rec` (float32 [] each)."""
+    c, s = agent_rows(rec, a)
     cap = jnp.maximum(capacity_pkts(params), 1e-9)
     step_s = params.ticks_per_step * params.sim.tick_s
     known = (s["srtt_s"] > 0) & (s["min_rtt_s"] > 0)
@@ -144,11 +150,7 @@ SEND_RATIO_CAP = 10.0
 
 def aurora_stats(rec, params, a: int = 0) -> dict:
     """Aurora's quantities of agent flow `a` over the interval (float32 [] each)."""
-    if rec.agent_counts is None:
-        raise ValueError("a sender formulation reads the agent flows' record, and this run has none: give "
-                         "agent_flows >= 1 (scenario 'cc-rate' does)")
-    c = {n: rec.agent_counts[..., a, i].astype(jnp.float32) for i, n in enumerate(mx.AGENT_COUNTS)}
-    s = {n: rec.agent_state[..., a, i] for i, n in enumerate(mx.AGENT_STATE)}
+    c, s = agent_rows(rec, a)
     step_s = params.ticks_per_step * params.sim.tick_s
     known = (s["srtt_s"] > 0) & (s["min_rtt_s"] > 0)
     start = s["srtt_start_s"]
