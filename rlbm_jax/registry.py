@@ -72,11 +72,9 @@ def agent_policy(formulation, scenario: str = "thesis", sim_overrides: dict | No
     ValueError when none does."""
     import jax
 
-    from rlbm_jax.env import metrics as mx
+    from rlbm_jax.env import metrics as mx, model, sim
     from rlbm_jax.env.rlbm_env import make_env_params
     from rlbm_jax.env.switch import buffer
-
-    from rlbm_jax.env import model, sim
 
     sim_params = scenarios.params(scenario, **{**(sim_overrides or {}), "policy": "rl"})
     ep = make_env_params(sim_params)

@@ -79,7 +79,6 @@ class SimState:
 # its queue is below the size, clipped to [1, the class's FIFO cap], in place of the cap
 # (`buffer._rl_size`; it starts at the cap); the disciplines declare theirs
 # (`Discipline.knobs`: mark_prob [P], the marker's probability, held in `aqm.mark.mark_p`).
-# knob -> the state field it sets (a dotted path names a field of a sub-state)
 # The senders' knobs (a sender agent's action, `params.agent_flows` = A > 0): each acts on the
 # flows slots 0..A-1, one value for all of them or one per agent flow.  cwnd_gain [A]: each
 # agent flow's window is multiplied by it, within [1, MAX_CWND_PKTS] segments (a gain of
@@ -94,6 +93,8 @@ MAX_CWND_PKTS = float(1 << 21)
 # the rates the knob sets: at least a segment a second, at most 1e7 (120 Gbit/s of 1500 B)
 MIN_RATE_PPS, MAX_RATE_PPS = 1.0, 1e7
 _FLOW_KNOB_RANGE = {"cwnd_gain": (1.0, MAX_CWND_PKTS), "rate_gain": (MIN_RATE_PPS, MAX_RATE_PPS)}
+# knob -> the state field it sets (a dotted path names a field of a sub-state; a sender knob's
+# "flows.<column>" is the flow table's column, scaled by `_scale_flows`)
 KNOBS = {"class_alpha": "rl_alpha", "buffer_size_pkts": "rl_size_pkts",
          **{knob: f"aqm.{d.key}.{field}" for d in disciplines.DISCIPLINES for knob, field in d.knobs},
          **FLOW_KNOBS}
