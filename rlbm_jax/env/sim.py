@@ -86,13 +86,13 @@ class SimState:
 # there (Orca's action on top of CUBIC).  rate_gain [A]: each agent flow's pacing rate is
 # multiplied by it, within [MIN_RATE_PPS, MAX_RATE_PPS] segments per second (the rate a rate
 # sender, tcp "rate", holds and paces at: Aurora's action).
-FLOW_KNOBS = {"cwnd_gain": "flows.cwnd", "rate_gain": "flows.rate_pps"}
-# the largest window the knob sets: ns-3.37 keeps cwnd in a uint32 of bytes, about 3e6 segments
-# of 1448 B; a gain held above 1 would otherwise grow it past float32's range
-MAX_CWND_PKTS = float(1 << 21)
+# the largest window the knob sets (a gain held above 1 would otherwise grow it past float32's range)
+MAX_CWND_PKTS = tcp.MAX_CWND_PKTS
 # the rates the knob sets: at least a segment a second, at most 1e7 (120 Gbit/s of 1500 B)
 MIN_RATE_PPS, MAX_RATE_PPS = 1.0, 1e7
-_FLOW_KNOB_RANGE = {"cwnd_gain": (1.0, MAX_CWND_PKTS), "rate_gain": (MIN_RATE_PPS, MAX_RATE_PPS)}
+# knob -> (the flow table's column it scales, the column's range)
+_FLOW_KNOBS = {"cwnd_gain": ("cwnd", 1.0, MAX_CWND_PKTS), "rate_gain": ("rate_pps", MIN_RATE_PPS, MAX_RATE_PPS)}
+FLOW_KNOBS = {k: "flows." + col for k, (col, _, _) in _FLOW_KNOBS.items()}
 # knob -> the state field it sets (a dotted path names a field of a sub-state; a sender knob's
 # "flows.<column>" is the flow table's column, scaled by `_scale_flows`)
 KNOBS = {"class_alpha": "rl_alpha", "buffer_size_pkts": "rl_size_pkts",
@@ -113,8 +113,7 @@ def _scale_flows(state: SimState, name: str, gain) -> SimState:
     if A == 0:
         raise ValueError(f"knob {name} acts on the flows a sender agent drives, and this run has none: "
                          "give agent_flows >= 1 (the first long flows)")
-    field = FLOW_KNOBS[name].split(".")[1]
-    lo, hi = _FLOW_KNOB_RANGE[name]
+    field, lo, hi = _FLOW_KNOBS[name]
     tb = state.flows
     col = tcp.column(tb, field)
     g = jnp.broadcast_to(jnp.asarray(gain, jnp.float32).reshape(-1), (A,))

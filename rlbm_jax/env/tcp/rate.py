@@ -7,16 +7,14 @@ the same rate.  The shape of PCC-RL's (Aurora's) sender: a rate, set every monit
 and nothing that reacts to a loss by itself.
 
 In ns-3.37's terms a congestion control with HasCongControl (as BBR): after every tick's
-ACKs it sets the window (`RATE_CWND_PKTS`, never the limit) and keeps the pacing rate as it
+ACKs it sets the window (`MAX_CWND_PKTS`, never the limit) and keeps the pacing rate as it
 is; GetSsThresh leaves ssthresh, and a timeout's window of 1 lasts until the next ACK.
 """
 from __future__ import annotations
 
 import jax.numpy as jnp
 
-from rlbm_jax.env.tcp.variant import Fields, Variant
-
-RATE_CWND_PKTS = float(1 << 21)  # the window a rate sender keeps: never what holds it back
+from rlbm_jax.env.tcp.variant import MAX_CWND_PKTS, Fields, Variant
 
 
 def rate_pps(sender, params):
@@ -33,7 +31,7 @@ class Rate(Variant):
         return fresh.rate_pps
 
     def cong_control(self, fl, ev, params, tick_s):
-        return jnp.full_like(fl.cwnd, RATE_CWND_PKTS), fl.rate_pps, {}
+        return jnp.full_like(fl.cwnd, MAX_CWND_PKTS), fl.rate_pps, {}
 
     def ssthresh(self, fl, flight, params):
         return fl.ssthresh, {}

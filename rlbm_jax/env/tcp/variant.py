@@ -23,6 +23,9 @@ from typing import Any
 import jax.numpy as jnp
 
 OPEN, RECOVERY, LOSS, CWR = 0, 1, 2, 3  # a flow's state (`core`)
+# the largest window a sender keeps: ns-3.37 holds cwnd in a uint32 of bytes, about 3e6 segments
+# of 1448 B (what a rate sender keeps, `rate`, and the most an agent's `cwnd_gain` sets, `sim`)
+MAX_CWND_PKTS = float(1 << 21)
 
 
 @dataclasses.dataclass(frozen=True)
