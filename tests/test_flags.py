@@ -187,6 +187,10 @@ SAMPLES = {
     ("abs", ("ns3",), "baselines"): ["fix-10"],
     ("tune_aqm", (), "grid"): ["max_p=0.2,0.4"],  # AXIS=V,V,... of the knob's grid
     ("tune_aqm", (), "tcp"): ["cubic"],  # a TCP the fluid model implements
+    ("cc_bench", (), "rtts_ms"): ["20", "20:100"],  # R or R0:R1 in ms
+    ("cc_bench", (), "orca"): [POLICY],  # a policy directory (not read by a configuration)
+    ("cc_bench", (), "aurora"): [POLICY],
+    ("cc_bench", (), "out"): ["out"],
 }
 # the same for an option of that name in every script
 DEST_SAMPLES = {

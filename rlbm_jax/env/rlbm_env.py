@@ -11,6 +11,9 @@ slowdowns, timeouts, lost SYNs, data delivered).  A formulation
     action       `formulation.action_space(P)`; `formulation.knobs` turns it into the
                  switch's knobs (`sim.KNOBS`), applied from the interval's first tick
     reward       float32 [], `formulation.reward`; its parts go to `info`
+A sender formulation on a run of A > 1 agent flows (`agent_flows`) has an agent axis: one
+policy acts for each flow, observation [A, D], action [A, ...] (`action_space`), reward
+and its parts [A], each flow's computed from its own rows of the record (`per_agent`).
     state        `EnvState(sim=SimState, time=steps taken)`
 The thesis formulation ("RLBM-thesis-v0"): observation [3P + 4] (beta, drain rates,
 free buffer, flows finished, drops, queues and buffer in BDPs), action alpha per class
@@ -79,7 +82,7 @@ class EnvState(environment.EnvState):
 class WindowedEnvState(EnvState):
     """The state of an env whose formulation observes a window of intervals
     (`Formulation.window` > 1): the window's observations, oldest first."""
-    obs_window: jnp.ndarray  # [window, D] float32
+    obs_window: jnp.ndarray  # [window, D] float32 ([A, window, D] with an agent axis)
 
 
 @struct.dataclass
@@ -207,17 +210,42 @@ class RLBMEnv(FormulationEnv):
             if wrong:
                 raise ValueError(f"{self.formulation.id}'s agent flow (the first flow group's) runs tcp {wrong[0]}, "
                                  f"and its action acts on {', '.join(self.formulation.agent_tcps)} only")
-        if self.formulation.sender and agents > 1:
-            raise ValueError(f"{self.formulation.id} drives one flow (agent_flows=1), got agent_flows={agents}: "
-                             "several agent flows sharing one policy need an agent axis in the trainer, which "
-                             "this env does not have")
+        # several agent flows: one policy acts for each, on an agent axis (obs [A, D], action [A, ...], reward [A])
+        self.agents = agents if self.formulation.sender and agents > 1 else 0
+        if self.agents:
+            self.obs_shape = (self.agents,) + self.obs_shape
+
+    def action_space(self, params: EnvParams | None = None):
+        space = self.formulation.action_space(self.num_classes)
+        if self.agents:  # one action per agent flow
+            return spaces.Box(space.low, space.high, (self.agents,) + tuple(space.shape), space.dtype)
+        return space
+
+    def per_agent(self, fn, rec, *xs):
+        """fn(rec, *xs) of a formulation's part; with several agent flows (`agents` = A > 1)
+        fn of each flow's view of the record (its rows of `agent_counts` and `agent_state`
+        alone, as a one-agent run has them) and its slice of xs, stacked on a leading axis
+        [A, ...]."""
+        if not self.agents:
+            return fn(rec, *xs)
+
+        def one(counts, state, *x):
+            return fn(rec.replace(agent_counts=counts[None], agent_state=state[None]), *x)
+        return jax.vmap(one)(rec.agent_counts, rec.agent_state, *xs)
+
+    def get_obs(self, state, params: EnvParams, key=None):
+        if not self.agents:
+            return super().get_obs(state, params, key)
+        if self.formulation.window > 1:
+            return state.obs_window.reshape(self.agents, -1)
+        return self.per_agent(lambda r: self.formulation.observe(r, params), state.sim.interval)
 
     def reset_env(self, key, params: EnvParams):
         params = no_gradient(params)
         s = sim.close_interval(sim.init(key, params.sim), params.sim)
         state = EnvState(sim=s, time=jnp.zeros((), jnp.int32))
         if self.formulation.window > 1:
-            window = self.formulation.first_window(s.interval, params)
+            window = self.per_agent(lambda r: self.formulation.first_window(r, params), s.interval)
             state = WindowedEnvState(sim=s, time=state.time, obs_window=window)
         return self.get_obs(state, params), state
 
@@ -227,15 +255,16 @@ class RLBMEnv(FormulationEnv):
         action, state, params = no_gradient((action, state, params))
         f = self.formulation
         # the action answers the record of the interval that just ended (still in the state)
-        knobs = f.knobs(action, state.sim.interval, params)
+        knobs = self.per_agent(lambda r, a: f.knobs(a, r, params), state.sim.interval, action)
         s = sim.apply_knobs(state.sim, knobs)
         s = sim.open_interval(s, params.sim)
         s, _ = backends.run(s, params.sim, params.ticks_per_step, backend=self.backend)
         s = sim.close_interval(s, params.sim)
         new = EnvState(sim=s, time=(state.time + 1).astype(jnp.int32))
         if f.window > 1:
-            window = f.next_window(state.obs_window, s.interval, params, knobs)
+            window = self.per_agent(lambda r, w, k: f.next_window(w, r, params, k), s.interval, state.obs_window,
+                                    knobs)
             new = WindowedEnvState(sim=s, time=new.time, obs_window=window)
-        reward, parts = f.reward_of(s.interval, params)
+        reward, parts = self.per_agent(lambda r: f.reward_of(r, params), s.interval)
         info = {**interval_info(s.interval, params), **parts}
         return self.get_obs(new, params), new, reward, jnp.asarray(False), info

@@ -1,7 +1,8 @@
 """PPO whose whole update (rollout, GAE, epochs of minibatch steps) is one jitted
 function; `PPO.run` scans it for many updates and vmaps it over independent seeds.
 
-Data of one update, B = num_envs, T = num_steps:
+Data of one update, B = num_envs (x A, an env with an agent axis of A agents, each a row of
+the batch acting through the one policy), T = num_steps:
     rollout  `lax.scan` of T vmapped `env.step` calls (gymnax auto-reset), storing the
              normalised obs, `first` flags, actions, log-probs, values, rewards,
              `terminated`, `done` and the value of `info["final_observation"]`;
@@ -113,10 +114,20 @@ class PPO:
         self.on_update = on_update
         self.env_params = env_params
         self.cfg = config.validate()
+        # an env with an agent axis (A agents in each, one policy acting for each: obs [A, D],
+        # action [A, ...], reward [A]) gives A rows of the batch per env (B = num_envs x A)
+        self.agents = int(getattr(env, "agents", 0) or 0)
+        self.rows = config.num_envs * max(self.agents, 1)
         # the observation's entry names, when the env has them (RLBM formulations do)
         self.obs_layout = getattr(env, "obs_layout", None)
-        self.adapter = ActionAdapter(env.action_space(env_params), self.cfg, self.obs_layout)
-        self.obs_dim = int(np.prod(env.observation_space(env_params).shape))
+        space = env.action_space(env_params)
+        obs_shape = tuple(env.observation_space(env_params).shape)
+        if self.agents:  # one agent's action and observation
+            space = spaces.Box(np.asarray(space.low).reshape(-1)[0], np.asarray(space.high).reshape(-1)[0],
+                               tuple(space.shape[1:]), space.dtype)
+            obs_shape = obs_shape[1:]
+        self.adapter = ActionAdapter(space, self.cfg, self.obs_layout)
+        self.obs_dim = int(np.prod(obs_shape))
         if isinstance(self.cfg.init_action, tuple) and len(self.cfg.init_action) != self.adapter.act_dim:
             raise ValueError(f"PPOConfig.init_action has {len(self.cfg.init_action)} values; this env's action has "
                              f"{self.adapter.act_dim} dimensions (give one value, or one per dimension)")
@@ -142,8 +153,23 @@ class PPO:
         x = (obs - stats.mean) / jnp.sqrt(stats.var + 1e-8)
         return jnp.clip(x, -self.cfg.obs_clip, self.cfg.obs_clip)
 
+    def _rows(self, x):
+        """An env's [num_envs, A, ...] as the batch's rows [num_envs x A, ...]; an env-wide
+        value [num_envs, ...] repeated for each of its agents (no agent axis: as it is)."""
+        if not self.agents:
+            return x
+        E = self.cfg.num_envs
+        if x.ndim >= 2 and x.shape[:2] == (E, self.agents):
+            return x.reshape((E * self.agents,) + x.shape[2:])
+        return jnp.repeat(x, self.agents, axis=0)
+
     def _step_envs(self, keys, env_state, action):
-        return jax.vmap(self.env.step, in_axes=(0, 0, 0, None))(keys, env_state, action, self.env_params)
+        if self.agents:  # the rows' actions, each env's A of them together
+            action = action.reshape((self.cfg.num_envs, self.agents) + action.shape[1:])
+        obs, env_state, reward, term, trunc, info = jax.vmap(self.env.step, in_axes=(0, 0, 0, None))(
+            keys, env_state, action, self.env_params)
+        return self._rows(obs), env_state, self._rows(reward), self._rows(term), self._rows(trunc), \
+            jax.tree.map(self._rows, info)
 
     # ---- init ----------------------------------------------------------------------
     def init(self, key) -> TrainState:
@@ -156,11 +182,12 @@ class PPO:
         if max_t is not None and hasattr(env_state, "time"):
             offs = jax.random.randint(k_time, (cfg.num_envs,), 0, jnp.maximum(max_t, 1))
             env_state = env_state.replace(time=env_state.time + offs)
-        first = jnp.ones((cfg.num_envs,), bool)
-        params = self.net.init(k_net, self._carry(cfg.num_envs), obs[None].astype(jnp.float32), first[None])
+        obs = self._rows(obs)
+        first = jnp.ones((self.rows,), bool)
+        params = self.net.init(k_net, self._carry(self.rows), obs[None].astype(jnp.float32), first[None])
         ts = TrainState(params=params, opt_state=self.tx.init(params), obs_stats=init_stats(self.obs_dim),
                         env_state=env_state, obs=obs.astype(jnp.float32), first=first,
-                        carry=self._carry(cfg.num_envs), ep_return=jnp.zeros((cfg.num_envs,), jnp.float32),
+                        carry=self._carry(self.rows), ep_return=jnp.zeros((self.rows,), jnp.float32),
                         key=key, update=jnp.asarray(0, jnp.int32))
         return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), ts)  # no weak types
 
@@ -186,7 +213,7 @@ class PPO:
                       reward=reward.astype(jnp.float32), terminated=term, done=done, boot=boot[0],
                       ep_return=ep_ret,
                       info={k: v.astype(jnp.float32) for k, v in info.items()
-                            if k not in _SKIP_INFO and v.shape == (cfg.num_envs,)})
+                            if k not in _SKIP_INFO and v.shape == (self.rows,)})
             ep_ret = jnp.where(done, 0.0, ep_ret)
             return (env_state, obs2.astype(jnp.float32), done, carry2, ep_ret, key), tr
 
@@ -224,15 +251,16 @@ class PPO:
             params, opt_state, key = c
             key, k = jax.random.split(key)
             if cfg.network == "lstm":  # minibatches of whole env sequences
-                perm = jax.random.permutation(k, cfg.num_envs)
+                perm = jax.random.permutation(k, self.rows)
                 nb = cfg.num_minibatches
                 shuf = jax.tree.map(lambda x: jnp.take(x, perm, axis=1), data)
                 mbs = jax.tree.map(lambda x: jnp.moveaxis(x.reshape((x.shape[0], nb, -1) + x.shape[2:]), 1, 0), shuf)
                 mbs["carry"] = jax.tree.map(lambda x: jnp.take(x, perm, axis=0).reshape((nb, -1) + x.shape[1:]),
                                             carry0)
             else:  # flat, shuffled transitions, as sequences of length 1
-                perm = jax.random.permutation(k, cfg.batch_size)
-                flat = jax.tree.map(lambda x: x.reshape((cfg.batch_size,) + x.shape[2:])[perm], data)
+                size = self.rows * cfg.num_steps
+                perm = jax.random.permutation(k, size)
+                flat = jax.tree.map(lambda x: x.reshape((size,) + x.shape[2:])[perm], data)
                 mbs = jax.tree.map(lambda x: x.reshape((cfg.num_minibatches, 1, -1) + x.shape[1:]), flat)
 
             def mb_step(c2, mb):
