@@ -163,6 +163,22 @@ def matrix(protocols: Sequence[str] = tuple(PROTOCOLS), competitors: Sequence[st
 
 def run_params(key: tuple, warmup_s: float = WARMUP_S) -> SimParams:
     """The simulator's params of run `key` (`Cell.run_key`'s first part)."""
+    return make_params(**run_kw(key, warmup_s))
+
+
+def model_record(key: tuple, warmup_s: float = WARMUP_S) -> dict:
+    """The TCP model's choices of run `key` (every run of the matrix has the same: the
+    declared defaults), as the output records them (`results/MODELS.md` reads them)."""
+    from rlbm_jax.env import model
+    from rlbm_jax.env.params import config_record
+
+    kw = run_kw(key, warmup_s)
+    rec = config_record(kw, make_params(**kw))
+    return {p.name: rec[p.name] for p in model.PARAMS if p.group == "tcp-model"}
+
+
+def run_kw(key: tuple, warmup_s: float = WARMUP_S) -> dict:
+    """The make_params keywords of run `key`."""
     (p0, r0), (p1, r1), buffer_bdp, rate_bps, aqm = key
     if PROTOCOLS[p1][1] and not PROTOCOLS[p0][1]:
         raise ValueError(f"run {key}: an agent's flow is flow 0")
@@ -171,7 +187,7 @@ def run_params(key: tuple, warmup_s: float = WARMUP_S) -> SimParams:
     kw = scenarios.cc(agents=2, tcp=(PROTOCOLS[p0][0], PROTOCOLS[p1][0]), rate_bps=rate_bps, rtt_s=(r0, r1),
                       buffer_bdp=buffer_bdp, policy=aqm, warmup_s=warmup_s,
                       sender_rate_bps=START_SHARE * rate_bps)  # (a rate sender's start: Aurora's)
-    return make_params(**kw)
+    return kw
 
 
 def _policy_fn(spec: str, formulation) -> Callable:
@@ -283,7 +299,8 @@ def run(cells: Sequence[Cell], *, seeds: Sequence[int] = SEEDS, seconds: float =
     rows = [_cell_row(c, results[c.run_key[0]], c.run_key[1], series(c)) for c in cells]
     wall = time.perf_counter() - t0
     return {"cells": rows, "runs": len(keys), "seeds": seeds,
-            "config": {"seconds": seconds, "warmup_s": warmup_s, "sample_s": sample_s, "policies": policies},
+            "config": {"seconds": seconds, "warmup_s": warmup_s, "sample_s": sample_s, "policies": policies,
+                       "model": model_record(keys[0], warmup_s)},
             "timing": {"wall_s": wall, "compile_s": sum(t["compile_s"] for t in timing),
                        "sim_seconds": len(keys) * len(seeds) * seconds,
                        "sim_seconds_per_wall_s": len(keys) * len(seeds) * seconds / max(wall, 1e-9),
