@@ -11,10 +11,10 @@ slowdowns, timeouts, lost SYNs, data delivered).  A formulation
     action       `formulation.action_space(P)`; `formulation.knobs` turns it into the
                  switch's knobs (`sim.KNOBS`), applied from the interval's first tick
     reward       float32 [], `formulation.reward`; its parts go to `info`
+    state        `EnvState(sim=SimState, time=steps taken)`
 A sender formulation on a run of A > 1 agent flows (`agent_flows`) has an agent axis: one
 policy acts for each flow, observation [A, D], action [A, ...] (`action_space`), reward
 and its parts [A], each flow's computed from its own rows of the record (`per_agent`).
-    state        `EnvState(sim=SimState, time=steps taken)`
 The thesis formulation ("RLBM-thesis-v0"): observation [3P + 4] (beta, drain rates,
 free buffer, flows finished, drops, queues and buffer in BDPs), action alpha per class
 in [0, 1], reward -log(worst slowdown) + log(1 + throughput); the default ("RLBM-v0")
