@@ -31,6 +31,11 @@ validated `SimParams`; `SCENARIOS` lists the names with what each models.
              x BDP at `rate_bps` (100 Mbit/s), the first `agents` flows driven by a sender agent
     cc-rate  `cc` with the agent's flow a rate sender (tcp "rate") starting at half the link,
              against a CUBIC flow (Aurora's)
+    sharing  where buffer sharing matters: the thesis's senders and classes at 100 Mbit/s, 2
+             long-lived flows (class 1) beside web search at load 0.4 (class 0) throughout,
+             one shared buffer of `buffer_bdp` x BDP (1) that either class may fill alone
+    sharing-incast  `sharing` with incast: queries of 16 senders answering 20 KB each at
+             once, 5 queries a second (`rlbm_jax.env.incast`)
 The thesis grid (`THESIS_GRID`, `thesis_grid`) is TCP x per-class buffer N x load; a cell
 is `thesis_cell(tcp, n, load)`.  `THESIS_RANDOM` holds the ranges training draws each
 episode's scenario from (`rlbm_jax.env.randomize`).
@@ -265,6 +270,40 @@ def cc_rate(rate_bps: float = 100e6, start_share: float = 0.5, **overrides) -> d
     return cc(rate_bps=rate_bps, **overrides)
 
 
+# Where buffer sharing matters (the thesis scenario rarely has two classes active together): a
+# faster bottleneck shared by short flows (class 0: web search under 2 MB, incast responses) and
+# long flows (class 1, always active), in one shared buffer of `buffer_bdp` x BDP that either
+# class may fill alone (each class's cap is the whole buffer), with the thesis's senders (CUBIC,
+# initial cwnd 10, min RTO 10 ms, no delayed ACK).
+SHARING = dict(bottleneck_rate_bps=100e6, access_rate_bps=1e9, num_senders=32, num_flow_slots=128, load=0.4,
+               long_flows=2, arrival_stop_s=math.inf, completion_log_size=4096)
+SHARING_INCAST = dict(incast_fan_in=16, incast_query_rate_per_s=5.0, incast_response_bytes=20_000.0)
+SHARING_EPISODE_S = 10.0
+
+
+def sharing(buffer_bdp: float = 1.0, incast: bool = False, **overrides) -> dict:
+    """The thesis's senders and classes on a 100 Mbit/s bottleneck where the classes are
+    active together: 2 long-lived flows (class 1) beside Poisson web-search flows at load 0.4
+    (class 0 below 2 MB) for the whole run, one shared buffer of `buffer_bdp` x BDP packets
+    that each class may fill alone; with `incast`, also queries of 16 senders answering 20 KB
+    each at once, 5 queries a second (each burst's first windows 160 packets, 2/3 of a 1-BDP
+    buffer)."""
+    kw = thesis(**{**SHARING, **(SHARING_INCAST if incast else {}), **overrides})
+    if "buffer_pkts" not in overrides:
+        b = bdp_buffer_pkts({**kw, "buffer_per_class_pkts": 1, "buffer_pkts": 1}, buffer_bdp)
+        kw["buffer_pkts"] = b
+        if "buffer_per_class_pkts" not in overrides:
+            kw["buffer_per_class_pkts"] = b
+    caps = kw["buffer_per_class_pkts"]
+    kw.setdefault("queue_capacity_pkts", int(max(caps) if isinstance(caps, (list, tuple)) else caps))
+    return kw
+
+
+def sharing_incast(buffer_bdp: float = 1.0, **overrides) -> dict:
+    """`sharing` with incast queries (`SHARING_INCAST`)."""
+    return sharing(buffer_bdp, incast=True, **overrides)
+
+
 SCENARIOS: dict[str, tuple[Callable[..., dict], str]] = {
     "thesis": (thesis, "10 senders, Poisson web-search flows at a load, 10 Mbit/s, two classes (the thesis)"),
     "long": (long_flows, "long-lived flows through one droptail FIFO at 100 Mbit/s"),
@@ -279,6 +318,10 @@ SCENARIOS: dict[str, tuple[Callable[..., dict], str]] = {
                                        "10 Mbit/s peak, 5.0 Mbit/s mean), its buffer size set by the agent"),
     "cc": (cc, "the RL congestion-control benchmark's dumbbell: long flows side by side, each its own TCP and base "
                "RTT (default two CUBIC flows, 40 ms, 100 Mbit/s, 1 BDP drop-tail), the first driven by a sender agent"),
+    "sharing": (sharing, "where buffer sharing matters: 2 long flows (class 1) beside web search at load 0.4 "
+                         "(class 0) at 100 Mbit/s, one shared buffer of 1 BDP either class may fill alone"),
+    "sharing-incast": (sharing_incast, "sharing with incast: queries of 16 senders answering 20 KB each at once, 5 a "
+                                       "second"),
     "cc-rate": (cc_rate, "cc with the agent's flow a rate sender (tcp rate, Aurora's) starting at half the link, "
                          "against a CUBIC flow"),
 }

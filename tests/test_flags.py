@@ -206,6 +206,9 @@ PAIRED = {
     ("tune_aqm", ("export",), "knob"): ["--knob", "buffer", "--run-dir", TUNE_BUFFER_RUN],
     # an agent drives long flows
     ("simulate", (), "agent_flows"): ["--long-flows", "2", "--agent-flows", "1"],
+    # incast's fan-in and query rate come together
+    ("simulate", (), "incast_fan_in"): ["--incast-fan-in", "1", "--incast-query-rate-per-s", "2"],
+    ("simulate", (), "incast_query_rate_per_s"): ["--incast-query-rate-per-s", "2", "--incast-fan-in", "1"],
     # flow statistics measure long flows
     ("simulate", (), "flow_stats"): ["--scenario", "long", "--long-flows", "2", "--flow-stats"],
     ("simulate", (), "flow_sample_s"): ["--scenario", "long", "--long-flows", "2", "--flow-stats",

@@ -219,6 +219,8 @@ def test_every_simulate_flag_reaches_its_param_and_the_config():
     ap = sim_cli.build_parser()
     dests = {a.dest for a in ap._actions}
     needs = {"agent_flows": ["--long-flows", "2"]}  # (what a value other than the default needs beside it)
+    # (what it needs beside it that the base run may not have: incast's fan-in and query rate come together)
+    together = {"incast_fan_in": ["--incast-query-rate-per-s", "2"], "incast_query_rate_per_s": ["--incast-fan-in", "1"]}
     covered = 0
     for q in model.PARAMS:
         if q.name in sim_cli.SCENARIO_ONLY:
@@ -227,7 +229,7 @@ def test_every_simulate_flag_reaches_its_param_and_the_config():
         base, _ = sim_cli.params_from_args(ap.parse_args(["--scenario", "thesis", *needs.get(q.name, [])]))
         base_leaves = jax.tree.leaves(base)
         v = other_value(q)
-        a = ap.parse_args(["--scenario", "thesis", *needs.get(q.name, []), *_argv(q, v)])
+        a = ap.parse_args(["--scenario", "thesis", *needs.get(q.name, []), *together.get(q.name, []), *_argv(q, v)])
         p, kw = sim_cli.params_from_args(a)
         want = v[0] if isinstance(v, list) and len(v) == 1 else v
         assert kw[q.name] == want, q.name

@@ -402,6 +402,12 @@ PARAMS: tuple[Param, ...] = (
     Param("long_flow_start_s", "traffic", "float", 0.0, "the long flows of a flow group start this long after "
           "t = 0, then within the spread (s): one value, or one per flow group (a newcomer against incumbents)",
           **NONNEG, per_group=True),
+    Param("incast_fan_in", "traffic", "int", 0, "incast: distinct senders each query asks for a response at once "
+          "(0: no incast traffic; static)", lo=0, static=True, backends={"native": 0, "fluid": 0}, ns3=""),
+    Param("incast_query_rate_per_s", "traffic", "float", 0.0, "incast: queries per second (Poisson), until "
+          "arrival_stop_s", **NONNEG, ns3=""),
+    Param("incast_response_bytes", "traffic", "float", 20_000.0, "incast: each response's size (bytes; its class by "
+          "size, as any flow's)", lo=1.0, ns3=""),
     Param("cdf", "traffic", "table", "websearch", "flow sizes: a built-in table or a CSV of size_bytes,cdf rows",
           leaf=""),
     # ---- measurement -----------------------------------------------------------------------------

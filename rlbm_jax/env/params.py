@@ -159,6 +159,8 @@ class SimParams:
     long_flows: jnp.ndarray  # [] K long-lived flows started at t = 0
     long_flow_start_spread_s: jnp.ndarray  # [] long flows start uniformly in [0, spread)
     long_flow_start_s: jnp.ndarray  # [] ... after this offset (the first flow group's)
+    incast_query_rate_per_s: jnp.ndarray  # [] incast queries per second (rlbm_jax.env.incast)
+    incast_response_bytes: jnp.ndarray  # [] each incast response's size
     cdf_size_bytes: jnp.ndarray  # [M] flow-size table (padded)
     cdf_prob: jnp.ndarray  # [M]
     # ---- measurement -------------------------------------------------------
@@ -175,6 +177,7 @@ class SimParams:
     interval_log_size: int = struct.field(pytree_node=False, default=16)  # finished flows an agent interval lists
     # long flows (slots 0..A-1) a sender agent drives (`sim.FLOW_KNOBS`; their statistics in the interval record)
     agent_flows: int = struct.field(pytree_node=False, default=0)
+    incast_fan_in: int = struct.field(pytree_node=False, default=0)  # senders each incast query asks (0: none)
     # per-flow queues (rlbm_jax.env.switch.flowqueue, FQ-CoDel): runs each flow slot's ring holds; 0
     # allocates none (policies without per-flow queues), and the tick then leaves their code out
     flow_queue_capacity_pkts: int = struct.field(pytree_node=False, default=0)
@@ -297,6 +300,15 @@ def resolve(**kw) -> dict:
     if r["agent_flows"] > r["long_flows"]:
         raise ValueError(f"agent_flows ({r['agent_flows']}) must not exceed long_flows ({r['long_flows']}): an "
                          "agent drives long-lived flows (slots 0..agent_flows-1)")
+    if r["incast_fan_in"] > num_senders:
+        raise ValueError(f"incast_fan_in ({r['incast_fan_in']}) must not exceed num_senders ({num_senders}): a "
+                         "query asks that many distinct senders")
+    if r["incast_fan_in"] > 0 and not r["incast_query_rate_per_s"] > 0:
+        raise ValueError(f"incast_fan_in ({r['incast_fan_in']}) asks for incast traffic, but incast_query_rate_per_s "
+                         f"is {r['incast_query_rate_per_s']}: give a positive query rate, or incast_fan_in 0")
+    if r["incast_fan_in"] == 0 and r["incast_query_rate_per_s"] > 0:
+        raise ValueError(f"incast_query_rate_per_s ({r['incast_query_rate_per_s']}) asks for incast queries, but "
+                         "incast_fan_in is 0: give the senders each query asks (incast_fan_in > 0)")
     if r["long_flows"] > num_flow_slots:
         raise ValueError(f"long_flows ({r['long_flows']}) must not exceed num_flow_slots ({num_flow_slots})")
     caps = _per_class("buffer_per_class_pkts", r["buffer_per_class_pkts"], num_classes).astype(np.int64)

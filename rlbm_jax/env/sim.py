@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rlbm_jax.env import capacity, metrics as mx, tcp, traffic
+from rlbm_jax.env import capacity, incast, metrics as mx, tcp, traffic
 from rlbm_jax.env.switch import buffer, disciplines, flowqueue, queue as qm, scheduler
 from rlbm_jax.env.params import SimParams, check_record
 
@@ -70,6 +70,8 @@ class SimState:
     # the bottleneck's departure credit (packets) carried into the next tick, a fraction of one,
     # under a capacity schedule (rlbm_jax.env.capacity); 0 without one
     link_credit: jnp.ndarray  # [] float32
+    # query-response traffic (rlbm_jax.env.incast); None (no leaves) without it
+    incast: incast.IncastState | None = None
 
 
 # The switch's knobs that an agent sets (a formulation's action maps onto them), and the
@@ -172,9 +174,10 @@ def init(key, params: SimParams) -> SimState:
         params=params)
     m = mx.init_metrics(P, params.queue_capacity_pkts, params.completion_log_size)
     m = m.replace(flows_started=jnp.asarray(params.long_flows, jnp.int32))
+    seed = jax.random.bits(k_seed, (), jnp.uint32)
     return SimState(
         tick=jnp.zeros((), jnp.int32),
-        seed=jax.random.bits(k_seed, (), jnp.uint32),
+        seed=seed,
         flows=tcp.pack(flows, tcp.widths(params)),
         delivered=jnp.zeros((F,), jnp.int32),
         done_sink=jnp.zeros((F,), bool),
@@ -194,6 +197,7 @@ def init(key, params: SimParams) -> SimState:
         interval=mx.init_interval(P, params.interval_log_size, params.agent_flows),
         flowq=flowqueue.init(params),
         link_credit=jnp.zeros((), jnp.float32),
+        incast=incast.init(seed, params),
     )
 
 
@@ -376,8 +380,16 @@ def _arrival_due(state: SimState, clk: Clock, params: SimParams):
     """Whether a flow arrival falls in this tick (and before `arrival_stop_s`), and the
     flow slot it would take: (due [] bool, slot [], free [] bool)."""
     due = (state.next_arrival_s <= clk.now_s + clk.tick_s) & (state.next_arrival_s < params.arrival_stop_s)
+    if incast.enabled(params):  # a response of a query due (incast)
+        due = due | _incast_now(state, clk, params)[1]
     slot, free = traffic.free_slot(tcp.column(state.flows, "active"))
     return due, slot, free
+
+
+def _incast_now(state: SimState, clk: Clock, params: SimParams):
+    """The incast state with a query falling in this tick taken, and whether a response
+    is due (`incast.take_query`)."""
+    return incast.take_query(state.incast, state.seed, clk.now_s, clk.tick_s, params)
 
 
 def _earn_credit(access_credit_pkts, clk: Clock, params: SimParams):
@@ -533,6 +545,7 @@ class Arrival(NamedTuple):
     cls: jnp.ndarray  # [] class of the arriving flow
     thresholds_pkts: jnp.ndarray  # [P] the policy's admission thresholds this tick
     occupancy_pkts: jnp.ndarray  # [] buffer occupancy at the start of the tick
+    incast: incast.IncastState | None = None  # the query-response state after this tick's start
 
 
 def _buffer_thresholds(state: SimState, params: SimParams):
@@ -552,30 +565,43 @@ def arrival_phase(state: SimState, clk: Clock, sink: Sink, ev: Events, fl: tcp.F
     admitted against them).  An arrival due now takes the free slot reserved among the
     event flows; its handshake delays its first data by the base RTT plus its class
     queue's delay.  An arrival that finds no free slot is refused.  Sizes, senders and
-    gaps are drawn from the arrival count, so every tick size sees the same flows."""
+    gaps are drawn from the arrival count, so every tick size sees the same flows.  With
+    incast traffic a query's due response starts first (`incast`), timed from its query,
+    and a web-search arrival due too waits for a later tick."""
     P, F = params.num_classes, params.num_flow_slots
     m = state.metrics
-    u = traffic.hash_uniform(state.seed, m.flows_started + m.flows_refused, 3)  # gap, size, sender
+    drawn = m.flows_started + m.flows_refused  # arrivals so far (incast responses are not drawn here)
+    if incast.enabled(params):
+        drawn = drawn - state.incast.responses - state.incast.refused
+    u = traffic.hash_uniform(state.seed, drawn, 3)  # gap, size, sender
     thr, occ = _buffer_thresholds(state, params)
     is_new = ev.valid & (ev.slots == ev.new_slot) & ev.arrival_due & ev.slot_free
     start = jnp.any(is_new)
     size_b, sender, gap_s = traffic.arrival_draw(u, traffic.arrival_rate_per_s(params), params)
+    t_arr_s = state.next_arrival_s
+    inc, resp = state.incast, jnp.zeros((), bool)
+    if incast.enabled(params):  # a due response goes first, timed from its query
+        inc, resp = _incast_now(state, clk, params)
+        size_b = jnp.where(resp, params.incast_response_bytes, size_b)
+        sender = jnp.where(resp, inc.sender, sender)
+        t_arr_s = jnp.where(resp, inc.query_s, t_arr_s)
     cls = jnp.minimum(traffic.flow_class(size_b, params.class_threshold_bytes), P - 1)
     qdelay_s = state.queue.pkts[cls].astype(jnp.float32) * params.data_pkt_bits / params.bottleneck_rate_bps
     qdelay_s = _where(_flag(params, "syn_skips_queue"), 0.0, qdelay_s)  # (FQ-CoDel: a new queue, served first)
     hs_rtt_s = flow_base_rtt_s(sender, params) + qdelay_s
-    t_arr_s = state.next_arrival_s
     fl = tcp.start_flow(
         fl, is_new, sender=sender, cls=cls, size_pkts=jnp.ceil(size_b / params.mss_bytes).astype(jnp.int32),
         size_bytes=size_b, start_s=t_arr_s,
         data_tick=jnp.ceil((t_arr_s + hs_rtt_s + flow_access_offset_s(sender, params)) / clk.tick_s).astype(jnp.int32),
         handshake_rtt_s=hs_rtt_s, params=params)
     reuse = (jnp.arange(F) == ev.new_slot) & start
-    advance = ev.arrival_due & (start | ~ev.slot_free)
+    advance = ev.arrival_due & ~resp & (start | ~ev.slot_free)
+    if incast.enabled(params):
+        inc = incast.after_start(inc, resp & ev.arrival_due, start, params)
     return Arrival(flows=fl, delivered=jnp.where(reuse, 0, sink.delivered), done_sink=sink.done_sink & ~reuse,
                    next_arrival_s=jnp.where(advance, t_arr_s + gap_s, state.next_arrival_s), is_new=is_new,
                    started=start, refused=ev.arrival_due & ~ev.slot_free, cls=cls, thresholds_pkts=thr,
-                   occupancy_pkts=occ)
+                   occupancy_pkts=occ, incast=inc)
 
 
 class Transmit(NamedTuple):
@@ -963,6 +989,7 @@ def tick_phases(state: SimState, params: SimParams) -> tuple[SimState, Phases]:
         rr_next=dep.rr_next, rl_alpha=state.rl_alpha, rl_size_pkts=state.rl_size_pkts, drain_norm=rec.drain_norm,
         drain_window=rec.drain_window, drain_window_start=rec.drain_window_start, thresholds=arr.thresholds_pkts,
         aqm=dep.aqm, metrics=rec.metrics, interval=rec.interval, flowq=dep.flowq, link_credit=clk.link_credit,
+        incast=arr.incast,
     ), Phases(clk=clk, sink=sink, ev=ev, fired=fired, arr=arr, tx=tx, adm=adm, dep=dep)
 
 

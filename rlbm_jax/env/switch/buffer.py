@@ -66,6 +66,16 @@ def _static_bdp(view, p):
     return jnp.minimum(p.alpha * p.bdp_pkts, (p.buffer_pkts - view.occupancy_pkts).astype(jnp.float32))
 
 
+def _busy_bdp(view, p):
+    """A hand rule: a class may take the buffer alone, and alpha_c x BDP while another class
+    is busy (has a packet queued): threshold_c = its FIFO cap while every other class's
+    queue is empty, else alpha_c * BDP (the shared buffer B bounds both, as for every
+    policy)."""
+    q = view.queue_pkts
+    others_busy = (jnp.sum(q) - q) > 0
+    return jnp.where(others_busy, p.alpha * p.bdp_pkts, p.class_cap_pkts.astype(jnp.float32))
+
+
 def _rl(view, p):
     """Thesis RL formulation: threshold = action * beta * free buffer."""
     return view.rl_alpha * p.beta * (p.buffer_pkts - view.occupancy_pkts)
@@ -127,6 +137,8 @@ _REGISTRY: list[Policy] = [
     Policy("fq", _droptail, (1.0,), "fq", native=True),
     # drop-tail at a size the agent sets (knob `buffer_size_pkts`; ABS)
     Policy("rl-size", _rl_size, (1.0,), native=True, knobs=("buffer_size_pkts",)),
+    # a hand rule: the whole buffer alone, alpha_c BDPs beside a busy class
+    Policy("busy-bdp", _busy_bdp, (1.0, 1.0)),
 ]
 POLICY_NAMES: tuple = tuple(p.name for p in _REGISTRY)
 DEFAULT_ALPHA = {p.name: p.default_alpha for p in _REGISTRY}
