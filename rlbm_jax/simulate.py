@@ -17,7 +17,7 @@ import numpy as np
 
 from rlbm_jax import flowstats
 from rlbm_jax.devices import batched, env_sharding
-from rlbm_jax.env import backends, metrics as mx, sim
+from rlbm_jax.env import backends, incast, metrics as mx, sim
 from rlbm_jax.env.switch import buffer
 from rlbm_jax.env.params import SimParams, ared_defaults, rederive, stack_params
 from rlbm_jax.env.rlbm_env import DEFAULT_FORMULATION, RLBMEnv
@@ -196,6 +196,7 @@ def run_scenario(params: SimParams, *, seconds: float, seeds: Sequence[int], age
     final = get_sim(state)
     n_devices = len(env_sharding(len(seeds)).device_set)
     rep = jax.jit(jax.vmap(lambda m: mx.summarize(m, params)))(final.metrics)
+    rep.update(incast.report(final.incast))  # queries, responses started, refused, waiting (with incast)
     ticks = np.asarray(final.tick)
     per_seed = []
     for i, seed in enumerate(seeds):

@@ -90,7 +90,8 @@ def build_parser():
     ap.add_argument("--seeds", type=int, default=10, help="seeds per preset")
     ap.add_argument("--first-seed", type=int, default=400_000, help="seeds are first-seed, first-seed+1, ...")
     ap.add_argument("--seconds", type=float, default=scenarios.SHARING_EPISODE_S, help="episode length (s)")
-    ap.add_argument("--buffer-bdp", type=float, default=1.0, help="the shared buffer in BDPs")
+    ap.add_argument("--buffer-bdp", type=float, default=None,
+                    help="the shared buffer in BDPs (unset: each preset's own, 1 for sharing, 2 for sharing-incast)")
     ap.add_argument("--out", default="results/sharing", help="output directory")
     add_model_args(ap)
     add_backend_arg(ap)
@@ -104,7 +105,10 @@ def plan(a) -> tuple[dict, dict, RLBMEnv]:
     if not a.seconds > 0:
         raise ValueError(f"--seconds must be positive, got {a.seconds}")
     runs = baselines()
-    kws = {pr: scenarios.kw(pr, buffer_bdp=a.buffer_bdp, **model_kw(a)) for pr in a.presets}
+    if a.buffer_bdp is not None and not a.buffer_bdp > 0:
+        raise ValueError(f"--buffer-bdp must be positive, got {a.buffer_bdp}")
+    size = {} if a.buffer_bdp is None else {"buffer_bdp": a.buffer_bdp}
+    kws = {pr: scenarios.kw(pr, **size, **model_kw(a)) for pr in a.presets}
     sims = {pr: [make_params(**{**kw, **ov}) for _, _, ov in runs] for pr, kw in kws.items()}
     first = next(iter(sims.values()))[0]
     env = RLBMEnv(first, formulation="RLBM-v0", agent_interval_s=0.1, episode_s=a.seconds)
