@@ -65,7 +65,7 @@ def test_ranking_agrees_when_the_reward_orders_as_the_operator_and_disagrees_whe
     seeds = list(range(6))
     for sign in (+1, -1):
         out = {"sharing": _fake(-sign * p99 / 10, p99=p99)}
-        _, per_policy = sharing.tables(None, out, seeds)
+        _, per_policy = sharing.tables(out, seeds)
         r = sharing.ranking(per_policy)["sharing"][sharing.ADOPTED]
         assert r["pairs"] > 0
         assert r["tau_p99_short"] == sign * 1.0 and r["agreement"] == (1.0 if sign > 0 else 0.0)

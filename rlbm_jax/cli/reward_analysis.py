@@ -86,7 +86,7 @@ def _runs(a):
     return runs
 
 
-def _episode_fn(env: RLBMEnv, agent):
+def episode_fn(env: RLBMEnv, agent):
     """One episode: the mean of every named reward, the report, the completion log and the
     flows still open at the end (size, start, censored slowdown)."""
     rewards = formulations.REWARDS
@@ -167,7 +167,7 @@ def simulate(env: RLBMEnv, sims, seeds, runs, agents) -> dict:
             cells = [with_policy(p, "static-bdp").replace(alpha=jnp.asarray(alpha, jnp.float32)) for p in sims]
         else:
             cells = [with_policy(p, policy) for p in sims]
-        fn = jax.jit(jax.vmap(jax.vmap(_episode_fn(env, agent), in_axes=(None, 0)), in_axes=(0, None)))
+        fn = jax.jit(jax.vmap(jax.vmap(episode_fn(env, agent), in_axes=(None, 0)), in_axes=(0, None)))
         res = fn(stack_params([ep0.replace(sim=p) for p in cells]), keys)
         out[name] = jax.device_get(res)
         bar.update(len(out), extra=name)

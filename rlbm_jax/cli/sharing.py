@@ -42,7 +42,7 @@ import numpy as np
 from rlbm_jax import jsonio, scenarios
 from rlbm_jax.cli import add_backend_arg, add_model_args, apply_backend, fail, model_kw, parser, printed_config
 from rlbm_jax.cli.evaluate import episode_record
-from rlbm_jax.cli.reward_analysis import _episode_fn, kendall_tau
+from rlbm_jax.cli.reward_analysis import episode_fn, kendall_tau
 from rlbm_jax.env import backends, formulations
 from rlbm_jax.env.params import config_record, make_params, stack_params
 from rlbm_jax.env.rlbm_env import RLBMEnv
@@ -129,17 +129,29 @@ def run_config(a) -> dict:
     return plan(a)[0]
 
 
-def simulate(env: RLBMEnv, sims: dict, seeds) -> dict:
-    """{preset: (rewards [runs, seeds, R], report, log, log_count, open flows)}."""
+def simulate(env: RLBMEnv, sims: dict, seeds, chunk: int = 5) -> dict:
+    """{preset: (rewards [runs, seeds, R], report, log, log_count, open flows)}, `chunk`
+    baselines a call (one compiled program for all: every chunk has the same shape), the
+    progress bar moving a chunk at a time."""
     ep0 = env.default_params
     keys = jnp.stack([jax.random.PRNGKey(s) for s in seeds])
-    fn = jax.jit(jax.vmap(jax.vmap(_episode_fn(env, None), in_axes=(None, 0)), in_axes=(0, None)))
-    out = {}
-    bar = Progress(len(sims), unit=" presets", label=f"{len(next(iter(sims.values())))} baselines x {len(seeds)} seeds ")
+    fn = jax.jit(jax.vmap(jax.vmap(episode_fn(env, None), in_axes=(None, 0)), in_axes=(0, None)))
+    n = len(next(iter(sims.values())))
+    starts = list(range(0, n, chunk))
+    bar = Progress(len(sims) * len(starts), unit=" chunks", label=f"{len(sims)} presets x {n} baselines x "
+                   f"{len(seeds)} seeds, {chunk} baselines a chunk ")
     bar.update(0, measure=False)
+    out, done = {}, 0
     for pr, cells in sims.items():
-        out[pr] = jax.device_get(fn(stack_params([ep0.replace(sim=p) for p in cells]), keys))
-        bar.update(len(out), extra=pr)
+        parts = []
+        for i in starts:
+            part = cells[i:i + chunk]
+            pad = chunk - len(part)  # the last chunk padded with its first run (dropped below): one shape
+            got = jax.device_get(fn(stack_params([ep0.replace(sim=p) for p in part + part[:1] * pad]), keys))
+            parts.append(jax.tree.map(lambda x: x[:len(part)], got))
+            done += 1
+            bar.update(done, extra=pr)
+        out[pr] = jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
     bar.close()
     return out
 
@@ -157,7 +169,7 @@ def q(x, p) -> float:
     return float(np.quantile(x, p)) if np.size(x) else float("nan")
 
 
-def tables(sims: dict, out: dict, seeds) -> tuple[list, list]:
+def tables(out: dict, seeds) -> tuple[list, list]:
     """Per run and per (preset, baseline) rows."""
     names = list(formulations.REWARDS)
     runs = baselines()
@@ -352,7 +364,7 @@ def main(argv=None):
     jsonio.write(out_dir / "config.json", cfg)
     t0 = time.perf_counter()
     out = simulate(env, sims, seeds)
-    per_run, per_policy = tables(sims, out, seeds)
+    per_run, per_policy = tables(out, seeds)
     text = write(out_dir, per_run, per_policy, separation(out, seeds), ranking(per_policy), seeds, argv,
                  time.perf_counter() - t0)
     print(text)
