@@ -270,7 +270,7 @@ def write(out_dir: Path, per_run, per_policy, sep, rank, seeds, argv, wall_s) ->
     n_base = len(baselines())
     lines = [f"# Baselines on the sharing presets, before any training: {len(presets)} presets x {n_base} baselines "
              f"x {len(seeds)} seeds (seeds {seeds[0]}..{seeds[-1]})", "",
-             f"Command: `python scripts/sharing.py {' '.join(argv)}` ({wall_s:.0f} s).", "",
+             f"Command: `{' '.join(['python scripts/sharing.py', *argv])}` ({wall_s:.0f} s).", "",
              "## Verdict per preset", "",
              f"| preset | reward pairs separated | p99-short pairs separated | best by `{ADOPTED}` "
              f"| best by p99 short slowdown | tau (`{ADOPTED}` vs p99 short) | tau vs goodput | agreement on "
@@ -360,7 +360,7 @@ def main(argv=None):
     seeds = cfg["seeds"]
     out_dir = Path(cfg["out"])
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "command.txt").write_text("python scripts/sharing.py " + " ".join(argv) + "\n")
+    (out_dir / "command.txt").write_text(" ".join(["python scripts/sharing.py", *argv]) + "\n")
     jsonio.write(out_dir / "config.json", cfg)
     t0 = time.perf_counter()
     out = simulate(env, sims, seeds)
