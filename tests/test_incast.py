@@ -92,6 +92,32 @@ def test_web_search_arrivals_keep_their_draws_and_runs_are_seeded(runs):
         assert hit.any() and np.isclose(size[hit][0], r[0], rtol=1e-5)
 
 
+def test_a_full_table_refuses_responses_counted_and_leaves_the_web_draws_in_place():
+    """Few flow slots and bursts larger than them: responses are refused and counted, queries
+    fall while responses wait, web arrivals meet responses in the same tick; every start is
+    accounted for (long flows, web arrivals, responses) and the web flows that finished still
+    started at the arrival times the schedule draws without incast."""
+    p = thesis_params(incast_fan_in=10, incast_query_rate_per_s=8.0, incast_response_bytes=30_000.0, load=0.4,
+                      arrival="thesis-code", arrival_stop_s=1e9, num_flow_slots=12, long_flows=1,
+                      completion_log_size=1024)
+    n = sim.ticks_for(4.0, p)
+    s = jax.jit(lambda k: sim.run(sim.init(k, p), p, n)[0])(jax.random.PRNGKey(3))
+    inc, m = s.incast, s.metrics
+    assert int(inc.refused) > 0 and int(m.flows_refused) > int(inc.refused)  # web arrivals refused too
+    assert int(inc.responses) + int(inc.refused) + int(inc.pending) == 10 * int(inc.queries)
+    web = int(m.flows_started) - int(p.long_flows) - int(inc.responses)  # the web arrivals that started
+    web_drawn = web + int(m.flows_refused) - int(inc.refused)
+    start, _, size = jax.device_get(sim.flow_schedule(jax.random.PRNGKey(3), p, web_drawn + 1))
+    # the arrivals drawn so far are exactly those before the next one the state holds
+    np.testing.assert_allclose(float(s.next_arrival_s), start[web_drawn], rtol=1e-6)
+    rows = np.asarray(m.log)[:int(m.log_count)]
+    done = rows[rows[:, 0] != 30_000.0]
+    assert len(done) > 5 and int(m.log_overflow) == 0
+    for r in done:
+        hit = np.isclose(start, r[mx.LOG_FIELDS.index("start_s")], atol=1e-6)
+        assert hit.any() and np.isclose(size[hit][0], r[0], rtol=1e-5)
+
+
 def test_incast_is_declared_and_refused_where_it_is_not_implemented():
     p = _params()
     s = sim.init(jax.random.PRNGKey(0), p)
