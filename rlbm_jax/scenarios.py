@@ -290,12 +290,9 @@ def sharing(buffer_bdp: float = 1.0, incast: bool = False, **overrides) -> dict:
     buffer; `sharing_incast` holds 2 BDPs)."""
     kw = thesis(**{**SHARING, **(SHARING_INCAST if incast else {}), **overrides})
     if "buffer_pkts" not in overrides:
-        b = bdp_buffer_pkts({**kw, "buffer_per_class_pkts": 1, "buffer_pkts": 1}, buffer_bdp)
-        kw["buffer_pkts"] = b
+        kw["buffer_pkts"] = bdp_buffer_pkts(kw, buffer_bdp)
         if "buffer_per_class_pkts" not in overrides:
-            kw["buffer_per_class_pkts"] = b
-    caps = kw["buffer_per_class_pkts"]
-    kw.setdefault("queue_capacity_pkts", int(max(caps) if isinstance(caps, (list, tuple)) else caps))
+            kw["buffer_per_class_pkts"] = kw["buffer_pkts"]
     return kw
 
 

@@ -5,7 +5,7 @@ import numpy as np
 
 from rlbm_jax import scenarios
 from rlbm_jax.cli import sharing
-from rlbm_jax.env import formulations, make_params
+from rlbm_jax.env import backends, formulations, make_params
 from rlbm_jax.env import metrics as mx
 from rlbm_jax.env.switch import buffer
 
@@ -28,6 +28,10 @@ def test_busy_bdp_gives_a_class_the_buffer_alone_and_its_bdps_beside_a_busy_clas
     # the shared buffer still bounds both: admission takes no more than B - Q
     adm = buffer.admit(jnp.asarray([500, 0]), jnp.asarray([3, 40]), jnp.asarray(beside), cap - 43)
     assert int(adm[0]) == cap - 43
+    # the backends that lack it refuse it by name (the JAX tick runs it)
+    for b in ("native", "fluid"):
+        assert "policy=busy-bdp" in backends.refusal(b, p)
+    assert backends.refusal("jax", p) is None
 
 
 def _fake(means_by_run, seeds=6, noise=0.01, p99=None, seed=0):

@@ -47,8 +47,7 @@ def enabled(params) -> bool:
 def _draw(seed, i, rate):
     """Query i's gap to the next query (s) and its first sender's uniform."""
     u = traffic.hash_uniform(seed ^ jnp.uint32(_STREAM), i, 2)
-    gap = traffic._gap_s(-jnp.log(jnp.maximum(1.0 - u[0], 1e-12)), rate)
-    return gap, u[1]
+    return traffic.gap_from_uniform_s(u[0], rate), u[1]
 
 
 def init(seed, params) -> IncastState | None:

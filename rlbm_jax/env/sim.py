@@ -374,22 +374,24 @@ class Events(NamedTuple):
     slot_free: jnp.ndarray  # [] bool: new_slot is free (some slot is)
     credit_pkts: jnp.ndarray  # [S] each access link's credit, this tick's share earned
     budget_pkts: jnp.ndarray  # [S] whole packets each access link may send now
+    # with incast traffic: its state with a query falling in this tick taken, and whether one
+    # of its responses is due (what arrival_phase starts); None without it
+    incast: incast.IncastState | None = None
+    response_due: jnp.ndarray | None = None  # [] bool
 
 
 def _arrival_due(state: SimState, clk: Clock, params: SimParams):
     """Whether a flow arrival falls in this tick (and before `arrival_stop_s`), and the
-    flow slot it would take: (due [] bool, slot [], free [] bool)."""
+    flow slot it would take: (due [] bool, slot [], free [] bool, the incast state with a
+    query falling in this tick taken (`incast.take_query`), response due [] bool); the last
+    two None without incast, and a due response makes the tick's arrival due."""
     due = (state.next_arrival_s <= clk.now_s + clk.tick_s) & (state.next_arrival_s < params.arrival_stop_s)
-    if incast.enabled(params):  # a response of a query due (incast)
-        due = due | _incast_now(state, clk, params)[1]
+    inc = resp = None
+    if incast.enabled(params):
+        inc, resp = incast.take_query(state.incast, state.seed, clk.now_s, clk.tick_s, params)
+        due = due | resp
     slot, free = traffic.free_slot(tcp.column(state.flows, "active"))
-    return due, slot, free
-
-
-def _incast_now(state: SimState, clk: Clock, params: SimParams):
-    """The incast state with a query falling in this tick taken, and whether a response
-    is due (`incast.take_query`)."""
-    return incast.take_query(state.incast, state.seed, clk.now_s, clk.tick_s, params)
+    return due, slot, free, inc, resp
 
 
 def _earn_credit(access_credit_pkts, clk: Clock, params: SimParams):
@@ -486,7 +488,7 @@ def ack_phase(state: SimState, clk: Clock, params: SimParams) -> Events:
     F = params.num_flow_slots
     t = clk.t
     ack_rows = _ack_rows(state, t, params)  # [k * flow_groups, WIRE_FIELDS]
-    due, slot, free = _arrival_due(state, clk, params)
+    due, slot, free, inc, resp = _arrival_due(state, clk, params)
     credit, budget = _earn_credit(state.access_credit, clk, params)
     pace_due = None
     if tcp.pacing.enabled(params):
@@ -500,7 +502,7 @@ def ack_phase(state: SimState, clk: Clock, params: SimParams) -> Events:
     fl = fl.replace(active=fl.active & valid)
     fl = _apply_acks(fl, ack_rows, slots, clk, params)
     return Events(slots=slots, valid=valid, flows=fl, deferred_flows=deferred, arrival_due=due, new_slot=slot,
-                  slot_free=free, credit_pkts=credit, budget_pkts=budget)
+                  slot_free=free, credit_pkts=credit, budget_pkts=budget, incast=inc, response_due=resp)
 
 
 LONG_SYN_QUEUE = 1  # params.long_flow_syn_id of "queue"
@@ -579,9 +581,8 @@ def arrival_phase(state: SimState, clk: Clock, sink: Sink, ev: Events, fl: tcp.F
     start = jnp.any(is_new)
     size_b, sender, gap_s = traffic.arrival_draw(u, traffic.arrival_rate_per_s(params), params)
     t_arr_s = state.next_arrival_s
-    inc, resp = state.incast, jnp.zeros((), bool)
+    inc, resp = ev.incast, ev.response_due
     if incast.enabled(params):  # a due response goes first, timed from its query
-        inc, resp = _incast_now(state, clk, params)
         size_b = jnp.where(resp, params.incast_response_bytes, size_b)
         sender = jnp.where(resp, inc.sender, sender)
         t_arr_s = jnp.where(resp, inc.query_s, t_arr_s)
@@ -595,9 +596,10 @@ def arrival_phase(state: SimState, clk: Clock, sink: Sink, ev: Events, fl: tcp.F
         data_tick=jnp.ceil((t_arr_s + hs_rtt_s + flow_access_offset_s(sender, params)) / clk.tick_s).astype(jnp.int32),
         handshake_rtt_s=hs_rtt_s, params=params)
     reuse = (jnp.arange(F) == ev.new_slot) & start
-    advance = ev.arrival_due & ~resp & (start | ~ev.slot_free)
-    if incast.enabled(params):
-        inc = incast.after_start(inc, resp & ev.arrival_due, start, params)
+    advance = ev.arrival_due & (start | ~ev.slot_free)
+    if incast.enabled(params):  # (a response's start leaves the web arrival due)
+        advance = advance & ~resp
+        inc = incast.after_start(inc, resp, start, params)
     return Arrival(flows=fl, delivered=jnp.where(reuse, 0, sink.delivered), done_sink=sink.done_sink & ~reuse,
                    next_arrival_s=jnp.where(advance, t_arr_s + gap_s, state.next_arrival_s), is_new=is_new,
                    started=start, refused=ev.arrival_due & ~ev.slot_free, cls=cls, thresholds_pkts=thr,

@@ -157,7 +157,13 @@ def arrival_draw(u, rate, params):
     three uniforms u [3] (gap, size, sender) and the total arrival rate."""
     size_b = sample_size_bytes(u[1], params.cdf_size_bytes, params.cdf_prob)
     sender = jnp.minimum((u[2] * params.num_senders).astype(jnp.int32), params.num_senders - 1)
-    return size_b, sender, _gap_s(-jnp.log(jnp.maximum(1.0 - u[0], 1e-12)), rate)
+    return size_b, sender, gap_from_uniform_s(u[0], rate)
+
+
+def gap_from_uniform_s(u, rate):
+    """An exponential gap (s) of a Poisson process of `rate` per s, by inversion of the
+    uniform u in [0, 1) (never, when the rate is 0)."""
+    return _gap_s(-jnp.log(jnp.maximum(1.0 - u, 1e-12)), rate)
 
 
 def next_gap_s(key, rate):
