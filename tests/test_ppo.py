@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy.stats import binomtest
 
 from rlbm_jax.env import RLBMEnv, thesis_params
 from rlbm_jax.env.params import TCP_NAMES
@@ -263,7 +264,9 @@ def test_ppo_learns_rlbm_and_beats_sb_naive():
         d = trained - other
         se = d.std(ddof=1) / np.sqrt(len(d))
         assert d.mean() > 0.2 and d.mean() > 5 * se, (trained, other)
-        assert (d > 0).all()
+        # and seed by seed: a sign test against a coin (p < 0.01 needs 13 wins of 16); a
+        # new release of a dependency can move one seed's rollout across zero
+        assert binomtest(int(np.sum(d > 0)), len(d), alternative="greater").pvalue < 0.01, d
 
 
 def tiny_ppo():
