@@ -5,6 +5,7 @@ import numpy as np
 
 from rlbm_jax import scenarios
 from rlbm_jax.cli import sharing
+from rlbm_jax.studies import sharing as sharing_study
 from rlbm_jax.env import backends, formulations, make_params
 from rlbm_jax.env import metrics as mx
 from rlbm_jax.env.switch import buffer
@@ -18,7 +19,7 @@ def _view(q):
 
 
 def test_busy_bdp_gives_a_class_the_buffer_alone_and_its_bdps_beside_a_busy_class():
-    p = make_params(**scenarios.sharing(policy="busy-bdp", alpha=(sharing.FREE, 0.25)))
+    p = make_params(**scenarios.sharing(policy="busy-bdp", alpha=(sharing_study.FREE, 0.25)))
     cap, bdp = int(p.buffer_pkts), float(p.bdp_pkts)
     alone = np.asarray(buffer.thresholds(_view([0, 40]), p))
     assert alone[1] == cap  # class 0 idle: class 1 may fill the buffer

@@ -48,40 +48,17 @@ from rlbm_jax.env.params import config_record, make_params, stack_params
 from rlbm_jax.env.rlbm_env import RLBMEnv
 from rlbm_jax.progress import Progress
 from rlbm_jax.study import stats
+from rlbm_jax.studies.sharing import DUPLICATES, variants as baselines
 
 PROG = "sharing.py"
 PRESETS = ("sharing", "sharing-incast")
 ADOPTED = formulations.get("RLBM-v0").reward.name  # the adopted reward (the default formulation's)
-FREE = 1e6  # a threshold of this many BDPs is the free buffer (static-bdp), or the whole buffer (busy-bdp)
 SHORT_BYTES = 100_000
-DT_ALPHAS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
-ABM_ALPHAS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
-# static-bdp (class 0, class 1) in BDPs; (free, free) is DT with alpha 1 and is left out
-STATIC = ((FREE, 0.5), (FREE, 0.25), (FREE, 0.1), (0.5, 0.5), (0.75, 0.25), (0.5, 0.25))
-BUSY = (0.5, 0.25, 0.1)  # busy-bdp: class 1's threshold in BDPs beside a busy class 0 (class 0: whole buffer)
-DUPLICATES = ("static free/free: min(free, B - Q) is DT with alpha 1 (both classes admit below B - Q)",
-              "busy-bdp with class 1 at the whole buffer: drop-tail (each class may fill the buffer alone)",
-              "SB with equal alphas below B / 2 per class is SB-naive whatever the scale of alpha")
 # operator dominance: A serves flows better than B when it is no worse on both (within NO_WORSE)
 # and better on one by BETTER
 NO_WORSE = {"p99_short": 1.02, "goodput": 0.995}
 ALPHA = 0.05  # a pair is separated at this family-wise level (Holm over the preset's pairs)
 BETTER = {"p99_short": 0.95, "goodput": 1.01}
-
-
-def bdp_text(x: float) -> str:
-    return "free" if x >= FREE else f"{x:g}"
-
-
-def baselines() -> list:
-    """(name, family, make_params overrides) of every baseline variant."""
-    out = [(p, p, {"policy": p}) for p in ("sb-naive", "sb-sophisticated", "droptail")]
-    out += [(f"dt-a{a:g}", "dt", {"policy": "dt", "alpha": a}) for a in DT_ALPHAS]
-    out += [(f"abm-a{a:g}", "abm", {"policy": "abm", "alpha": a}) for a in ABM_ALPHAS]
-    out += [(f"static {bdp_text(x)}/{bdp_text(y)}", "static", {"policy": "static-bdp", "alpha": (x, y)})
-            for x, y in STATIC]
-    out += [(f"busy-bdp free/{y:g}", "busy-bdp", {"policy": "busy-bdp", "alpha": (FREE, y)}) for y in BUSY]
-    return out
 
 
 def build_parser():
