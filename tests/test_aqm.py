@@ -2,8 +2,6 @@
 the TCP response to marks, and how the backends and the command line treat them."""
 import json
 import math
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +12,7 @@ from rlbm_jax import scenarios
 from rlbm_jax.env import backends, metrics as mx, sim, tcp
 from rlbm_jax.env.switch import queue as qm
 from rlbm_jax.env.switch.disciplines import codel, pie, red
-from rlbm_jax.env.params import ared_defaults, make_params, rederive
+from rlbm_jax.env.params import ared_defaults, make_params, rederive, stack_params
 
 
 def _params(policy="red", **kw):
@@ -153,17 +151,27 @@ def test_codel_drop_times_follow_the_control_law():
     assert not bool(act[0]) and not bool(s.codel_dropping[0])
 
 
-def _long_run(policy, ecn, n=4, seconds=12.0, **kw):
-    p = make_params(**{**scenarios.long_flows(n, 2.0, tcp="newreno", long_flow_start_spread_s=0.5, warmup_s=4.0),
-                       "policy": policy, "ecn": ecn, "pkts_per_tick": 2, **kw})
-    n_ticks = sim.ticks_for(seconds, p)
-    fn = jax.jit(lambda k: backends.run(sim.init(k, p), p, n_ticks, backend="jax")[0])
-    return p, fn(jax.random.PRNGKey(3))
+# the long-flow runs of the tests below: PIE and CoDel (each held near its target) and RED without
+# ECN (early drops), one batch (the policy and its settings are traced parameters), run once
+LONG_RUNS = {"pie": dict(policy="pie"), "codel": dict(policy="codel"),
+             "red": dict(policy="red", red_min_th_pkts=10.0, red_max_th_pkts=30.0, red_max_p=0.1)}
+
+
+@pytest.fixture(scope="module")
+def long_runs():
+    """{name: (params, final state)} of LONG_RUNS: 4 NewReno flows, 2 BDPs of buffer, no ECN,
+    12 s (seed 3)."""
+    ps = [make_params(**{**scenarios.long_flows(4, 2.0, tcp="newreno", long_flow_start_spread_s=0.5, warmup_s=4.0),
+                         "ecn": False, "pkts_per_tick": 2, **kw}) for kw in LONG_RUNS.values()]
+    n_ticks = sim.ticks_for(12.0, ps[0])
+    fn = jax.jit(jax.vmap(lambda k, p: backends.run(sim.init(k, p), p, n_ticks, backend="jax")[0]))
+    s = fn(jnp.stack([jax.random.PRNGKey(3)] * len(ps)), stack_params(ps))
+    return {name: (p, jax.tree.map(lambda x, i=i: x[i], s)) for i, (name, p) in enumerate(zip(LONG_RUNS, ps))}
 
 
 @pytest.mark.parametrize("policy,target", [("pie", 0.015), ("codel", 0.005)])
-def test_delay_aqms_hold_the_queue_near_their_target(policy, target):
-    p, s = _long_run(policy, False)
+def test_delay_aqms_hold_the_queue_near_their_target(policy, target, long_runs):
+    p, s = long_runs[policy]
     rep = mx.summarize(s.metrics, p)
     delay = float(rep["queue_mean_pkts"]) * float(p.data_pkt_bits / p.bottleneck_rate_bps)
     assert 0.4 * target < delay < 2.5 * target, delay
@@ -223,8 +231,8 @@ def test_a_run_split_by_the_link_keeps_its_mark_on_the_packet_still_queued():
     assert int(o.metrics.mark_total) == int(s.metrics.mark_total)  # nothing new marked: the queue is below min_th
 
 
-def test_without_ecn_the_aqm_drops_early_and_never_marks():
-    p, s = _long_run("red", False, red_min_th_pkts=10.0, red_max_th_pkts=30.0, red_max_p=0.1)
+def test_without_ecn_the_aqm_drops_early_and_never_marks(long_runs):
+    p, s = long_runs["red"]
     assert int(s.metrics.mark_total) == 0 and int(s.metrics.drop_total) > 0
     # the drops are early: the queue stays far below the buffer
     assert float(mx.summarize(s.metrics, p)["queue_p99_pkts"]) < 0.5 * int(p.buffer_pkts)
@@ -241,17 +249,20 @@ def test_native_backend_refuses_the_aqms_it_lacks_and_auto_falls_back():
             native.check_params(p)
 
 
-def test_simulate_cli_runs_an_aqm_with_ecn(tmp_path):
+def test_simulate_cli_runs_an_aqm_with_ecn(tmp_path, monkeypatch, capsys):
+    from rlbm_jax.cli import simulate as sim_cli
+
+    monkeypatch.setattr(backends, "_default", None)  # (a --backend would set the process's default)
     out = tmp_path / "r.json"
-    cmd = [sys.executable, "scripts/simulate.py", "--scenario", "long", "--long-flows", "4", "--policy", "codel",
-           "--ecn", "--seconds", "3", "--seeds", "1", "--no-progress", "--json", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    assert sim_cli.main(["--scenario", "long", "--long-flows", "4", "--policy", "codel", "--ecn", "--seconds", "3",
+                         "--seeds", "1", "--no-progress", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["policy"] == "codel" and r["config"]["ecn"] is True
     assert r["mark_rate"] > 0
-    bad = subprocess.run([sys.executable, "scripts/simulate.py", "--policy", "red", "--red-max-p", "1.5",
-                          "--seconds", "1", "--seeds", "1", "--no-progress"], capture_output=True, text=True)
-    assert bad.returncode == 2 and ("red_max_p" in bad.stderr or "--red-max-p" in bad.stderr), bad.stderr
+    capsys.readouterr()
+    code = sim_cli.main(["--policy", "red", "--red-max-p", "1.5", "--seconds", "1", "--seeds", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and ("red_max_p" in err or "--red-max-p" in err), err
 
 
 def test_dctcp_alpha_tracks_the_marked_fraction_and_keeps_the_queue_near_k():
@@ -264,13 +275,15 @@ def test_dctcp_alpha_tracks_the_marked_fraction_and_keeps_the_queue_near_k():
                        "red_max_p": 1.0, "pkts_per_tick": 2})
     assert bool(p.ecn)  # DCTCP turns ECN on
     n = sim.ticks_for(10.0, p)
-    s = jax.jit(lambda key: backends.run(sim.init(key, p), p, n, backend="jax")[0])(jax.random.PRNGKey(1))
+    # NewReno on the same marks in the same batch (the TCP is a traced parameter)
+    p_nr = rederive(p.replace(tcp_id=jnp.asarray(0, jnp.int32)))  # (its record then names NewReno's code)
+    both = jax.jit(jax.vmap(lambda key, q: backends.run(sim.init(key, q), q, n, backend="jax")[0]))(
+        jnp.stack([jax.random.PRNGKey(1)] * 2), stack_params([p, p_nr]))
+    s, s_nr = (jax.tree.map(lambda x, i=i: x[i], both) for i in (0, 1))
     rep = mx.summarize(s.metrics, p)
     alpha = np.asarray(tcp.column(s.flows, "dctcp_alpha"))[:8]
     assert float(rep["util_wire"]) > 0.98 and float(rep["drop_rate"]) == 0.0  # (slow start drops, before warm-up)
     assert 0.5 * k < float(rep["queue_mean_pkts"]) < 1.5 * k
     np.testing.assert_allclose(alpha.mean(), float(rep["mark_rate"]), rtol=0.4)
     # NewReno halving on the same marks leaves the link idle part of the time
-    p_nr = rederive(p.replace(tcp_id=jnp.asarray(0, jnp.int32)))  # (its record then names NewReno's code)
-    s_nr = jax.jit(lambda key: backends.run(sim.init(key, p_nr), p_nr, n, backend="jax")[0])(jax.random.PRNGKey(1))
     assert float(mx.summarize(s_nr.metrics, p_nr)["util_wire"]) < float(rep["util_wire"]) - 0.05

@@ -16,8 +16,10 @@ from rlbm_jax.env.randomize import thesis_randomized_env
 from rlbm_jax.ppo import PPO, PPOConfig
 from rlbm_jax.progress import Progress
 
+# (the three updates in one chunk between checkpoints: one compiled chunk; the bar still moves
+# every update, from inside it)
 TINY = ["--num-envs", "4", "--num-steps", "3", "--updates", "3", "--num-minibatches", "2", "--episode-s", "0.3",
-        "--buffer-pkts", "20", "60", "--checkpoint-every", "2"]
+        "--buffer-pkts", "20", "60", "--checkpoint-every", "3"]
 
 
 def _rows(path):

@@ -13,6 +13,7 @@ import atexit
 import functools
 import importlib
 import json
+import pickle
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 
 from rlbm_jax import cli, jsonio
 from rlbm_jax.env import model
+from rlbm_jax.env import params as params_mod
 from tests.conftest import other_value
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +36,43 @@ ABS_RUN = str(ROOT / "results/abs")
 LFQ_RUN = str(ROOT / "results/lfq")
 APG_RUN = str(ROOT / "results/apg")
 
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _build_params_once():
+    """The scripts' configurations resolve and build the same `SimParams` again and again
+    (each study's training mix and test grid, each sized from a make_params); `params.resolve`
+    and `params.build` are pure functions of their arguments, so this file computes each
+    distinct one once (the jnp leaves and the checks are most of a configuration's cost): a
+    fresh copy of the resolved dict (callers edit it), the same immutable params."""
+    resolve, build, resolved, built = params_mod.resolve, params_mod.build, {}, {}
+
+    def key(d):
+        try:
+            return pickle.dumps(sorted(d.items()))
+        except Exception:  # (an unpicklable value: not cached)
+            return None
+
+    def cached_resolve(**kw):
+        k = key(kw)
+        if k is None:
+            return resolve(**kw)
+        if k not in resolved:
+            resolved[k] = resolve(**kw)  # (a refusal raises, and is not cached)
+        return dict(resolved[k])
+
+    def cached_build(r):
+        k = key(r)
+        if k is None:
+            return build(r)
+        if k not in built:
+            built[k] = build(r)
+        return built[k]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(params_mod, "resolve", cached_resolve)
+        mp.setattr(params_mod, "build", cached_build)
+        yield
 
 
 def _study_fixture() -> Path:

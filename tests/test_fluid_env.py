@@ -106,8 +106,10 @@ def test_episode_gradients_match_central_differences():
             return jnp.sum(jnp.where(jnp.arange(200) >= 100, r, 0.0))
 
         x0 = (jnp.float64(0.004), jnp.float64(100e6))
-        g = [float(v) for v in jax.jit(jax.grad(ret, argnums=(0, 1)))(*x0)]
-        f = jax.jit(ret)
+        # one compiled function gives the return and its gradient (the differences take its value)
+        vg = jax.jit(jax.value_and_grad(ret, argnums=(0, 1)))
+        g = [float(v) for v in vg(*x0)[1]]
+        f = lambda m, c: vg(m, c)[0]  # noqa: E731
         rel = 1e-4
         fd = [(float(f(x0[0] * (1 + rel), x0[1])) - float(f(x0[0] * (1 - rel), x0[1]))) / (2 * rel * float(x0[0])),
               (float(f(x0[0], x0[1] * (1 + rel))) - float(f(x0[0], x0[1] * (1 - rel)))) / (2 * rel * float(x0[1]))]
@@ -286,9 +288,11 @@ def test_gradient_horizon_keeps_values_and_sits_on_the_absolute_clock():
         return fluid.summary(p, 4.0, warmup_s=1.0, overrides={"red_max_p": m}, config=cfg, grad_horizon_s=h)[
             "queue_mean_pkts"]
 
-    vals = {h: float(jax.jit(f, static_argnums=1)(jnp.float32(0.1), h)) for h in (None, 0.5, 100.0)}
+    # each horizon's value and derivative from one compiled function
+    vg = jax.jit(jax.value_and_grad(f), static_argnums=1)
+    out = {h: [float(x) for x in vg(jnp.float32(0.1), h)] for h in (None, 0.5, 100.0)}
+    vals, g = ({h: v[i] for h, v in out.items()} for i in (0, 1))
     assert vals[0.5] == pytest.approx(vals[None], rel=1e-5) and vals[100.0] == pytest.approx(vals[None], rel=1e-5)
-    g = {h: float(jax.jit(jax.grad(f), static_argnums=1)(jnp.float32(0.1), h)) for h in (None, 0.5, 100.0)}
     assert g[100.0] == pytest.approx(g[None], rel=1e-4)
     assert np.isfinite(g[0.5]) and np.sign(g[0.5]) == np.sign(g[None]) < 0
     # through the env: a 10 s horizon over 40 intervals of 5 ms is the exact derivative

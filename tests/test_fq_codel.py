@@ -3,8 +3,6 @@ FqCoDelQueueDisc rules (new flows first, byte deficit round robin, overflow drop
 fattest flow) and what they are for (flow isolation, sparse flows unqueued, each flow's
 sojourn held by its own CoDel); one flow is plain CoDel; bad params name their field."""
 import json
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -178,7 +176,7 @@ def test_memory_only_where_flow_queues_are_used():
     assert jax.eval_shape(lambda: sim.init(jax.random.PRNGKey(0), q)).flowq.runs.shape == (8, 51, qm.RUN_FIELDS)
 
 
-def test_bad_fq_params_name_their_field():
+def test_bad_fq_params_name_their_field(capsys):
     with pytest.raises(ValueError, match="fq_quantum_bytes"):
         make_params(policy="fq-codel", fq_quantum_bytes=1000)  # less than one packet (1052 bytes)
     with pytest.raises(ValueError, match="flow_queue_capacity_pkts"):
@@ -188,16 +186,21 @@ def test_bad_fq_params_name_their_field():
         validate(p.replace(flow_queue_capacity_pkts=10))
     with pytest.raises(ValueError, match="fq_quantum_bytes"):
         validate(p.replace(fq_quantum_bytes=jnp.asarray(500, jnp.int32)))
-    bad = subprocess.run([sys.executable, "scripts/simulate.py", "--policy", "fq-codel", "--fq-quantum-bytes", "100",
-                          "--seconds", "1", "--seeds", "1", "--no-progress"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "--fq-quantum-bytes" in bad.stderr, bad.stderr
+    from rlbm_jax.cli import simulate as sim_cli
+
+    code = sim_cli.main(["--policy", "fq-codel", "--fq-quantum-bytes", "100", "--seconds", "1", "--seeds", "1",
+                         "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--fq-quantum-bytes" in err, err
 
 
-def test_simulate_cli_runs_fq_codel(tmp_path):
+def test_simulate_cli_runs_fq_codel(tmp_path, monkeypatch):
+    from rlbm_jax.cli import simulate as sim_cli
+
+    monkeypatch.setattr(backends, "_default", None)  # (a --backend would set the process's default)
     out = tmp_path / "r.json"
-    cmd = [sys.executable, "scripts/simulate.py", "--scenario", "long", "--long-flows", "2", "--policy", "fq-codel",
-           "--seconds", "2", "--seeds", "1", "--no-progress", "--json", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    assert sim_cli.main(["--scenario", "long", "--long-flows", "2", "--policy", "fq-codel", "--seconds", "2",
+                         "--seeds", "1", "--no-progress", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["policy"] == "fq-codel" and r["backend"] == "jax"
     assert r["util_wire"] > 0.5 and r["drop_rate"] > 0

@@ -16,11 +16,15 @@ from rlbm_jax.lfq import study as S
 SMALL = dict(buffer_per_class_pkts=100, buffer_pkts=100)  # a ring of 101 packets: quicker to compile
 
 
-def _run(cap, seconds=3.0, **kw):
+# one compiled run for every fair-queue run of this file (the params an argument: the cap is
+# a value, not a shape; the tick count static): (final state, flow 0's queue after each tick)
+_RUN = jax.jit(lambda s, p, n: sim.run(s, p, n, trace_fn=lambda x: x.flowq.pkts[0]), static_argnums=2)
+SECONDS = 3.0
+
+
+def _run(cap, seed=0, **kw):
     p = make_params(**scenarios.lfq(cap_pkts=cap, **{**SMALL, **kw}))
-    s = sim.init(jax.random.PRNGKey(0), p)
-    n = sim.ticks_for(seconds, p)
-    s, q = jax.jit(lambda s: sim.run(s, p, n, trace_fn=lambda x: x.flowq.pkts[0]))(s)
+    s, q = _RUN(sim.init(jax.random.PRNGKey(seed), p), p, sim.ticks_for(SECONDS, p))
     return p, s, int(q.max())
 
 
@@ -39,10 +43,7 @@ def test_cap_bounds_the_flow_queue_and_conserves_packets(cap):
 
 
 def test_lowering_the_cap_drops_nothing_queued():
-    p = make_params(**scenarios.lfq(cap_pkts=60.0, **SMALL))
-    s = sim.init(jax.random.PRNGKey(1), p)
-    n = sim.ticks_for(2.0, p)
-    s, _ = jax.jit(lambda s: sim.run(s, p, n))(s)
+    p, s, _ = _run(60.0, seed=1)
     held = int(s.flowq.pkts[0])
     assert held > 20
     s2 = sim.apply_knobs(s, {"flow_cap_pkts": 5.0})
@@ -135,7 +136,7 @@ def _tiny_study():
         eval_s=0.3, legacy_runs={})
 
 
-def test_lfq_is_a_study_of_the_kit_trained_judged_exported_and_equal_to_its_own_rollout(tmp_path):
+def test_lfq_is_a_study_of_the_kit_trained_judged_exported_and_equal_to_its_own_rollout(tmp_path, monkeypatch):
     """The A/B-fork trainer through the kit: an untrained network starts near a cap of 1
     packet (the paper's Fig. 4), where most forks' + 1 copy wins, so a few iterations raise
     the cap and the reward.  select, test, report and export run on its networks as on a PPO
@@ -146,6 +147,12 @@ def test_lfq_is_a_study_of_the_kit_trained_judged_exported_and_equal_to_its_own_
 
     from rlbm_jax.study import pipeline
 
+    # the training grid thinned to every 20th cell (both TCPs, the rates and delays across their
+    # ranges): the trainer draws its flows from it as from the whole grid, and the tiny run
+    # does not build and stack the params of all 882 cells
+    grid = S.train_configs()
+    monkeypatch.setattr(S, "train_configs", lambda: grid[::20])
+    assert {t for _, _, t in S.train_configs()} == {t for _, _, t in grid}
     study = _tiny_study()
     results, run = str(tmp_path / "kit"), str(tmp_path / "run")
     with pytest.raises(ValueError, match="--num-steps: the lfq-ab-fork trainer has no such setting"):
@@ -215,9 +222,8 @@ def test_one_flow_in_fq_is_droptail_at_its_cap():
     from rlbm_jax.env.metrics import summarize
     out = []
     for pol, kw in (("fq", dict(cap_pkts=20.0, **SMALL)), ("droptail", dict(buffer_per_class_pkts=20, buffer_pkts=20))):
-        p = make_params(**scenarios.lfq(tcp="cubic", policy=pol, **kw))
-        n = sim.ticks_for(3.0, p)
-        s, _ = jax.jit(lambda s: sim.run(s, p, n))(sim.init(jax.random.PRNGKey(0), p))
+        p = make_params(**scenarios.lfq(policy=pol, **kw))
+        s, _ = _RUN(sim.init(jax.random.PRNGKey(0), p), p, sim.ticks_for(SECONDS, p))
         out.append({k: float(v) for k, v in summarize(s.metrics, p).items()})
     np.testing.assert_equal(out[0], out[1])  # (no flow finished: the FCT entries are NaN on both sides)
     assert out[0]["drop_rate"] > 0

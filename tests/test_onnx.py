@@ -3,7 +3,6 @@ recurrent discrete policy's over a sequence with its state carried), and a file 
 does not match what it will be fed is refused before anything runs."""
 import dataclasses
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -77,20 +76,35 @@ def test_onnx_matches_jax_on_random_and_recorded_observations(tmp_path, action_m
         np.testing.assert_allclose(np.asarray(fn_graph(obs)), fn_onnx(obs), rtol=1e-5, atol=1e-5)
 
 
-def test_export_script_writes_the_trained_policy(tmp_path):
+def _export_script(monkeypatch, capsys, *args):
+    """scripts/export_onnx.py run as `python scripts/export_onnx.py ARGS` runs it (as __main__,
+    with that argv, from the repository's root), in this process: (exit code, stdout, stderr)."""
+    import runpy
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", ["scripts/export_onnx.py", *map(str, args)])
+    capsys.readouterr()
+    try:
+        runpy.run_path("scripts/export_onnx.py", run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_export_script_writes_the_trained_policy(tmp_path, monkeypatch, capsys):
     out = tmp_path / "policy.onnx"
-    r = subprocess.run([sys.executable, "scripts/export_onnx.py", "--checkpoint", "results/train_default",
-                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    code, _, err = _export_script(monkeypatch, capsys, "--checkpoint", "results/train_default", "--out", out)
+    assert code == 0, err
     fn_onnx, meta = load_checked(out, num_classes=2)
     policy = json.loads((ROOT / "results/train_default/policy/policy.json").read_text())
     assert meta["env"] == policy["env"] and meta["agent_interval_s"] == policy["env"]["scenario"]["agent_interval_s"]
     fn_jax, _ = load_policy(ROOT / "results/train_default/policy")
     obs = np.random.default_rng(2).normal(size=(64, obs_dim(2))).astype(np.float32)
     np.testing.assert_allclose(fn_onnx(obs), np.asarray(fn_jax(obs)), rtol=1e-5, atol=1e-5)
-    bad = subprocess.run([sys.executable, "scripts/export_onnx.py", "--checkpoint", str(tmp_path), "--out",
-                          str(tmp_path / "x.onnx")], cwd=ROOT, capture_output=True, text=True)
-    assert bad.returncode == 2 and "no policy found" in bad.stderr
+    code, _, err = _export_script(monkeypatch, capsys, "--checkpoint", tmp_path, "--out", tmp_path / "x.onnx")
+    assert code == 2 and "no policy found" in err
 
 
 def _tamper(src, dst, **props):
@@ -309,15 +323,12 @@ def test_lstm_policy_refuses_bad_inputs_and_mismatched_files(lstm_run, tmp_path)
             export_policy(run, None, None, tmp_path / "x")
 
 
-def test_export_script_writes_an_lstm_policy(lstm_run, tmp_path):
+def test_export_script_writes_an_lstm_policy(lstm_run, tmp_path, monkeypatch, capsys):
     _, _, path, _ = lstm_run
     out = tmp_path / "lstm.onnx"
-    # the script itself, in a process that first registers this module's discrete formulation
-    run_script = ("import runpy, sys; sys.path.insert(0, 'tests'); import test_onnx; "
-                  "from rlbm_jax.env import formulations; formulations.register(test_onnx.LEVELS); "
-                  f"sys.argv = ['export_onnx.py', '--checkpoint', {str(path)!r}, '--out', {str(out)!r}]; "
-                  "runpy.run_path('scripts/export_onnx.py', run_name='__main__')")
-    r = subprocess.run([sys.executable, "-c", run_script], cwd=ROOT, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "h_out, c_out, logits" in r.stdout and "argmax agreement 1.000" in r.stdout, r.stdout
+    # the script itself, in this process, where `lstm_run` registered this module's discrete formulation
+    assert LEVELS.id in formulations.ids()
+    code, stdout, err = _export_script(monkeypatch, capsys, "--checkpoint", path, "--out", out)
+    assert code == 0, err
+    assert "h_out, c_out, logits" in stdout and "argmax agreement 1.000" in stdout, stdout
     assert load_checked(out)[1]["num_actions"] == 3

@@ -131,27 +131,50 @@ def _train(tmp_path, name, *flags, code=None):
     return run, _start([*head, "--updates", "1", "--no-progress", "--run-dir", run, *flags])
 
 
+# runs each script as `python SCRIPT ARGS` would (as __main__, with that argv), one after the
+# other in one process (under the same limit: the imports are paid once); prints
+# [[exit code, stdout, stderr], ...]
+SCRIPTS_DRIVER = """
+import contextlib, io, json, runpy, sys
+out = []
+for argv in json.loads(sys.argv[1]):
+    sys.argv, o, e, code = argv, io.StringIO(), io.StringIO(), None
+    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+        try:
+            runpy.run_path(argv[0], run_name="__main__")
+        except SystemExit as x:
+            code = x.code
+    out.append([code, o.getvalue(), e.getvalue()])
+print(json.dumps(out))
+"""
+
+
 def test_train_and_bench_train_refuse_sizes_that_cannot_run_before_compiling(tmp_path):
+    train = [str(ROOT / "scripts" / "train.py"), "--updates", "1", "--no-progress", "--run-dir"]
     runs = {
         # more memory than there is: refused by the estimate, before anything is allocated
-        "1e6 envs": (_train(tmp_path, "a", "--num-envs", "1000000"), ["--num-envs", "more than"]),
-        "3e5 envs": (_train(tmp_path, "b", "--num-envs", "300000"), ["--num-envs", "more than"]),
+        "1e6 envs": (tmp_path / "a", ["--num-envs", "1000000"], ["--num-envs", "more than"]),
+        "3e5 envs": (tmp_path / "b", ["--num-envs", "300000"], ["--num-envs", "more than"]),
         # a batch past int32's indices
-        "1e8 envs": (_train(tmp_path, "c", "--num-envs", "100000000"), ["--num-envs x --num-steps", "int32"]),
-        # an optimiser step count past int32
-        "1e9 updates": (_train(tmp_path, "d", "--updates", "1000000000"), ["--updates", "int32"]),
+        "1e8 envs": (tmp_path / "c", ["--num-envs", "100000000"], ["--num-envs x --num-steps", "int32"]),
+        # an optimiser step count past int32 (the later --updates wins)
+        "1e9 updates": (tmp_path / "d", ["--updates", "1000000000"], ["--updates", "int32"]),
     }
+    argvs = [[*train, str(run), *flags] for run, flags, _ in runs.values()]
     # bench_train.py checks every size asked for before it compiles the first
-    bench = _start([ROOT / "scripts" / "bench_train.py", "--num-envs", "64", "1000000"])
-    for what, ((run, p), words) in runs.items():
-        out, err = _finish(p, 120)
-        assert p.returncode == 2, (what, err)
+    argvs.append([str(ROOT / "scripts" / "bench_train.py"), "--num-envs", "64", "1000000"])
+    p = _start(["-c", SCRIPTS_DRIVER, json.dumps(argvs)])
+    out, err = _finish(p, 240)
+    assert p.returncode == 0 and err == "", err  # nothing written past the scripts' own streams
+    got = json.loads(out)
+    for what, (run, _, words), (code, _, err) in zip(runs, runs.values(), got):
+        assert code == 2, (what, err)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("train.py: error: "), (what, err)
         assert all(w in lines[0] for w in words), (what, lines[0])
         assert not run.exists(), what
-    out, err = _finish(bench, 120)
-    assert bench.returncode == 2 and out == "", err
+    code, out, err = got[-1]
+    assert code == 2 and out == "", err
     assert err.strip().startswith("bench_train.py: error: one update of 1,000,000 envs") and "--num-envs" in err
     assert len(err.strip().splitlines()) == 1
 

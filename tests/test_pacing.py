@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlbm_jax.env import model, sim, tcp
-from rlbm_jax.env.params import config_record, make_params
+from rlbm_jax import flowstats
+from rlbm_jax.env import backends, model, sim, tcp
+from rlbm_jax.env.params import config_record, make_params, stack_params
 from rlbm_jax.simulate import run_scenario
 
 # long flows alone on a 10 Mbit/s dumbbell (base RTT 21.1 ms), drop-tail, no web traffic
@@ -18,8 +19,30 @@ ONE = dict(num_classes=1, policy="droptail", load=0.0, num_senders=1, num_flow_s
            bottleneck_rate_bps=10e6, bottleneck_delay_s=10e-3, access_rate_bps=100e6, buffer_per_class_pkts=100)
 
 
-def _flows(p, seconds, seeds):
-    return run_scenario(p, seconds=seconds, seeds=seeds, flow_sample_s=0.05, show_progress=False)["flows"]
+def _flow_reports(plist, seeds, seconds, sample_s=0.05):
+    """`simulate.run_scenario(p, seconds=..., seeds=..., flow_sample_s=sample_s)["flows"]` of
+    every p in plist (the same tick and long flows), all in one vmapped batch whose params
+    are traced (one compilation, where run_scenario compiles each params anew): the long
+    flows sampled every sample_s from t = 0, as run_scenario samples them."""
+    K, tick_s = int(plist[0].long_flows), float(plist[0].tick_s)
+    per = int(round(sample_s / tick_s))
+    n = -(-sim.ticks_for(seconds, plist[0]) // per)
+    stacked = stack_params([p for p in plist for _ in seeds])
+    keys = jnp.stack([jax.random.PRNGKey(int(s)) for _ in plist for s in seeds])
+    st = jax.jit(jax.vmap(sim.init))(keys, stacked)
+
+    def step(s, q):
+        s = backends.run(s, q, per)[0]
+        return s, flowstats.sample(s, K)
+
+    step = jax.jit(jax.vmap(step))
+    xs = [np.asarray(jax.jit(jax.vmap(lambda s: flowstats.sample(s, K)))(st), np.float64)]
+    for _ in range(n):
+        st, x = step(st, stacked)
+        xs.append(np.asarray(x, np.float64))
+    x = np.stack(xs, axis=1).reshape(len(plist), len(seeds), n + 1, K, -1)
+    times = np.arange(n + 1) * per * tick_s
+    return [flowstats.summarize(x[i], times, p, seeds=list(seeds)) for i, p in enumerate(plist)]
 
 
 def test_a_paced_sender_at_a_fixed_rate_below_capacity_gets_that_rate():
@@ -37,9 +60,11 @@ def test_a_paced_sender_at_a_fixed_rate_below_capacity_gets_that_rate():
     assert rep["queue_p99_pkts"] <= 2
 
 
-def _queue_trace(p, ticks):
-    run = jax.jit(lambda k: sim.run(sim.init(k, p), p, ticks, trace_fn=lambda s: jnp.sum(s.queue.pkts))[1])
-    return np.asarray(run(jax.random.PRNGKey(0)))
+def _queue_traces(plist, ticks):
+    """The queue after every tick of each params' run (one batch: the params are traced)."""
+    run = jax.vmap(lambda q: sim.run(sim.init(jax.random.PRNGKey(0), q), q, ticks,
+                                     trace_fn=lambda s: jnp.sum(s.queue.pkts))[1])
+    return list(np.asarray(jax.jit(run)(stack_params(plist))))
 
 
 def test_the_initial_window_leaves_at_once_unless_it_is_paced():
@@ -48,9 +73,9 @@ def test_the_initial_window_leaves_at_once_unless_it_is_paced():
     (at 2 x IW / handshake RTT, 0.95 segments per bottleneck packet time) they arrive a gap
     apart and do not queue (the first 30 ms, one round trip).  Without pacing the same flow bursts as the first."""
     ticks = int(0.03 / float(make_params(**ONE).tick_s))
-    q_iw = _queue_trace(make_params(**ONE, pacing="ns-3.37"), ticks)
-    q_paced = _queue_trace(make_params(**ONE, pacing="ns-3.37", pace_initial_window=True), ticks)
-    q_off = _queue_trace(make_params(**ONE), ticks)
+    q_iw, q_paced, q_off = _queue_traces([make_params(**ONE, pacing="ns-3.37"),
+                                          make_params(**ONE, pacing="ns-3.37", pace_initial_window=True),
+                                          make_params(**ONE)], ticks)
     assert q_iw.max() >= 8 and q_off.max() >= 8
     assert q_paced.max() <= 1
 
@@ -92,10 +117,11 @@ def test_pacing_moves_a_cubic_flow_as_in_ns3():
     ns3 = run_ns3(build_ns3(), [Cell(n, "long", kw, 10.0) for n, kw in cells.items()], seeds=[1, 2], jobs=2,
                   workdir=Path(tempfile.mkdtemp()), show_progress=False)
     got = {}
-    for name, kw in cells.items():
+    reps = _flow_reports([make_params(**kw) for kw in cells.values()], [0, 1], 10.0)  # one batch
+    for (name, kw), rep in zip(cells.items(), reps):
         runs = [r["long_flows"][0] for r in ns3[name]["seeds"]]
         theirs = {k: float(np.mean([f[k] for f in runs])) for k in ("goodput_bps", "retx_pkts", "srtt_mean_s")}
-        f = _flows(make_params(**kw), 10.0, [0, 1])["flows"][0]
+        f = rep["flows"][0]
         ours = {k: f[k]["mean"] for k in theirs}
         got[name] = (ours, theirs)
         assert ours["goodput_bps"] == pytest.approx(theirs["goodput_bps"], rel=0.02), (name, ours, theirs)
