@@ -8,7 +8,6 @@ import pytest
 
 from rlbm_jax.env import make_params, sim
 from rlbm_jax.env.backends import fluid
-from rlbm_jax.env.fluid_env import FluidEnv
 from rlbm_jax.fluid_validation import websearch_pairs, websearch_verdict
 from rlbm_jax.scenarios import QUEUEPILOT, queuepilot
 
