@@ -88,6 +88,38 @@ def random_configs(n: int, seed: int, aqm: bool | tuple = False, **static):
     return stack_params(out), out
 
 
+def flow_reports(plist, seeds, seconds, sample_s=0.05):
+    """`simulate.run_scenario(p, seconds=..., seeds=..., flow_sample_s=sample_s)["flows"]` of
+    every p in plist (the same tick and long flows), all in one vmapped batch whose params
+    are traced (one compilation, where run_scenario compiles each params anew): the long
+    flows sampled every sample_s from t = 0, as run_scenario samples them."""
+    import jax
+    import jax.numpy as jnp
+
+    from rlbm_jax import flowstats
+    from rlbm_jax.env import backends, sim
+
+    K, tick_s = int(plist[0].long_flows), float(plist[0].tick_s)
+    per = int(round(sample_s / tick_s))
+    n = -(-sim.ticks_for(seconds, plist[0]) // per)
+    stacked = stack_params([p for p in plist for _ in seeds])
+    keys = jnp.stack([jax.random.PRNGKey(int(s)) for _ in plist for s in seeds])
+    st = jax.jit(jax.vmap(sim.init))(keys, stacked)
+
+    def step(s, q):
+        s = backends.run(s, q, per)[0]
+        return s, flowstats.sample(s, K)
+
+    step = jax.jit(jax.vmap(step))
+    xs = [np.asarray(jax.jit(jax.vmap(lambda s: flowstats.sample(s, K)))(st), np.float64)]
+    for _ in range(n):
+        st, x = step(st, stacked)
+        xs.append(np.asarray(x, np.float64))
+    x = np.stack(xs, axis=1).reshape(len(plist), len(seeds), n + 1, K, -1)
+    times = np.arange(n + 1) * per * tick_s
+    return [flowstats.summarize(x[i], times, p, seeds=list(seeds)) for i, p in enumerate(plist)]
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

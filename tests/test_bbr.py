@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlbm_jax import flowstats
-from rlbm_jax.env import backends, model, sim, tcp
-from rlbm_jax.env.params import config_record, make_params, rederive, stack_params
+from rlbm_jax.env import model, sim, tcp
+from rlbm_jax.env.params import config_record, make_params, rederive
 from rlbm_jax.env.tcp import bbr
 from rlbm_jax.simulate import batch_reports, run_scenario
+from tests.conftest import flow_reports
 
 # one long flow on a dumbbell (base RTT about 21 ms), drop-tail, no web traffic
 ONE = dict(num_classes=1, policy="droptail", load=0.0, num_senders=1, num_flow_slots=2, long_flows=1,
@@ -23,32 +23,6 @@ def _one(rate_bps, buffer_bdp, **kw):
     base = dict(ONE, bottleneck_rate_bps=rate_bps, access_rate_bps=10 * rate_bps)
     bdp = float(make_params(**base).bdp_pkts)
     return make_params(**dict(base, buffer_per_class_pkts=int(round(buffer_bdp * bdp)), **kw)), bdp
-
-
-def _flow_reports(plist, seeds, seconds, sample_s):
-    """`simulate.run_scenario(p, seconds=..., seeds=..., flow_sample_s=sample_s)["flows"]` of
-    every p in plist (the same tick and long flows), all in one vmapped batch whose params
-    are traced (one compilation, where run_scenario compiles each params anew): the long
-    flows sampled every sample_s from t = 0, as run_scenario samples them."""
-    K, tick_s = int(plist[0].long_flows), float(plist[0].tick_s)
-    per = int(round(sample_s / tick_s))
-    n = -(-sim.ticks_for(seconds, plist[0]) // per)
-    stacked = stack_params([p for p in plist for _ in seeds])
-    keys = jnp.stack([jax.random.PRNGKey(int(s)) for _ in plist for s in seeds])
-    st = jax.jit(jax.vmap(sim.init))(keys, stacked)
-
-    def step(s, q):
-        s = backends.run(s, q, per)[0]
-        return s, flowstats.sample(s, K)
-
-    step = jax.jit(jax.vmap(step))
-    xs = [np.asarray(jax.jit(jax.vmap(lambda s: flowstats.sample(s, K)))(st), np.float64)]
-    for _ in range(n):
-        st, x = step(st, stacked)
-        xs.append(np.asarray(x, np.float64))
-    x = np.stack(xs, axis=1).reshape(len(plist), len(seeds), n + 1, K, -1)
-    times = np.arange(n + 1) * per * tick_s
-    return [flowstats.summarize(x[i], times, p, seeds=list(seeds)) for i, p in enumerate(plist)]
 
 
 def test_one_bbr_flow_fills_a_100_mbit_link_with_a_queue_below_one_bdp():
@@ -200,7 +174,7 @@ def test_one_bbr_flow_moves_as_in_ns3():
     ns3 = run_ns3(build_ns3(), [Cell(n, "long", kw, 10.0) for n, kw in cells.items()], seeds=[1, 2], jobs=2,
                   workdir=Path(tempfile.mkdtemp()), show_progress=False)
     keys = ("goodput_bps", "retx_pkts", "srtt_mean_s", "cwnd_mean_pkts")
-    reps = _flow_reports([make_params(**kw) for kw in cells.values()], [0, 1], 10.0, 0.05)  # one batch
+    reps = flow_reports([make_params(**kw) for kw in cells.values()], [0, 1], 10.0, 0.05)  # one batch
     for (name, kw), rep in zip(cells.items(), reps):
         runs = [r["long_flows"][0] for r in ns3[name]["seeds"]]
         theirs = {k: float(np.mean([f[k] for f in runs])) for k in keys}

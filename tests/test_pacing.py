@@ -9,40 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlbm_jax import flowstats
-from rlbm_jax.env import backends, model, sim, tcp
+from rlbm_jax.env import model, sim, tcp
 from rlbm_jax.env.params import config_record, make_params, stack_params
 from rlbm_jax.simulate import run_scenario
+from tests.conftest import flow_reports
 
 # long flows alone on a 10 Mbit/s dumbbell (base RTT 21.1 ms), drop-tail, no web traffic
 ONE = dict(num_classes=1, policy="droptail", load=0.0, num_senders=1, num_flow_slots=2, long_flows=1,
            bottleneck_rate_bps=10e6, bottleneck_delay_s=10e-3, access_rate_bps=100e6, buffer_per_class_pkts=100)
-
-
-def _flow_reports(plist, seeds, seconds, sample_s=0.05):
-    """`simulate.run_scenario(p, seconds=..., seeds=..., flow_sample_s=sample_s)["flows"]` of
-    every p in plist (the same tick and long flows), all in one vmapped batch whose params
-    are traced (one compilation, where run_scenario compiles each params anew): the long
-    flows sampled every sample_s from t = 0, as run_scenario samples them."""
-    K, tick_s = int(plist[0].long_flows), float(plist[0].tick_s)
-    per = int(round(sample_s / tick_s))
-    n = -(-sim.ticks_for(seconds, plist[0]) // per)
-    stacked = stack_params([p for p in plist for _ in seeds])
-    keys = jnp.stack([jax.random.PRNGKey(int(s)) for _ in plist for s in seeds])
-    st = jax.jit(jax.vmap(sim.init))(keys, stacked)
-
-    def step(s, q):
-        s = backends.run(s, q, per)[0]
-        return s, flowstats.sample(s, K)
-
-    step = jax.jit(jax.vmap(step))
-    xs = [np.asarray(jax.jit(jax.vmap(lambda s: flowstats.sample(s, K)))(st), np.float64)]
-    for _ in range(n):
-        st, x = step(st, stacked)
-        xs.append(np.asarray(x, np.float64))
-    x = np.stack(xs, axis=1).reshape(len(plist), len(seeds), n + 1, K, -1)
-    times = np.arange(n + 1) * per * tick_s
-    return [flowstats.summarize(x[i], times, p, seeds=list(seeds)) for i, p in enumerate(plist)]
 
 
 def test_a_paced_sender_at_a_fixed_rate_below_capacity_gets_that_rate():
@@ -117,7 +91,7 @@ def test_pacing_moves_a_cubic_flow_as_in_ns3():
     ns3 = run_ns3(build_ns3(), [Cell(n, "long", kw, 10.0) for n, kw in cells.items()], seeds=[1, 2], jobs=2,
                   workdir=Path(tempfile.mkdtemp()), show_progress=False)
     got = {}
-    reps = _flow_reports([make_params(**kw) for kw in cells.values()], [0, 1], 10.0)  # one batch
+    reps = flow_reports([make_params(**kw) for kw in cells.values()], [0, 1], 10.0)  # one batch
     for (name, kw), rep in zip(cells.items(), reps):
         runs = [r["long_flows"][0] for r in ns3[name]["seeds"]]
         theirs = {k: float(np.mean([f[k] for f in runs])) for k in ("goodput_bps", "retx_pkts", "srtt_mean_s")}
