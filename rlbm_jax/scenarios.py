@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-from rlbm_jax.env.params import SimParams, make_params
+from rlbm_jax.env.params import SimParams, host_params, make_params
 # the thesis and long-flow scenarios live with the env, whose defaults they are; re-exported here
 from rlbm_jax.env.presets import (LONG, THESIS, THESIS_BETA, THESIS_RANDOM, bdp_buffer_pkts,  # noqa: F401
                                   long_flow_params, long_flows, thesis, thesis_params)
@@ -116,12 +116,12 @@ def queuepilot(long_flows: int = 20, rtt_s: float = 0.040, tcp: str = "cubic", l
     kw = {**QUEUEPILOT, "long_flows": n, "tcp": tcp, "load": load, "arrival_stop_s": float(seconds),
           "bottleneck_delay_s": rtt_s / 2 - QUEUEPILOT["access_delay_s"], **overrides}
     if buffer_pkts is None:
-        bdp = float(make_params(**{**kw, "buffer_per_class_pkts": 1, "queue_capacity_pkts": 1}).bdp_pkts)
+        bdp = float(host_params(**{**kw, "buffer_per_class_pkts": 1, "queue_capacity_pkts": 1}).bdp_pkts)
         buffer_pkts = max(1, int(round(bdp / math.sqrt(n))))
     kw["buffer_per_class_pkts"] = int(buffer_pkts)
     kw["queue_capacity_pkts"] = int(max_buffer_pkts or buffer_pkts)
     if max_rtt_s is not None:
-        far = make_params(**{**kw, "bottleneck_delay_s": max_rtt_s / 2 - QUEUEPILOT["access_delay_s"]})
+        far = host_params(**{**kw, "bottleneck_delay_s": max_rtt_s / 2 - QUEUEPILOT["access_delay_s"]})
         kw["delay_line_ticks"] = far.delay_line_ticks
     return kw
 
@@ -184,7 +184,7 @@ def lfq(rate_bps: float = 15e6, delay_s: float = 0.015, tcp: str = "newreno", ca
     kw = {**LFQ_SCENARIO, "tcp": tcp, "bottleneck_rate_bps": float(rate_bps), "fq_flow_cap_pkts": float(cap_pkts),
           "bottleneck_delay_s": delay_s - LFQ_SCENARIO["access_delay_s"], **overrides}
     if max_delay_s is not None:
-        far = make_params(**{**kw, "bottleneck_delay_s": max_delay_s - LFQ_SCENARIO["access_delay_s"]})
+        far = host_params(**{**kw, "bottleneck_delay_s": max_delay_s - LFQ_SCENARIO["access_delay_s"]})
         kw["delay_line_ticks"] = far.delay_line_ticks
     return kw
 
@@ -254,7 +254,7 @@ def cc(agents: int = 1, tcp: Sequence[str] | str = ("cubic", "cubic"), rate_bps:
           "tcp": per(tcps), "access_delay_s": per([CC_ACCESS_DELAY_S + (r - low) / 2 for r in rtts]),
           "bottleneck_rate_bps": float(rate_bps), "bottleneck_delay_s": low / 2 - CC_ACCESS_DELAY_S, **overrides}
     if "buffer_per_class_pkts" not in overrides:
-        bdp = float(make_params(**{**kw, "buffer_per_class_pkts": 1, "queue_capacity_pkts": 1}).bdp_pkts)
+        bdp = float(host_params(**{**kw, "buffer_per_class_pkts": 1, "queue_capacity_pkts": 1}).bdp_pkts)
         kw["buffer_per_class_pkts"] = max(2, int(round(buffer_bdp * bdp)))
     kw.setdefault("queue_capacity_pkts", kw["buffer_per_class_pkts"])
     return kw

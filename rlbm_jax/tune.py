@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlbm_jax.env.params import SimParams, make_params
+from rlbm_jax.env.params import SimParams, host_params, make_params
 from rlbm_jax.env.presets import long_flows
 
 # ---------------------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def cells(knob: Knob, flows: Sequence[int], buffer_bdp: float, warmup_s: float, 
     for n in flows:
         cell = long_flows(int(n), buffer_bdp, **kw)
         if knob.name == "red":
-            cell.update(knob.start(make_params(**cell)))
+            cell.update(knob.start(host_params(**cell)))
         out.append(cell)
     return out
 

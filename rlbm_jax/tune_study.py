@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rlbm_jax import tune
-from rlbm_jax.env.params import make_params
+from rlbm_jax.env.params import host_params, make_params
 from rlbm_jax.study.agents import refuse_options
 
 SETTINGS = ("objective", "delay_weight", "seconds", "warmup_s", "steps", "lr", "grad_horizon_s", "start_jitter")
@@ -36,7 +36,7 @@ def tuned_path(run, seed) -> Path:
 def _point(knob, values: dict, cell0: dict) -> dict:
     """The tuned values as the grid's unit (a buffer in BDPs of the first cell)."""
     if knob.name == "buffer":
-        return {"buffer_bdp": float(values["buffer_pkts"]) / float(make_params(**cell0).bdp_pkts)}
+        return {"buffer_bdp": float(values["buffer_pkts"]) / float(host_params(**cell0).bdp_pkts)}
     return {k: float(v) for k, v in values.items()}
 
 
@@ -101,7 +101,7 @@ class FluidTuneAgent:
         knob = self.knob
 
         def overrides(kw: dict) -> dict:
-            return knob.packet_kw(point, make_params(**kw))
+            return knob.packet_kw(point, host_params(**kw))
         return overrides
 
     def policies(self, study, run: Path, cfg: dict):
@@ -119,7 +119,7 @@ class FluidTuneAgent:
             point = json.loads(tuned_path(run, s).read_text())["point"]
             ov = self._overrides(point)
             for kw in study.test_configs().values():
-                make_params(**{**kw, **ov(kw)})  # a ValueError names a value the simulator refuses
+                host_params(**{**kw, **ov(kw)})  # a ValueError names a value the simulator refuses
             log(f"seed {s}: {tuned_path(run, s)}: " + ", ".join(f"{k} {v:.4g}" for k, v in point.items()))
             out.append({"seed": int(s), "point": point, "file": str(tuned_path(run, s)), "ok": True})
         return out
@@ -157,16 +157,16 @@ def declare(name: str, knob_name: str, *, flows=(8, 16, 32), buffer_bdp: float =
         return {f"{int(kw['long_flows'])} flows": kw for kw in cells()}
 
     def baselines() -> list:
-        p0 = make_params(**cells()[0])
+        p0 = host_params(**cells()[0])
         out = [Baseline("start", "start", {})]
         for pt in knob.grid(p0, axes):
             out.append(Baseline(point_name(knob, pt), "grid",
-                                (lambda pt: lambda kw: knob.packet_kw(pt, make_params(**kw)))(pt)))
+                                (lambda pt: lambda kw: knob.packet_kw(pt, host_params(**kw)))(pt)))
         return out
 
     def score(result: dict, kw: dict) -> float:
         return float(tune.OBJECTIVES[objective](float(result["util_wire"]), float(result["queue_mean_pkts"]),
-                                                make_params(**kw), 1.0))
+                                                host_params(**kw), 1.0))
 
     return Study(
         name=name, title=f"{knob.name} tuned by gradient through the fluid model, against a packet grid search",

@@ -281,7 +281,7 @@ def test_every_declared_study_resolves_before_anything_runs(name):
 
     import jax
 
-    from rlbm_jax.env.params import make_params, stack_params
+    from rlbm_jax.env.params import host_params, make_params, stack_params
     from rlbm_jax.study import declare
     from rlbm_jax.study.agents import PPO
     from rlbm_jax.study.pipeline import _runs
@@ -292,10 +292,10 @@ def test_every_declared_study_resolves_before_anything_runs(name):
     assert len({b.family for b in base.values()}) >= 2
     made = {}  # the params of each distinct set of arguments, made once (most runs share theirs)
 
-    def params_of(kw):
+    def params_of(kw):  # built and checked as make_params does; the leaves stay on the host
         key = pickle.dumps(kw)
         if key not in made:
-            made[key] = make_params(**kw)
+            made[key] = host_params(**kw)
         return made[key]
 
     for role, configs in (("selection", study.selection_configs()), ("test", study.test_configs())):

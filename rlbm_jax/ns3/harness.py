@@ -47,7 +47,7 @@ import jax
 import numpy as np
 
 from rlbm_jax.env import metrics as mx, model, sim, traffic
-from rlbm_jax.env.params import make_params
+from rlbm_jax.env.params import host_params, make_params
 from rlbm_jax.progress import Progress
 
 # the scenario's source and build script, package data (the build goes to build/ beside them)
@@ -93,7 +93,7 @@ def delay_phase_s(c: Cell, seed: int) -> float:
     section 2).  A tick of our simulator has no such point: it places an arrival
     uniformly among the tick's.  Spreading the seeds' round trips evenly over one T
     (the one-way delay over T / 2) compares both at the average over that phase."""
-    return _phase_shift_s(make_params(**c.kw), seed) if c.phase_spread else 0.0
+    return _phase_shift_s(host_params(**c.kw), seed) if c.phase_spread else 0.0
 
 
 def _phase_shift_s(params, seed: int) -> float:
@@ -105,7 +105,7 @@ def seed_kw(c: Cell, seed: int) -> dict:
     """The cell's make_params arguments for one seed (the delay of a phase-spread cell)."""
     if not c.phase_spread:
         return c.kw
-    p = make_params(**c.kw)
+    p = host_params(**c.kw)
     base = c.kw.get("bottleneck_delay_s", float(p.bottleneck_delay_s))  # the given value, not its float32
     return {**c.kw, "bottleneck_delay_s": float(base) + _phase_shift_s(p, seed)}
 
@@ -192,7 +192,7 @@ def ns3_args(c: Cell, seed: int, inputs: Path | None = None) -> list[str]:
         if t not in NS3_TCPS:
             raise ValueError(f"the ns-3 scenario has no tcp {t!r}; it runs {', '.join(NS3_TCPS)}")
     if kw.get("policy") == "ared" and any(kw.get(k) is None for k in RED_RESOLVED):
-        p = make_params(**kw)
+        p = host_params(**kw)
         kw = {**kw, **{k: float(getattr(p, k)) for k in RED_RESOLVED if kw.get(k) is None}}
     for k, v in kw.items():
         decl = model.BY_NAME.get(k)

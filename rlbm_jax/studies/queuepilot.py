@@ -9,7 +9,7 @@ Judging inside ns-3 (`study.py queuepilot ns3`) is `scripts/queuepilot.py ns3` o
 the chosen variants.
 """
 from rlbm_jax.env.formulations.queuepilot import QUEUEPILOT
-from rlbm_jax.env.params import make_params
+from rlbm_jax.env.params import host_params
 from rlbm_jax.queuepilot import study as qp
 from rlbm_jax.study import Baseline, Seeds, Study
 
@@ -20,7 +20,7 @@ def _label(n, r, t) -> str:
 
 def _variant(name):
     def overrides(config: dict) -> dict:
-        return qp.baseline_variants(int(make_params(**config).buffer_pkts))[name]
+        return qp.baseline_variants(int(host_params(**config).buffer_pkts))[name]
     return overrides
 
 
