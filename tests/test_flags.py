@@ -61,13 +61,13 @@ def _build_params_once():
             resolved[k] = resolve(**kw)  # (a refusal raises, and is not cached)
         return dict(resolved[k])
 
-    def cached_build(r):
+    def cached_build(r, device=True):
         k = key(r)
         if k is None:
-            return build(r)
-        if k not in built:
-            built[k] = build(r)
-        return built[k]
+            return build(r, device)
+        if (k, device) not in built:
+            built[k, device] = build(r, device)
+        return built[k, device]
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(params_mod, "resolve", cached_resolve)
