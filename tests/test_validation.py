@@ -55,3 +55,38 @@ def test_validate_catches_hand_edits():
         validate(p.replace(bottleneck_rate_bps=jnp.float32(-1)))
     with pytest.raises(ValueError, match="class_cap_pkts"):
         validate(p.replace(class_cap_pkts=jnp.array([5000, 5], jnp.int32)))
+
+
+@pytest.mark.quick
+def test_host_params_and_the_stack_are_the_device_params_leaf_for_leaf():
+    """`host_params` checks and builds as `make_params` does and leaves the same values on the
+    host (dtype and bits); its derived quantities are the device params' to the bit.
+    `stack_params` stacks on the host what `jnp.stack` would (dtype, weak type, values),
+    keeps `jnp.stack` for weak-typed leaves."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from rlbm_jax.env.params import host_params, pad_params, stack_params
+    from rlbm_jax.env.rlbm_env import make_env_params
+
+    kws = [dict(), dict(tcp="cubic", policy="red", buffer_per_class_pkts=[30, 70], load=0.7),
+           dict(num_senders=4, flow_groups=2, access_delay_s=[1e-3, 9e-3], tcp=["cubic", "newreno"], long_flows=2)]
+    for kw in kws:
+        dev, host = make_params(**kw), host_params(**kw)
+        assert jax.tree.structure(dev) == jax.tree.structure(host)
+        for a, b in zip(jax.tree.leaves(dev), jax.tree.leaves(host)):
+            assert isinstance(a, jax.Array) and not a.weak_type and isinstance(b, np.ndarray)
+            assert a.dtype == b.dtype and a.shape == b.shape and np.asarray(a).tobytes() == b.tobytes()
+        for q in ("tick_s", "bdp_pkts", "base_rtt_s", "group_base_rtt_s", "ack_delay_ticks"):
+            x, y = np.asarray(getattr(dev, q)), np.asarray(getattr(host, q))
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), q
+    with pytest.raises(ValueError, match="load"):
+        host_params(load=-1.0)
+    items = [make_env_params(make_params(**kw)) for kw in kws[:2]]  # (env params hold weak-typed leaves too)
+    got, want = stack_params(items), jax.tree.map(lambda *xs: jnp.stack(xs), *pad_params(items))
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    assert any(x.weak_type for x in jax.tree.leaves(want))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert (a.dtype, a.weak_type, a.shape) == (b.dtype, b.weak_type, b.shape)
+        assert np.array_equal(np.asarray(a), np.asarray(b))
