@@ -1,5 +1,5 @@
 """Simulator (params -> state -> tick) and the gymnax environment built on it."""
-from rlbm_jax.env.params import SimParams, make_params, validate, stack_params, pad_params, STATIC_FIELDS
+from rlbm_jax.env.params import SimParams, make_params, host_params, validate, stack_params, pad_params, STATIC_FIELDS
 from rlbm_jax.env.sim import SimState, init, tick, ticks_for, KNOBS
 from rlbm_jax.env.backends import run
 from rlbm_jax.env import backends, model
@@ -12,7 +12,7 @@ from rlbm_jax.env.fluid_env import FluidEnv
 from rlbm_jax.env.wrappers import FiveValueStep, SymmetricActions
 from rlbm_jax.env.presets import THESIS_BETA, long_flow_params, thesis_params
 
-__all__ = ["SimParams", "SimState", "make_params", "thesis_params", "long_flow_params", "validate", "stack_params", "pad_params", "THESIS_BETA",
+__all__ = ["SimParams", "SimState", "make_params", "host_params", "thesis_params", "long_flow_params", "validate", "stack_params", "pad_params", "THESIS_BETA",
            "STATIC_FIELDS", "init", "tick", "run", "ticks_for", "KNOBS", "RLBMEnv", "FluidEnv", "EnvParams", "EnvState",
            "NotDifferentiableError", "make_env_params", "DEFAULT_FORMULATION", "SymmetricActions", "FiveValueStep",
            "backends", "model",
