@@ -43,7 +43,7 @@ def _build_params_once():
     """The scripts' configurations resolve and build the same `SimParams` again and again
     (each study's training mix and test grid, each sized from a make_params); `params.resolve`
     and `params.build` are pure functions of their arguments, so this file computes each
-    distinct one once (the jnp leaves and the checks are most of a configuration's cost): a
+    distinct one once (the checks and the leaves' move to the device are most of its cost): a
     fresh copy of the resolved dict (callers edit it), the same immutable params."""
     resolve, build, resolved, built = params_mod.resolve, params_mod.build, {}, {}
 
