@@ -118,6 +118,36 @@ def test_flags_leave_the_flow_queue_code_out_without_flow_queues():
     assert not bool(disciplines.flag(r, buffer.aqm_id(r), "owns_departure"))
 
 
+
+@pytest.mark.quick
+def test_a_batch_without_a_discipline_or_a_policy_traces_none_of_their_code(monkeypatch):
+    """The tick compiles the policies a batch's record allows (`buffer.used_policies`) and, when
+    none of them runs a discipline, no discipline hook: here every other policy's thresholds
+    and every discipline's hooks raise when traced, and a batch of drop-tail and DT runs still
+    traces; a batch that holds RED traces the whole registry (its bits are those of the
+    committed results, `buffer.chosen_discipline`)."""
+    batch = stack_params([make_params(policy="droptail"), make_params(policy="dt")])
+    ids = buffer.used_policies(batch)
+    assert [buffer.POLICY_NAMES[i] for i in ids] == ["droptail", "dt"]
+    assert buffer.chosen_discipline(batch).among == (disciplines.index("none"),)
+    assert buffer.used_policies(batch.replace(model_choices=())) is None  # no record: every policy
+
+    def boom(*_):
+        raise AssertionError("traced")
+
+    monkeypatch.setattr(buffer, "_REGISTRY", [pol if i in ids else pol._replace(thresholds=boom)
+                                              for i, pol in enumerate(buffer._REGISTRY)])
+    for d in disciplines.DISCIPLINES[1:]:  # (each discipline's own hooks; "none" keeps the base's)
+        for hook in ("on_enqueue", "on_dequeue", "on_tick_end"):
+            if hook in type(d).__dict__:
+                monkeypatch.setattr(type(d), hook, boom)
+    state = jax.vmap(sim.init)(jax.random.split(jax.random.PRNGKey(0), 2), batch)
+    jax.eval_shape(jax.vmap(sim.tick), state, batch)  # traces: nothing it holds was called
+    red = stack_params([make_params(policy="droptail"), make_params(policy="red")])
+    assert buffer.chosen_discipline(red).among is None
+    with pytest.raises(AssertionError, match="traced"):
+        jax.eval_shape(jax.vmap(sim.tick), jax.vmap(sim.init)(jax.random.split(jax.random.PRNGKey(0), 2), red), red)
+
 # Taildrop-half: while a class FIFO holds at least half its cap at the tick's start, every
 # other arrival (the first, the third, ...) is dropped early; it counts what it dropped.
 TAILDROP_HALF = '''

@@ -201,9 +201,10 @@ def init(key, params: SimParams) -> SimState:
     )
 
 
-def _discipline(params: SimParams):
-    """The id of the run's queueing discipline (the registry's, named by its buffer policy)."""
-    return buffer.aqm_id(params)
+def _discipline(params: SimParams) -> disciplines.Chosen:
+    """The run's queueing discipline (the registry's, named by its buffer policy): its id and
+    the ids its batch's record allows (`buffer.chosen_discipline`; only those are compiled)."""
+    return buffer.chosen_discipline(params)
 
 
 def _flag(params: SimParams, name: str):
@@ -830,8 +831,8 @@ def depart_phase(state: SimState, clk: Clock, adm: Admission, params: SimParams)
                                     served, queue.pkts, clk.now_s + clk.tick_s, params)
     dep = Departure(queue=queue, served_pkts=served, rr_next=rr_next, wire=wire, flows=flows, drops_pkts=drops,
                     retx_drops_pkts=retx_drops, marks_pkts=marks, aqm=aqm_s, flowq=adm.flowq)
-    for i, d in disciplines.owners(params):  # (none unless the params allocate per-flow queues)
-        dep = _where(_discipline(params) == i, _owned_depart(state, clk, adm, d, params), dep)
+    for i, d in disciplines.owners(params, _discipline(params)):  # (none without per-flow queues)
+        dep = _where(_discipline(params).id == i, _owned_depart(state, clk, adm, d, params), dep)
     return dep
 
 

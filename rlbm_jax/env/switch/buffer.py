@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -206,10 +205,32 @@ def aqm_id(params) -> jnp.ndarray:
     return codes[params.policy_id]
 
 
+def used_policies(params) -> tuple | None:
+    """The ids of the policies the runs these params describe can have (static, sorted, from
+    the record of model choices, `params.model_choices`); None where the record names no
+    policy (params built by hand): any registered one."""
+    names = {v for n, v in params.model_choices if n == "policy"}
+    return tuple(i for i, p in enumerate(_REGISTRY) if p.name in names) or None
+
+
+def chosen_discipline(params) -> disciplines.Chosen:
+    """The run's discipline as the tick dispatches on it: its id (`aqm_id`) and, where every
+    policy its batch can have (`used_policies`) runs no discipline ("none": the thresholds
+    alone), that one: the registered disciplines' hooks are then not compiled.  A batch with
+    a discipline keeps the whole registry in its switch: with fewer branches XLA fuses a
+    discipline's arithmetic differently (which products become FMAs, in its default mode),
+    which would move the last bits of RED's average and every result computed with it."""
+    used = used_policies(params)
+    none = (disciplines.index("none"),)
+    only_none = used is not None and {disciplines.index(_REGISTRY[i].aqm) for i in used} == set(none)
+    return disciplines.Chosen(aqm_id(params), none if only_none else None)
+
+
 def thresholds(view: BufferView, params) -> jnp.ndarray:
-    """Per-class admission threshold [P] of the selected policy, capped by the class FIFO cap."""
+    """Per-class admission threshold [P] of the selected policy, capped by the class FIFO cap
+    (only the policies the params' record allows are compiled, `used_policies`)."""
     branches = [lambda v, p, f=pol.thresholds: f(v, p).astype(jnp.float32) for pol in _REGISTRY]
-    thr = jax.lax.switch(params.policy_id, branches, view, params)
+    thr = disciplines.switch_among(params.policy_id, used_policies(params), branches, view, params)
     return jnp.minimum(jnp.maximum(thr, 0.0), params.class_cap_pkts.astype(jnp.float32))
 
 

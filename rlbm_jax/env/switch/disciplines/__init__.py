@@ -6,10 +6,12 @@ with a cap per flow (`fq`), registered by name in
 is added."""
 from rlbm_jax.env.switch.disciplines.base import (Discipline, FlowDeparture, Hits, hits_below, independent_hits,
                                            no_hits)
-from rlbm_jax.env.switch.disciplines.registry import (DISCIPLINES, NONE, States, by_name, enqueue_flows, flag, flow_room,
+from rlbm_jax.env.switch.disciplines.registry import (DISCIPLINES, NONE, Chosen, States, by_name, enqueue_flows, flag,
+                                               flow_room,
                                                index,
-                                               init, names, on_dequeue, on_enqueue, on_tick_end, owners)
+                                               init, names, on_dequeue, on_enqueue, on_tick_end, owners,
+                                               switch_among)
 
-__all__ = ["DISCIPLINES", "Discipline", "FlowDeparture", "Hits", "NONE", "States", "by_name", "enqueue_flows",
+__all__ = ["Chosen", "DISCIPLINES", "Discipline", "FlowDeparture", "Hits", "NONE", "States", "by_name", "enqueue_flows",
            "flag", "flow_room", "hits_below", "independent_hits", "index", "init", "names", "no_hits", "on_dequeue", "on_enqueue",
-           "on_tick_end", "owners"]
+           "on_tick_end", "owners", "switch_among"]
