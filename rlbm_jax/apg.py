@@ -147,10 +147,12 @@ def _programs(groups: Sequence[tuple], cfg: APGConfig):
     them, traced and compiled once."""
     import optax
 
+    from rlbm_jax.ppo.optim import clip_by_global_norm
+
     settings = repr(dataclasses.replace(cfg, seed=0))
     if _LAST_PROGRAMS and _LAST_PROGRAMS[0] is groups and _LAST_PROGRAMS[1] == settings:
         return _LAST_PROGRAMS[2]
-    opt = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr))
+    opt = optax.chain(clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr))
     H = cfg.horizon
 
     def reset(env, ep, sims, key):

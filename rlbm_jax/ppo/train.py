@@ -28,6 +28,7 @@ from gymnax.environments import spaces
 from rlbm_jax.policy import build_action_map
 from rlbm_jax.ppo import networks
 from rlbm_jax.ppo.config import PPOConfig
+from rlbm_jax.ppo.optim import clip_by_global_norm
 
 _SKIP_INFO = ("terminated", "truncated", "final_observation")
 
@@ -138,7 +139,7 @@ class PPO:
             init_mean=self.cfg.init_mean)
         steps = self.cfg.total_updates * self.cfg.update_epochs * self.cfg.num_minibatches
         lr = optax.linear_schedule(self.cfg.lr, 0.0, steps) if self.cfg.anneal_lr else self.cfg.lr
-        self.tx = optax.chain(optax.clip_by_global_norm(self.cfg.max_grad_norm), optax.adam(lr, eps=1e-5))
+        self.tx = optax.chain(clip_by_global_norm(self.cfg.max_grad_norm), optax.adam(lr, eps=1e-5))
         self.run = jax.jit(self._run, static_argnums=1)
         self.run_seeds = jax.jit(jax.vmap(self._run, in_axes=(0, None)), static_argnums=1)
         self.init_seeds = jax.jit(jax.vmap(self.init))
