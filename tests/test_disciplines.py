@@ -118,7 +118,6 @@ def test_flags_leave_the_flow_queue_code_out_without_flow_queues():
     assert not bool(disciplines.flag(r, buffer.aqm_id(r), "owns_departure"))
 
 
-
 @pytest.mark.quick
 def test_a_batch_without_a_discipline_or_a_policy_traces_none_of_their_code(monkeypatch):
     """The tick compiles the policies a batch's record allows (`buffer.used_policies`) and, when
@@ -147,6 +146,7 @@ def test_a_batch_without_a_discipline_or_a_policy_traces_none_of_their_code(monk
     assert buffer.chosen_discipline(red).among is None
     with pytest.raises(AssertionError, match="traced"):
         jax.eval_shape(jax.vmap(sim.tick), jax.vmap(sim.init)(jax.random.split(jax.random.PRNGKey(0), 2), red), red)
+
 
 # Taildrop-half: while a class FIFO holds at least half its cap at the tick's start, every
 # other arrival (the first, the third, ...) is dropped early; it counts what it dropped.

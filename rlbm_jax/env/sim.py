@@ -831,8 +831,9 @@ def depart_phase(state: SimState, clk: Clock, adm: Admission, params: SimParams)
                                     served, queue.pkts, clk.now_s + clk.tick_s, params)
     dep = Departure(queue=queue, served_pkts=served, rr_next=rr_next, wire=wire, flows=flows, drops_pkts=drops,
                     retx_drops_pkts=retx_drops, marks_pkts=marks, aqm=aqm_s, flowq=adm.flowq)
-    for i, d in disciplines.owners(params, _discipline(params)):  # (none without per-flow queues)
-        dep = _where(_discipline(params).id == i, _owned_depart(state, clk, adm, d, params), dep)
+    chosen = _discipline(params)
+    for i, d in disciplines.owners(params, chosen):  # (none without per-flow queues)
+        dep = _where(chosen.id == i, _owned_depart(state, clk, adm, d, params), dep)
     return dep
 
 

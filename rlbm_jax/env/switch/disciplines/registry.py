@@ -5,10 +5,10 @@ The switch keeps every registered discipline's state (`States`, one entry per di
 under its `key`: `state.aqm.red`, `state.aqm.mark.mark_p`, ...) and each run uses the one
 its id names.  The hooks are dispatched with `lax.switch` over the registry: each branch
 calls one discipline's hook on its own entry and leaves the others as they are, so a
-batch of runs with different disciplines is one `vmap`.  Only the disciplines a batch can
-run are traced: the tick passes `Chosen` (the run's id and the ids its params' record of
-choices allows, static), and the hooks of the others are left out of the compiled program
-(under `vmap` a switch computes every branch it holds).
+batch of runs with different disciplines is one `vmap`.  The tick passes `Chosen`: the run's
+id and, static, the ids its batch can have; only those branches are traced (under `vmap` a
+switch computes every branch it holds).  `buffer.chosen_discipline` narrows it only to
+"none", for a batch whose policies run no discipline (it says why not further).
 
 A new discipline is one module (`base.Discipline`) and its line here (with its import).
 """
