@@ -148,6 +148,30 @@ def test_a_batch_without_a_discipline_or_a_policy_traces_none_of_their_code(monk
         jax.eval_shape(jax.vmap(sim.tick), jax.vmap(sim.init)(jax.random.split(jax.random.PRNGKey(0), 2), red), red)
 
 
+@pytest.mark.quick
+def test_a_batch_whose_every_run_owns_departure_traces_no_class_fifo_departure(monkeypatch):
+    """Where the record says every run's discipline owns departure (FQ-CoDel, fq), the tick
+    takes that discipline's departure alone: the class FIFOs' departure (whose result a
+    select would discard, and which kept the whole per-flow queues in a select every tick)
+    raises when traced and a FQ-CoDel batch and a fq batch still trace; a batch that mixes
+    FQ-CoDel with drop-tail traces both and selects per run."""
+    def boom(*_):
+        raise AssertionError("traced")
+
+    monkeypatch.setattr(sim, "_aqm_at_dequeue", boom)
+    kw = dict(num_senders=2, num_flow_slots=4, load=0.0, long_flows=2, num_classes=1)
+    for policy in ("fq-codel", "fq"):
+        batch = stack_params([make_params(**kw, policy=policy)] * 2)
+        assert buffer.used_disciplines(batch) == (disciplines.index(policy),)
+        state = jax.vmap(sim.init)(jax.random.split(jax.random.PRNGKey(0), 2), batch)
+        jax.eval_shape(jax.vmap(sim.tick), state, batch)
+    mixed = stack_params([make_params(**kw, policy="fq-codel"), make_params(**kw, policy="droptail")])
+    assert buffer.used_disciplines(mixed) == (disciplines.index("none"), disciplines.index("fq-codel"))
+    with pytest.raises(AssertionError, match="traced"):
+        jax.eval_shape(jax.vmap(sim.tick), jax.vmap(sim.init)(jax.random.split(jax.random.PRNGKey(0), 2), mixed),
+                       mixed)
+
+
 # Taildrop-half: while a class FIFO holds at least half its cap at the tick's start, every
 # other arrival (the first, the third, ...) is dropped early; it counts what it dropped.
 TAILDROP_HALF = '''

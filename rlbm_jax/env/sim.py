@@ -812,6 +812,14 @@ def depart_phase(state: SimState, clk: Clock, adm: Admission, params: SimParams)
     them to the sink and their ACKs back to the senders.  The discipline sees the tick's
     end (`Discipline.on_tick_end`: PIE the last packet's sojourn, RED whether the queue
     went idle).  A run whose discipline owns departure takes `_owned_depart` instead."""
+    chosen = _discipline(params)
+    owners = disciplines.owners(params, chosen)  # (none without per-flow queues)
+    for i, d in owners:
+        if buffer.used_disciplines(params) == (i,):
+            # every run of the batch has this discipline (its record says so): the class
+            # FIFOs' path, which the select below would discard, is left out, and with it
+            # a select of the whole per-flow queues every tick (O(their capacity) under vmap)
+            return _owned_depart(state, clk, adm, d, params)
     P, k = params.num_classes, params.pkts_per_tick
     queue, flows, aqm_s, drops, retx_drops, marks, sojourn_s = _aqm_at_dequeue(state, clk, adm, params)
     served, rr_next = scheduler.serve(queue.pkts, service_pkts(clk, params), state.rr_next, params.scheduler_id, k)
@@ -827,12 +835,11 @@ def depart_phase(state: SimState, clk: Clock, adm: Admission, params: SimParams)
                                                                              - first[:, qm.NCE]))
     wire = state.wire.at[clk.t % params.delay_line_ticks].set(_compact(departed.reshape(P * k, WIRE_FIELDS), k))
     last = jnp.max(jnp.where(departed[:, :, qm.COUNT] > 0, departed[:, :, qm.ENQ], -1), axis=1)  # [P]
-    aqm_s = disciplines.on_tick_end(aqm_s, _discipline(params), (clk.t - last).astype(jnp.float32) * clk.tick_s,
+    aqm_s = disciplines.on_tick_end(aqm_s, chosen, (clk.t - last).astype(jnp.float32) * clk.tick_s,
                                     served, queue.pkts, clk.now_s + clk.tick_s, params)
     dep = Departure(queue=queue, served_pkts=served, rr_next=rr_next, wire=wire, flows=flows, drops_pkts=drops,
                     retx_drops_pkts=retx_drops, marks_pkts=marks, aqm=aqm_s, flowq=adm.flowq)
-    chosen = _discipline(params)
-    for i, d in disciplines.owners(params, chosen):  # (none without per-flow queues)
+    for i, d in owners:
         dep = _where(chosen.id == i, _owned_depart(state, clk, adm, d, params), dep)
     return dep
 

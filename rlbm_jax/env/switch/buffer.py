@@ -213,6 +213,13 @@ def used_policies(params) -> tuple | None:
     return tuple(i for i, p in enumerate(_REGISTRY) if p.name in names) or None
 
 
+def used_disciplines(params) -> tuple | None:
+    """The registry ids of the disciplines the runs these params describe can have (static,
+    sorted; from `used_policies`); None where the record names no policy: any."""
+    used = used_policies(params)
+    return None if used is None else tuple(sorted({disciplines.index(_REGISTRY[i].aqm) for i in used}))
+
+
 def chosen_discipline(params) -> disciplines.Chosen:
     """The run's discipline as the tick dispatches on it: its id (`aqm_id`) and, where every
     policy its batch can have (`used_policies`) runs no discipline ("none": the thresholds
