@@ -242,8 +242,8 @@ def run(cells: Sequence[Cell], *, seeds: Sequence[int] = SEEDS, seconds: float =
     """Run every cell's simulation for every seed; the result (`cells`: one row per cell,
     `config`, `timing`).  `policies`: {"orca": spec, "aurora": spec}, each "zero" (the
     default) or a policy directory.  `series(cell)`: keep that cell's goodput over time (a
-    mean over seeds, per sample) in its row (default: the cells against CUBIC, drop-tail, at
-    the largest rate)."""
+    mean over seeds, per sample) in its row (default: the cells against CUBIC at the largest
+    rate, under drop-tail or, in a slice without it, the discipline the figure draws)."""
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"seconds must be a positive number, got {seconds!r}")
     if not (math.isfinite(warmup_s) and 0 <= warmup_s < seconds - sample_s):
@@ -260,7 +260,8 @@ def run(cells: Sequence[Cell], *, seeds: Sequence[int] = SEEDS, seconds: float =
         raise ValueError(f"policies are given for the agent protocols (orca, aurora), got {sorted(unknown)}")
     cells = list(cells)
     top = max(c.rate_bps for c in cells)
-    series = series or (lambda c: c.flows[1] == "cubic" and c.aqm == "droptail" and c.rate_bps == top)
+    drawn = next(a for a in AQMS if any(c.aqm == a and c.rate_bps == top for c in cells))  # (the figure's: `plot`)
+    series = series or (lambda c: c.flows[1] == "cubic" and c.aqm == drawn and c.rate_bps == top)
     fns = {}
     for proto, spec in policies.items():
         form = formulations.get(PROTOCOLS[proto][1])
@@ -490,7 +491,7 @@ def plot(res: dict, path) -> None:
     (equal) base RTT, per buffer size; each protocol's retransmissions against its goodput
     when it competes with CUBIC, per buffer size; goodput over time of each protocol's flow
     against its CUBIC competitor (the kept series), per buffer size.  At the largest rate,
-    drop-tail."""
+    drop-tail (or, in a slice without it, the first discipline the slice has)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -499,7 +500,9 @@ def plot(res: dict, path) -> None:
 
     rows = res["cells"]
     top = max(r["rate_bps"] for r in rows)
-    rows = [r for r in rows if r["rate_bps"] == top and r["aqm"] == "droptail"]
+    aqm = next(a for a in AQMS if any(r["rate_bps"] == top and r["aqm"] == a for r in rows))
+    rows = [r for r in rows if r["rate_bps"] == top and r["aqm"] == aqm]
+    where = f"{top / 1e6:g} Mbit/s" + ("" if aqm == "droptail" else f", {aqm}")
     buffers = sorted({r["buffer_bdp"] for r in rows})
     protos = [p for p in PROTOCOLS if any(r["protocol"] == p for r in rows)]
     colours = {p: f"C{i}" for i, p in enumerate(PROTOCOLS)}
@@ -515,7 +518,7 @@ def plot(res: dict, path) -> None:
                 ax.plot(*zip(*pts), marker=markers[p], color=colours[p], label=f"{p} vs {p}")
         ax.axhline(1.0, color="grey", lw=0.8, ls=":")
         ax.set(xscale="log", xlabel="base RTT of both flows (ms)", ylabel="goodput ratio (flow 0 / flow 1)",
-               title=f"two copies, {b:g} BDP, {top / 1e6:g} Mbit/s")
+               title=f"two copies, {b:g} BDP, {where}")
         ax.legend(fontsize=7)
         ax = axes[1, j]
         for p in protos:
@@ -525,7 +528,7 @@ def plot(res: dict, path) -> None:
             if pts:
                 ax.scatter(*zip(*pts), color=colours[p], marker=markers[p], label=p, s=26)
         ax.set(yscale="log", xlabel="goodput against CUBIC (Mbit/s)", ylabel="retransmissions + 1",
-               title=f"against CUBIC, {b:g} BDP (each point a base RTT)")
+               title=f"against CUBIC, {b:g} BDP, {where}\n(a point per base RTT)")
         ax.legend(fontsize=7)
         ax = axes[2, j]
         kept = [r for r in rows if "series" in r and r["buffer_bdp"] == b]
@@ -542,6 +545,9 @@ def plot(res: dict, path) -> None:
                         lw=0.8)
             ax.set(title=f"against CUBIC (dashed), {rtt * 1e3:g} ms, {b:g} BDP")
             ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no goodput series kept for these cells", ha="center", va="center",
+                    transform=ax.transAxes, color="grey")
         ax.set(xlabel="time (s)", ylabel="goodput (Mbit/s)")
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)

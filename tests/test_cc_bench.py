@@ -70,6 +70,10 @@ def test_the_summary_and_the_figures_are_written(tmp_path):
     assert [ln.split()[0] for ln in lines[-3:]] == ["cubic", "newreno", "orca"]
     ccbench.plot(res, tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 10_000
+    # a slice without drop-tail draws its own discipline's cells (the same rows relabelled here)
+    fq = dict(res, cells=[dict(r, aqm="fq-codel") for r in res["cells"]])
+    ccbench.plot(fq, tmp_path / "fq.png")
+    assert (tmp_path / "fq.png").stat().st_size > 10_000
 
 
 def test_what_the_benchmark_cannot_run_is_refused_by_name():
