@@ -227,10 +227,8 @@ def chosen_discipline(params) -> disciplines.Chosen:
     a discipline keeps the whole registry in its switch: with fewer branches XLA fuses a
     discipline's arithmetic differently (which products become FMAs, in its default mode),
     which would move the last bits of RED's average and every result computed with it."""
-    used = used_policies(params)
     none = (disciplines.index("none"),)
-    only_none = used is not None and {disciplines.index(_REGISTRY[i].aqm) for i in used} == set(none)
-    return disciplines.Chosen(aqm_id(params), none if only_none else None)
+    return disciplines.Chosen(aqm_id(params), none if used_disciplines(params) == none else None)
 
 
 def thresholds(view: BufferView, params) -> jnp.ndarray:
