@@ -260,7 +260,7 @@ def run(cells: Sequence[Cell], *, seeds: Sequence[int] = SEEDS, seconds: float =
         raise ValueError(f"policies are given for the agent protocols (orca, aurora), got {sorted(unknown)}")
     cells = list(cells)
     top = max(c.rate_bps for c in cells)
-    drawn = next(a for a in AQMS if any(c.aqm == a and c.rate_bps == top for c in cells))  # (the figure's: `plot`)
+    drawn = _figure_aqm([(c.rate_bps, c.aqm) for c in cells])
     series = series or (lambda c: c.flows[1] == "cubic" and c.aqm == drawn and c.rate_bps == top)
     fns = {}
     for proto, spec in policies.items():
@@ -486,6 +486,13 @@ def summary_lines(res: dict) -> list[str]:
     return out
 
 
+def _figure_aqm(rate_aqm) -> str:
+    """The discipline the figure draws (and whose series `run` keeps) among (rate, aqm)
+    pairs: at the largest rate, drop-tail, else the first of `AQMS` there."""
+    top = max(r for r, _ in rate_aqm)
+    return next(a for a in AQMS if (top, a) in set(rate_aqm))
+
+
 def plot(res: dict, path) -> None:
     """The seed's figures from the table: the goodput ratio of two copies against their
     (equal) base RTT, per buffer size; each protocol's retransmissions against its goodput
@@ -500,7 +507,7 @@ def plot(res: dict, path) -> None:
 
     rows = res["cells"]
     top = max(r["rate_bps"] for r in rows)
-    aqm = next(a for a in AQMS if any(r["rate_bps"] == top and r["aqm"] == a for r in rows))
+    aqm = _figure_aqm([(r["rate_bps"], r["aqm"]) for r in rows])
     rows = [r for r in rows if r["rate_bps"] == top and r["aqm"] == aqm]
     where = f"{top / 1e6:g} Mbit/s" + ("" if aqm == "droptail" else f", {aqm}")
     buffers = sorted({r["buffer_bdp"] for r in rows})
