@@ -187,8 +187,12 @@ class RLBMEnv(FormulationEnv):
     keeps_window = True
 
     def __init__(self, sim_params: SimParams | None = None, formulation=DEFAULT_FORMULATION, backend: str | None = None,
-                 **kwargs):
+                 driven: bool = True, **kwargs):
         super().__init__()
+        # driven False (a sender formulation's baseline run: no agent acts): the action is
+        # ignored and no knob is applied, so the agent flow runs its TCP alone, whichever it is
+        # (BBR included), and the formulation still reads and scores its record
+        self.driven = bool(driven)
         if backend is not None and backend not in backends.NAMES:
             raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(backends.NAMES)}")
         if backend is not None and backend != "auto" and not backends.BACKENDS[backend].ticks:
@@ -197,11 +201,14 @@ class RLBMEnv(FormulationEnv):
         self.backend = backend  # None: the process's default (`backends.set_default`, $RLBM_JAX_BACKEND)
         self._default = make_env_params(sim_params, **kwargs)
         self._set_formulation(formulation, self._default.sim.num_classes)
+        if not self.driven and not self.formulation.sender:
+            raise ValueError("driven=False is for a sender formulation's baseline runs; a switch formulation's "
+                             "baseline is the switch's own policy (it ignores the action)")
         agents = self._default.sim.agent_flows
         if self.formulation.sender and agents == 0:
             raise ValueError(f"{self.formulation.id} is a sender agent and drives a flow of the scenario: give "
                              "agent_flows=1 (scenario 'cc' sets it), got agent_flows=0")
-        if self.formulation.sender and self.formulation.agent_tcps:
+        if self.formulation.sender and self.formulation.agent_tcps and self.driven:
             from rlbm_jax.env import tcp
 
             sp = self._default.sim
@@ -256,7 +263,7 @@ class RLBMEnv(FormulationEnv):
         f = self.formulation
         # the action answers the record of the interval that just ended (still in the state)
         knobs = self.per_agent(lambda r, a: f.knobs(a, r, params), state.sim.interval, action)
-        s = sim.apply_knobs(state.sim, knobs)
+        s = sim.apply_knobs(state.sim, knobs) if self.driven else state.sim
         s = sim.open_interval(s, params.sim)
         s, _ = backends.run(s, params.sim, params.ticks_per_step, backend=self.backend)
         s = sim.close_interval(s, params.sim)

@@ -169,18 +169,24 @@ class Study:
             return int(self.run_steps(config, seconds))
         return int(round(seconds / self.step_s))
 
-    def make_env(self, sim_params, episode_s: float | None = None):
-        """The env of one configuration at the study's interval."""
+    def make_env(self, sim_params, episode_s: float | None = None, driven: bool = True):
+        """The env of one configuration at the study's interval (`driven` False: a sender
+        formulation's baseline, no agent acting, `RLBMEnv`)."""
         from rlbm_jax.env.rlbm_env import RLBMEnv
 
         return RLBMEnv(sim_params, formulation=self.formulation, agent_interval_s=self.step_s,
                        episode_s=self.episode_s if episode_s is None else episode_s,
-                       ticks_per_step=self.ticks_per_step)
+                       ticks_per_step=self.ticks_per_step, driven=driven)
 
     def eval_env(self, sim_params, steps: int):
         """The env of an evaluation run of `steps` steps (its episode one step longer: no
         truncation inside the run)."""
         return self.make_env(sim_params, (steps + 1) * self.step_s)
+
+    def undriven_env(self, sim_params, steps: int):
+        """`eval_env` with no agent acting: a sender study's baseline that is the agent flow's
+        own TCP (any, BBR included), scored by the formulation on the agent flow's record."""
+        return self.make_env(sim_params, (steps + 1) * self.step_s, driven=False)
 
     def baseline_map(self) -> dict:
         out = {}

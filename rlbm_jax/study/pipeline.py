@@ -150,7 +150,9 @@ def _runs(study: Study, configs: dict, seeds, warmup_s: float, seconds: float, b
 def _rollouts(study: Study, runs, steps, warm, actor, args, chunk, name):
     from rlbm_jax.study import rollout
 
-    res = rollout.run_batch(study.eval_env, runs, steps, warm, actor, args, chunk=chunk,
+    # a sender study's baseline without an actor is the agent flow's own TCP, no agent acting
+    make_env = study.undriven_env if actor is None and study.formulation.sender else study.eval_env
+    res = rollout.run_batch(make_env, runs, steps, warm, actor, args, chunk=chunk,
                             step_record=study.step_record, traces=study.traces, log=False, name=name,
                             step_max=study.step_max)
     if study.score is not None:  # the study's objective of each run's summary is its reward
