@@ -182,6 +182,8 @@ def _action_map_nodes(x, meta, const, node):
         return node("Mul", [node("Add", [t, const("one", 1.0)], "out_shift"), const("half", 0.5)], "action_raw")
     if amap == "clip01":
         return node("Clip", [x, const("zero", 0.0), const("one", 1.0)], "action_raw")
+    if amap == "none":  # the mean itself (the env bounds it)
+        return node("Identity", [x], "action_raw")
     if amap in ("pow2", "bdp"):
         lo, hi = POW2_LOG2_RANGE if amap == "pow2" else BDP_LOG2_RANGE
         c = node("Clip", [x, const("log2_lo", lo), const("log2_hi", hi)], "out_clip")

@@ -59,7 +59,7 @@ def _recorded_observations(fn_jax, steps=40):
 
 
 @pytest.mark.parametrize("action_map,activation", [("tanh01", "tanh"), ("clip01", "relu"), ("exp2", "tanh"),
-                                                       ("pow2", "tanh"), ("bdp", "tanh")])
+                                                       ("pow2", "tanh"), ("bdp", "tanh"), ("none", "tanh")])
 def test_onnx_matches_jax_on_random_and_recorded_observations(tmp_path, action_map, activation):
     src = _random_policy(tmp_path / "pol", action_map, activation=activation)
     fn_jax, _ = load_policy(src)
@@ -147,7 +147,7 @@ def test_mismatched_or_malformed_onnx_files_are_refused(tmp_path):
     fn, _ = load_checked(good)
     with pytest.raises(ValueError, match=r"must be \[n, 10\]"):
         fn(np.zeros((4, 9), np.float32))
-    assert set(ACTION_MAPS) == {"tanh01", "clip01", "exp2", "pow2", "bdp"}  # every map has an ONNX form (parametrised above)
+    assert set(ACTION_MAPS) == {"tanh01", "clip01", "exp2", "pow2", "bdp", "none"}  # every map has an ONNX form (parametrised above)
 
 
 # ---- recurrent (LSTM) policies on a discrete action ------------------------------------------

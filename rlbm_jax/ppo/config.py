@@ -104,8 +104,8 @@ class PPOConfig:
             raise ValueError(f"PPOConfig.action must be one of {ACTIONS}, got {self.action!r}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"PPOConfig.activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        if self.action_map not in (*ACTION_MAPS, "none"):
-            raise ValueError(f"PPOConfig.action_map must be one of {(*ACTION_MAPS, 'none')}, got {self.action_map!r}")
+        if self.action_map not in ACTION_MAPS:
+            raise ValueError(f"PPOConfig.action_map must be one of {ACTION_MAPS}, got {self.action_map!r}")
         if self.init_action is not None:
             if self.action != "gaussian" or self.action_map == "none":
                 raise ValueError(f"PPOConfig.init_action needs action='gaussian' and an action map, got "

@@ -42,12 +42,12 @@ def export_policy(ppo: PPO, params, obs_stats, path, env_info: dict | None = Non
                   action_values: Sequence[float] | None = None):
     """params/obs_stats of one seed (no seed axis).  Two kinds of run are held:
     a Gaussian MLP policy with an action map (the deterministic action is
-    action_map(mean)), and an LSTM policy on a Discrete env (network="lstm", the env's
+    action_map(mean); "none": the mean), and an LSTM policy on a Discrete env (network="lstm", the env's
     action space `Discrete(n)`; the deterministic action is the argmax of the logits).
     `action_values` (optional, LSTM only) says what each action index means; without
     it the formulation's `action.action_values` is recorded when it has one."""
     cfg, adapter = ppo.cfg, ppo.adapter
-    mlp = cfg.network == "mlp" and not adapter.discrete and adapter.kind == "box" and cfg.action_map != "none"
+    mlp = cfg.network == "mlp" and not adapter.discrete and adapter.kind == "box"
     lstm = cfg.network == "lstm" and adapter.kind == "discrete-env"
     if not (mlp or lstm):
         space = "Discrete" if adapter.kind == "discrete-env" else "Box"
