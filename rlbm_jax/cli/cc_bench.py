@@ -2,7 +2,7 @@
 
     python scripts/cc_bench.py                                    # the whole matrix, scripted agents
     python scripts/cc_bench.py --rates-mbps 10 --aqms droptail    # a slice
-    python scripts/cc_bench.py --orca runs/orca/policy --protocols cubic orca
+    python scripts/cc_bench.py --orca runs/orca/mlp-quiet/policy_seed0 --protocols cubic orca
 
 Two long flows on a dumbbell (`rlbm_jax.ccbench`): every protocol (--protocols: CUBIC,
 NewReno and BBR, the rows the agents are compared with, and the sender agents Orca and
