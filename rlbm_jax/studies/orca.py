@@ -42,7 +42,7 @@ DELAY_TARGET_GAINS = (0.25, 0.5, 1.0, 2.0, 4.0)
 QUEUE_COL = [name for name, _, _ in ORCA_FEATURES].index("queueing_delay")
 PPO_RECIPE = dict(network="mlp", hidden=(64, 64), activation="tanh", action="gaussian", action_map="none",
                   init_log_std=-1.0, gamma=0.98, gae_lambda=0.95, clip_eps=0.2, lr=3e-4, anneal_lr=True,
-                  ent_coef=0.0, num_envs=64, num_steps=100, update_epochs=4, num_minibatches=4, total_updates=150)
+                  ent_coef=0.0, num_envs=64, num_steps=100, update_epochs=4, num_minibatches=4, total_updates=250)
 
 
 def _shapes() -> dict:
@@ -173,8 +173,9 @@ def _plot_cells(configs, gaps, path) -> None:
 STUDY = Study(
     name="orca", title="Orca (a sender agent on CUBIC) against CUBIC, NewReno, BBR and a tuned delay rule, 10 Mbit/s",
     formulation=ORCA, step_s=ORCA_INTERVAL_S, episode_s=EPISODE_S,
-    # mlp-quiet: exploration noise of 0.14 in a (a window x 1.2 per step), against 0.37 (x 1.7)
-    recipes={"mlp": PPO_RECIPE, "mlp-quiet": dict(PPO_RECIPE, init_log_std=-2.0)},
+    # mlp-quiet (the default, chosen on the selection seeds): exploration noise of 0.14 in a (a
+    # window x 1.2 per step); mlp, tried first: 0.37 (x 1.7), which learned to back off
+    recipes={"mlp-quiet": dict(PPO_RECIPE, init_log_std=-2.0), "mlp": PPO_RECIPE},
     train_configs=lambda: list(_cells(TRAIN_RTTS_S).values()),
     selection_configs=lambda: _cells(((0.05, 0.05),)),
     test_configs=lambda: _cells(TEST_RTTS_S, ("cubic", "newreno")),
