@@ -273,8 +273,8 @@ def test_the_thesis_agents_verdict_on_untouched_seeds_is_regenerated_byte_for_by
     assert c["diff"] == 0.0 and c["se"] == 0.0 and c["verdict"] == "tie"
 
 
-@pytest.mark.parametrize("name", ["thesis", "queuepilot", "abs", "lfq", "queuepilot-apg", "tune-red", "tune-buffer", "sharing",
-                                  "orca", "orca-alone"])
+@pytest.mark.parametrize("name", ["thesis", "queuepilot", "abs", "lfq", "queuepilot-apg", "tune-red", "tune-buffer",
+                                  "sharing", "orca", "orca-alone"])
 def test_every_declared_study_resolves_before_anything_runs(name):
     """A declaration's configurations batch per policy (every baseline's variant and the agent,
     on every configuration of a role), its recipes build a trainer on its training env, and the kit lists it."""

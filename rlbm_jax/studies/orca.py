@@ -60,10 +60,9 @@ SHAPES = _shapes()
 def config(rtt_s, buffer_bdp: float, competitor: str | None = "cubic") -> dict:
     """The agent's CUBIC flow beside `competitor` (None: alone), base RTTs `rtt_s` (agent's,
     competitor's), a drop-tail buffer of `buffer_bdp` BDPs (at the smaller RTT)."""
-    if competitor is None:
-        return scenarios.cc(agents=1, tcp="cubic", rate_bps=RATE_BPS, rtt_s=rtt_s[0], buffer_bdp=buffer_bdp, **SHAPES)
-    return scenarios.cc(agents=1, tcp=("cubic", competitor), rate_bps=RATE_BPS, rtt_s=rtt_s, buffer_bdp=buffer_bdp,
-                        **SHAPES)
+    alone = competitor is None
+    return scenarios.cc(agents=1, tcp="cubic" if alone else ("cubic", competitor), rate_bps=RATE_BPS,
+                        rtt_s=rtt_s[0] if alone else rtt_s, buffer_bdp=buffer_bdp, **SHAPES)
 
 
 def label(rtt_s, buffer_bdp: float, competitor: str | None = "cubic") -> str:
@@ -103,7 +102,7 @@ def _tcp(name: str):
 
 
 def baselines() -> list:
-    return [Baseline(t, t, _tcp(t) if t != "cubic" else {}) for t in ("cubic", "newreno", "bbr")] + [
+    return [Baseline(t, t, _tcp(t)) for t in ("cubic", "newreno", "bbr")] + [
         Baseline(f"delay-target-k{k:g}", "delay-target", {}, delay_target, jnp.asarray(k, jnp.float32))
         for k in DELAY_TARGET_GAINS]
 

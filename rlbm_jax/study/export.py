@@ -100,9 +100,9 @@ def check_against_network(ppo, params, obs_stats, onnx_fn, rng) -> dict:
 def export_seeds(ppo, params, obs_stats, seeds, run: Path, *, formulation, interval_s: float, env_info: dict,
                  tol: float = 1e-5, log=print) -> list[dict]:
     """Write and check the policy of every training seed (params and obs_stats [seeds]) of a
-    recurrent PPO run on a Discrete action space, or of a Gaussian MLP on a Box action space.  Returns one record per seed: the files,
-    the check's numbers and `ok`; `log` gets a line per seed.  A ValueError where a policy
-    cannot be written or read back (naming the seed)."""
+    recurrent PPO run on a Discrete action space, or of a Gaussian MLP on a Box action space.
+    Returns one record per seed: the files, the check's numbers and `ok`; `log` gets a line
+    per seed.  A ValueError where a policy cannot be written or read back (naming the seed)."""
     from rlbm_jax.onnx_policy import load_checked, to_onnx
     from rlbm_jax.ppo.export import export_policy
 
