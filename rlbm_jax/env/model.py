@@ -396,7 +396,7 @@ PARAMS: tuple[Param, ...] = (
     Param("agent_flows", "traffic", "int", 0, "long-lived flows a sender agent drives (flow slots 0..A-1, the "
           "first A long flows): their window or rate takes the agent's knobs, and each interval's record lists "
           "their packets, window and RTTs (`metrics.Interval.agent_counts`, `agent_state`); static", lo=0,
-          static=True, backends={"fluid": 0, "native": 0}, ns3=""),
+          static=True, backends={"fluid": 0, "native": 0}),
     Param("long_flow_start_spread_s", "traffic", "float", 0.0, "long flows start uniformly in [0, this) (s)",
           **NONNEG),
     Param("long_flow_start_s", "traffic", "float", 0.0, "the long flows of a flow group start this long after "

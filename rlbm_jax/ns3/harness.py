@@ -1,5 +1,6 @@
 """The ns-3.37 reference: build the scenario, run it on our cells and seeds (cached),
-read its interval records, and drive its rl buffer policy from a policy in this process.
+read its interval records, and drive its rl buffer policy (or a sender agent's flows) from a
+policy in this process.
 
 The scenario (`rlbm_jax/ns3/scenario/rlbm_scenario.cc`, built by `rlbm_jax/ns3/scenario/build.sh`;
 both ship with the package as data) takes `make_params`'s names as options, so a
@@ -15,9 +16,14 @@ observation or reward.  Python computes both from the record with the formulatio
 own JAX functions (`records_to_interval`, `score_records`), so ns-3 and the JAX env
 share one definition of every formulation.  `drive` runs the lock-step protocol:
     scenario -> "rec K name=value ..."  (per-class values "v0,v1"; flows "size:class:slowdown;...")
-    driver   -> "class_alpha=a0,a1,..." (policy rl), "mark_prob=p" (policy rl-mark) or
-                "buffer_size_pkts=n" (policy rl-size): the knobs the formulation derives from
-                the action
+    driver   -> "class_alpha=a0,a1,..." (policy rl), "mark_prob=p" (policy rl-mark),
+                "buffer_size_pkts=n" (policy rl-size) or "cwnd_gain=g" (a sender agent, Orca: the
+                agent flow's window times g, set in its socket's congestion state): the knobs
+                the formulation derives from the action
+A sender agent's run (`agent_flows` = 1) adds the agent flow's rows to every record
+(`agent_counts`, `agent_state`: its transmissions, retransmissions and distinct packets
+delivered over the interval; its cwnd, ns-3's sRTT estimate, its least RTT sample and
+pacing rate at the end, the sRTT at the start).
 A formulation that observes a window of w intervals (`Formulation.window`) is given the
 last w records' observations, oldest first, kept here as the packet env keeps them: the
 first record's observation in every place, then each record's appended and the oldest
@@ -56,9 +62,9 @@ BUILD = NS3_DIR / "build.sh"
 SOURCE = NS3_DIR / "rlbm_scenario.cc"
 # record fields the scenario writes (the rest of metrics.INTERVAL_FIELDS follow from `flows`)
 NS3_RECORD_FIELDS = tuple(n for n, _ in mx.INTERVAL_FIELDS if n not in ("flows_logged", "flows_overflow"))
-# knobs the scenario reads back (rl: class_alpha, rl-mark: mark_prob, rl-size: buffer_size_pkts), in
-# the reply's order
-KNOB_ORDER = ("class_alpha", "mark_prob", "buffer_size_pkts")
+# knobs the scenario reads back (rl: class_alpha, rl-mark: mark_prob, rl-size: buffer_size_pkts; a
+# sender agent, agent_flows > 0: cwnd_gain), in the reply's order
+KNOB_ORDER = ("class_alpha", "mark_prob", "buffer_size_pkts", "cwnd_gain")
 
 
 def repo_root() -> Path:
@@ -320,11 +326,13 @@ def time_ns3(c: Cell, seed: int = 1, seconds: float | None = None, binary: Path 
 # interval records
 # ---------------------------------------------------------------------------
 
-def records_to_interval(rows: list[dict], num_classes: int, log_size: int):
+def records_to_interval(rows: list[dict], num_classes: int, log_size: int, agent_flows: int = 0):
     """The records of `rows` ({field: text} as the scenario writes them: per-class values
     "v0,v1,...", flows "size:class:slowdown;...") as one `metrics.Interval` of numpy arrays
     with a leading axis [len(rows)].  The first `log_size` finished flows of an interval
     go to `flows`, the rest are counted in `flows_overflow`, as the JAX simulator does.
+    With `agent_flows` = A > 0 the rows also carry the agent flows' `agent_counts` (A x 3
+    values, flow by flow) and `agent_state` (A x 5): `metrics.AGENT_COUNTS`, `AGENT_STATE`.
     A missing field, a wrong class count or an unparsable value raises ValueError."""
     out = {n: [] for n, _ in mx.INTERVAL_FIELDS}
     for i, row in enumerate(rows):
@@ -360,6 +368,23 @@ def records_to_interval(rows: list[dict], num_classes: int, log_size: int):
     for name, _ in mx.INTERVAL_FIELDS:
         dtype = np.int32 if name in mx.INTERVAL_INT_FIELDS else np.float32
         arrays[name] = np.asarray(out[name], np.float64).astype(dtype)
+    if agent_flows:
+        for name, cols, dtype in (("agent_counts", mx.AGENT_COUNTS, np.int32), ("agent_state", mx.AGENT_STATE,
+                                                                               np.float32)):
+            vals = []
+            for i, row in enumerate(rows):
+                try:
+                    v = [float(x) for x in str(row[name]).split(",")]
+                except KeyError:
+                    raise ValueError(f"interval record {i} lacks {name} (a run of agent_flows {agent_flows} "
+                                     "writes it: the scenario's --agent_flows)") from None
+                except ValueError as e:
+                    raise ValueError(f"interval record {i}: field {name}={row[name]!r}: {e}") from None
+                if len(v) != agent_flows * len(cols):
+                    raise ValueError(f"interval record {i}: field {name} has {len(v)} values for {agent_flows} agent "
+                                     f"flows x {len(cols)} ({', '.join(cols)})")
+                vals.append(v)
+            arrays[name] = np.asarray(vals, np.float64).reshape(len(rows), agent_flows, len(cols)).astype(dtype)
     return mx.Interval(**arrays)
 
 
@@ -407,7 +432,8 @@ def score_records(formulation, env_params, rows: list[dict]) -> np.ndarray:
     """The formulation's reward of every interval record in `rows` [T]."""
     if not rows:
         return np.zeros((0,), np.float32)
-    rec = records_to_interval(rows, env_params.sim.num_classes, env_params.sim.interval_log_size)
+    rec = records_to_interval(rows, env_params.sim.num_classes, env_params.sim.interval_log_size,
+                              int(env_params.sim.agent_flows))
     return np.asarray(_rewards(formulation, rec, env_params))
 
 
@@ -437,7 +463,8 @@ def _knobs(formulation, action, rec, env_params):
 
 @dataclasses.dataclass(frozen=True)
 class Agent:
-    """A policy that sets the rl (or rl-mark) buffer policy's knobs inside ns-3 (`drive`),
+    """A policy that sets the rl (rl-mark, rl-size) buffer policy's knobs, or a sender agent's
+    flow's window (`agent_flows` = 1: Orca's cwnd_gain), inside ns-3 (`drive`),
     seen through `formulation`: stateless, fn(obs [1, D]) -> action [1, A]; or, with
     `recurrent`, fn(obs [1, D], h [1, H], c [1, H]) -> (action [1], h, c, ...) with
     fn.initial_state(1) -> (h, c) (`onnx_policy.OnnxRecurrentPolicy`), its state carried
@@ -466,6 +493,9 @@ class Agent:
         """fn(record fields) -> the reply line, for a run of `sim_params` (a recurrent
         policy's state starts here, at zeros, and lives as long as the function)."""
         f, ep = self.formulation, self.env_params.replace(sim=sim_params)
+        if int(ep.sim.agent_flows) > 1:
+            raise ValueError(f"the ns-3 driver answers for one agent flow; this run has agent_flows "
+                             f"{int(ep.sim.agent_flows)} (an agent axis): judge one agent flow per run")
         windowed = getattr(f, "window", 1) > 1
         P, M = ep.sim.num_classes, ep.sim.interval_log_size
         space = f.action_space(P)
@@ -482,7 +512,7 @@ class Agent:
             return np.asarray(out[0])
 
         def answer(fields: dict) -> str:
-            rec = jax.tree.map(lambda x: x[0], records_to_interval([fields], P, M))
+            rec = jax.tree.map(lambda x: x[0], records_to_interval([fields], P, M, int(ep.sim.agent_flows)))
             if windowed:  # the last w observations, oldest first, as the packet env keeps them
                 w = state["window"]
                 # the knobs in force over the interval the record closes (an observation that keeps

@@ -76,15 +76,20 @@ def _cells(rtts, competitors=("cubic",)) -> dict:
     return {label(r, b, c): config(r, b, c) for c in competitors for r in rtts for b in BUFFERS_BDP}
 
 
-def record_step(st, r, info, a, ep) -> dict:
-    """Per step: the two flows' shares of the link's capacity (the competitor's: every
-    distinct data packet the sink got that was not the agent's), the agent's retransmissions
-    over its transmissions, its queueing delay over its min RTT."""
-    rec = st.sim.interval
+def interval_metrics(rec, ep) -> dict:
+    """Of one interval's record: the two flows' shares of the link's capacity (the
+    competitor's: every distinct data packet the sink got that was not the agent's), the
+    agent's retransmissions over its transmissions, its queueing delay over its min RTT (the
+    same function scores JAX's rollouts and ns-3's records)."""
     s = agent_stats(rec, ep)
     other = (rec.sink_pkts - rec.agent_counts[0, 2]).astype(jnp.float32)
     return {"agent_share": s["throughput"], "competitor_share": other / jnp.maximum(capacity_pkts(ep), 1e-9),
             "agent_loss": s["loss"], "agent_queueing_delay": s["queueing_delay"]}
+
+
+def record_step(st, r, info, a, ep) -> dict:
+    """Per step: `interval_metrics` of the interval the step closed."""
+    return interval_metrics(st.sim.interval, ep)
 
 
 def delay_target(args, carry, obs, state, first, ep):
@@ -183,4 +188,5 @@ STUDY = Study(
     eval_s=EVAL_S, warmup_s=WARMUP_S,
     metrics={"agent_share": True, "competitor_share": True, "agent_loss": False, "agent_queueing_delay": False,
              "util_wire": True},
-    step_record=record_step, report_extra=report_extra)
+    step_record=record_step, report_extra=report_extra, record_metrics=interval_metrics,
+    ns3="rlbm_jax.study.ns3_sender:judge", ns3_markdown="rlbm_jax.study.ns3_sender:markdown")

@@ -101,6 +101,9 @@ class Study:
     score                None, or (a run's results, its configuration) -> the run's reward: an
                          objective of the run's summary (a tuner's: utilisation and queue) in
                          place of the mean of the env's reward over the scored steps
+    record_metrics       None, or (an interval's record, env params) -> {name: float32 []}: step_record's
+                         metrics computed from the record alone, so that a simulator that writes
+                         records (ns-3: `rlbm_jax.study.ns3_sender`) is scored by the same function
     """
 
     name: str
@@ -133,6 +136,7 @@ class Study:
     recorded: tuple = ()
     report_extra: Callable | None = None
     score: Callable | None = None
+    record_metrics: Callable | None = None
 
     def __post_init__(self):
         if not self.recipes:

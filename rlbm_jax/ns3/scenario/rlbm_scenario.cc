@@ -259,6 +259,7 @@ struct Params {
     // agent
     std::string agent;     // "" or "stdio"
     double agentIntervalS; // 0 = no per-interval observations and reward
+    uint32_t agentFlows;   // long flows 0..A-1 a sender agent drives (their rows in the record; cwnd_gain)
     std::string intervalsOut;
 
     double DataPktBits() const { return (mssBytes + kDataHeaderBytes) * 8.0; }
@@ -450,7 +451,11 @@ Options DeclareOptions() {
           "agent interval (s): the interval record (rlbm_jax metrics.Interval) at every k * agent_interval_s "
           "(0 = off)");
     o.Add("agent", "", "rl, rl-mark, rl-size: 'stdio' = record lines out on stdout, knob lines in on stdin (rl: "
-                       "class_alpha=a0,a1,...; rl-mark: mark_prob=p; rl-size: buffer_size_pkts=n), in lock-step");
+                       "class_alpha=a0,a1,...; rl-mark: mark_prob=p; rl-size: buffer_size_pkts=n; with "
+                       "agent_flows: cwnd_gain=g or one per agent flow), in lock-step");
+    o.Add("agent_flows", "0", "long flows 0..A-1 a sender agent drives: the interval record lists their packets, "
+                              "window and RTTs (agent_counts, agent_state), and with --agent=stdio the answer "
+                              "cwnd_gain multiplies their windows (Orca)");
     o.Add("intervals_out", "", "per-interval CSV: the interval record and the alphas in effect (rl-mark: and the "
                                "marking probability)");
     return o;
@@ -707,13 +712,22 @@ Params ParseCommandLine(int argc, char* argv[]) {
     if (c.agentIntervalS > c.seconds) BadParameter("agent_interval_s", "must not exceed seconds");
     c.agent = OneOf("agent", Trim(o["agent"]), {"", "stdio"});
     c.intervalsOut = Trim(o["intervals_out"]);
+    c.agentFlows = ToInt("agent_flows", o["agent_flows"], 0, c.longFlows);
+    if (c.agentFlows > 0 && c.agentIntervalS == 0) {
+        BadParameter("agent_flows", "the agent flows' rows are interval records: add --agent_interval_s");
+    }
     if (c.policy == "rl" && c.agent.empty()) {
         BadParameter("policy", "rl takes its alphas from an agent: add --agent=stdio and --agent_interval_s");
     }
     if (!c.agent.empty()) {
-        if (c.policy != "rl" && c.policy != "rl-mark" && c.policy != "rl-size") {
+        const bool switchAgent = c.policy == "rl" || c.policy == "rl-mark" || c.policy == "rl-size";
+        if (!switchAgent && c.agentFlows == 0) {
             BadParameter("agent", "an agent sets the knobs of --policy=rl (thresholds), rl-mark (marking) or "
-                                  "rl-size (the drop-tail limit) only");
+                                  "rl-size (the drop-tail limit), or the windows of --agent_flows (a sender agent)");
+        }
+        if (switchAgent && c.agentFlows > 0) {
+            BadParameter("agent_flows", "one agent per run: a sender agent (agent_flows) with --policy=" + c.policy +
+                                            " would answer for both; give one of them");
         }
         if (c.agentIntervalS == 0) BadParameter("agent_interval_s", "the agent needs a positive interval");
         if (c.out == "-") BadParameter("out", "stdout carries the agent's observations: give a report path");
@@ -857,6 +871,30 @@ class RtoCountingCongestionOps : public Base {
     }
 
     Ptr<TcpCongestionOps> Fork() override { return CopyObject<RtoCountingCongestionOps<Base>>(this); }
+};
+
+/// A socket's congestion state (`TcpSocketBase::m_tcb`, protected in ns-3.37): where a sender
+/// agent sets its flow's window, as Orca sets the kernel's.
+struct TcbOf : public TcpSocketBase {
+    static Ptr<TcpSocketState> Get(Ptr<Socket> socket) {
+        Ptr<TcpSocketBase> base = DynamicCast<TcpSocketBase>(socket);
+        NS_ABORT_MSG_IF(!base, "an agent flow's socket is not a TcpSocketBase");
+        return (*base).*(&TcbOf::m_tcb);
+    }
+};
+
+/// ns-3's RTT estimator (RttMeanDeviation, the socket's default, unchanged) that also keeps the
+/// smallest raw RTT sample: ns-3's own m_minRtt is the least of the smoothed estimates, while
+/// a sender agent's record (rlbm_jax `metrics.AGENT_STATE` min_rtt_s, Orca's min RTT) holds the
+/// least sample.
+class SampleKeepingRtt : public RttMeanDeviation {
+  public:
+    void Measurement(Time m) override {
+        if (m.IsStrictlyPositive()) minSampleS = std::min(minSampleS, m.GetSeconds());
+        RttMeanDeviation::Measurement(m);
+    }
+
+    double minSampleS = std::numeric_limits<double>::infinity();
 };
 
 // ---------------------------------------------------------------------------
@@ -1397,6 +1435,12 @@ struct Flow {
     bool warm = false;
     double cwndSum = 0, rttSum = 0;
     uint64_t samples = 0;
+    // a sender agent's flow (long flow k < agent_flows): its RTT estimator (raw samples kept),
+    // its distinct data segments at the sink, and its counters and sRTT when the interval began
+    Ptr<SampleKeepingRtt> rttEstimator;
+    uint64_t deliveredSegs = 0;
+    uint64_t ivTx0 = 0, ivRetx0 = 0, ivDelivered0 = 0;
+    double ivSrtt0 = 0;
 
     void OnCwnd(uint32_t, uint32_t now) { cwndBytes = now; }
 
@@ -1618,6 +1662,8 @@ class Scenario {
     std::vector<double> OpenLogSlowdown() const;
     Record CloseInterval(uint32_t k);
     std::vector<double> AskAgent(uint32_t k, const Record& rec) const;
+    void AgentRows(Record& rec);
+    void ScaleAgentWindows(const std::vector<double>& gain);
     void FinishIntervals();
 
     bool Measuring() const { return Simulator::Now().GetSeconds() >= m_cfg.warmupS; }
@@ -1657,6 +1703,7 @@ class Scenario {
     double m_ivStartS = 0;             // when the interval began (its capacity_pkts integrates from here)
     uint32_t m_intervalsClosed = 0;
     std::ostream* m_intervalsOs = nullptr;
+    std::vector<Flow*> m_agentFlows = std::vector<Flow*>(m_cfg.agentFlows, nullptr); // long flow k < A, once started
 };
 
 void Scenario::BuildTopology() {
@@ -1944,6 +1991,11 @@ void Scenario::StartFlow(uint32_t sender, uint64_t sizeBytes, bool isLong, uint3
                           MakeCallback(&Flow::OnConnectFailed, flow.get()));
     s->SetSendCallback(MakeCallback(&Flow::OnSendSpace, flow.get()));
 
+    if (isLong && longIndex < m_cfg.agentFlows) {
+        flow->rttEstimator = CreateObject<SampleKeepingRtt>();
+        DynamicCast<TcpSocketBase>(s)->SetRtt(flow->rttEstimator);
+        m_agentFlows[longIndex] = flow.get();
+    }
     if (isLong) {
         Flow* f = flow.get();
         f->cwndBytes = m_cfg.initialCwndPkts * m_cfg.mssBytes;
@@ -2062,6 +2114,13 @@ void Scenario::OnSinkDeliver(const Ipv4Header& ip, Ptr<const Packet> segment, ui
     if (seen.insert(tcp.GetSequenceNumber().GetValue()).second) {
         ++m_ivSinkPkts;
         m_ivSinkBytes += segment->GetSize() - tcp.GetSerializedSize();
+        if (m_cfg.agentFlows > 0) {
+            auto it = m_byKey.find(FlowKey(ip.GetSource(), tcp.GetSourcePort()));
+            if (it != m_byKey.end()) {
+                Flow& f = *m_flows[it->second];
+                if (f.isLong && f.longIndex < m_cfg.agentFlows) ++f.deliveredSegs;
+            }
+        }
     }
 }
 
@@ -2086,6 +2145,10 @@ void Scenario::SetIntervalsOut(std::ostream* os) {
         perClass(name);
     }
     *os << ",flows";
+    if (m_cfg.agentFlows > 0) {
+        for (uint32_t i = 0; i < 3 * m_cfg.agentFlows; ++i) *os << ",agent_counts_c" << i;
+        for (uint32_t i = 0; i < 5 * m_cfg.agentFlows; ++i) *os << ",agent_state_c" << i;
+    }
     perClass("class_alpha");
     if (m_cfg.policy == "rl-mark") *os << ",mark_prob";
     if (m_cfg.policy == "rl-size") perClass("buffer_size_pkts");
@@ -2154,6 +2217,7 @@ Scenario::Record Scenario::CloseInterval(uint32_t k) {
                   {"open_log_slowdown_start", JoinValues(m_ivOpenStart.empty() ? openEnd : m_ivOpenStart)},
                   {"open_log_slowdown_end", JoinValues(openEnd)},
                   {"flows", flows.str()}};
+    if (m_cfg.agentFlows > 0) AgentRows(rec);
     const bool first = m_ivOpenStart.empty(); // the empty record before interval 0
     if (!first) {
         ++m_intervalsClosed;
@@ -2190,7 +2254,9 @@ void Scenario::OnAgentBoundary(uint32_t k) {
     const Record rec = CloseInterval(k == 0 ? 0 : k - 1);
     if (m_cfg.agent == "stdio") {
         const std::vector<double> knob = AskAgent(k, rec);
-        if (m_cfg.policy == "rl-mark") {
+        if (m_cfg.agentFlows > 0) {
+            ScaleAgentWindows(knob);
+        } else if (m_cfg.policy == "rl-mark") {
             m_buffer->SetMarkProb(knob[0]);
         } else if (m_cfg.policy == "rl-size") {
             std::vector<double> size(m_cfg.numClasses);
@@ -2219,10 +2285,11 @@ std::vector<double> Scenario::AskAgent(uint32_t k, const Record& rec) const {
         std::cerr << "rlbm_scenario: the agent closed its pipe before answering interval " << k << std::endl;
         std::exit(3);
     }
-    const bool marker = m_cfg.policy == "rl-mark";
-    const bool sizer = m_cfg.policy == "rl-size";
-    const std::string key = marker ? "mark_prob=" : sizer ? "buffer_size_pkts=" : "class_alpha=";
-    const size_t want = marker ? 1 : m_cfg.numClasses;
+    const bool sender = m_cfg.agentFlows > 0;
+    const bool marker = !sender && m_cfg.policy == "rl-mark";
+    const bool sizer = !sender && m_cfg.policy == "rl-size";
+    const std::string key = sender ? "cwnd_gain=" : marker ? "mark_prob=" : sizer ? "buffer_size_pkts=" : "class_alpha=";
+    const size_t want = sender ? m_cfg.agentFlows : marker ? 1 : m_cfg.numClasses;
     std::vector<double> alpha;
     bool ok = reply.rfind(key, 0) == 0 && reply.find(' ') == std::string::npos;
     if (ok) {
@@ -2235,9 +2302,10 @@ std::vector<double> Scenario::AskAgent(uint32_t k, const Record& rec) const {
             alpha.push_back(a);
         }
     }
-    if (!ok || (alpha.size() != want && !(sizer && alpha.size() == 1))) {
+    if (!ok || (alpha.size() != want && !((sizer || sender) && alpha.size() == 1))) {
         std::cerr << "rlbm_scenario: interval " << k << ": the agent answered '" << reply << "'; expected "
-                  << (marker  ? std::string("mark_prob= and one finite probability")
+                  << (sender ? "cwnd_gain= and 1 or " + std::to_string(m_cfg.agentFlows) + " finite gains"
+                      : marker ? std::string("mark_prob= and one finite probability")
                       : sizer ? "buffer_size_pkts= and 1 or " + std::to_string(m_cfg.numClasses) + " finite sizes"
                               : "class_alpha= and " + std::to_string(m_cfg.numClasses) + " finite alphas")
                   << std::endl;
@@ -2247,8 +2315,68 @@ std::vector<double> Scenario::AskAgent(uint32_t k, const Record& rec) const {
         for (double& x : alpha) x = std::floor(std::max(x, 1.0));
         return alpha;
     }
+    if (sender) {
+        for (double x : alpha) {
+            if (!(x > 0)) {
+                std::cerr << "rlbm_scenario: interval " << k << ": cwnd_gain must be positive, got '" << reply
+                          << "'" << std::endl;
+                std::exit(3);
+            }
+        }
+        return alpha;
+    }
     for (double& x : alpha) x = std::clamp(x, 0.0, 1.0);
     return alpha;
+}
+
+/// The agent flows' rows of the record (rlbm_jax `metrics.AGENT_COUNTS` and `AGENT_STATE`, flow
+/// by flow, "v0,v1,..."): over the interval, transmissions (retransmissions included), of them
+/// retransmissions, distinct data segments at the sink; at its end, cwnd (segments), sRTT (ns-3's
+/// estimate), the least RTT sample, the pacing rate (segments/s; 0 unpaced) and the sRTT when it
+/// began.  A flow not yet started has zeros.  The next interval's counters start here.
+void Scenario::AgentRows(Record& rec) {
+    std::vector<double> counts, state;
+    for (Flow* f : m_agentFlows) {
+        if (f == nullptr) {
+            counts.insert(counts.end(), 3, 0.0);
+            state.insert(state.end(), 5, 0.0);
+            continue;
+        }
+        Ptr<TcpSocketState> tcb = TcbOf::Get(f->socket);
+        const double mss = m_cfg.mssBytes;
+        const double srtt = f->rttS; // ns-3's m_lastRtt: the smoothed estimate after each sample
+        const double minSample = f->rttEstimator->minSampleS;
+        const double pacing = tcb->m_pacing ? double(tcb->m_pacingRate.Get().GetBitRate()) / (8.0 * mss) : 0.0;
+        counts.push_back(double(f->txSegs - f->ivTx0));
+        counts.push_back(double(f->retxSegs - f->ivRetx0));
+        counts.push_back(double(f->deliveredSegs - f->ivDelivered0));
+        state.push_back(double(tcb->m_cWnd.Get()) / mss);
+        state.push_back(srtt);
+        state.push_back(std::isfinite(minSample) ? minSample : 0.0);
+        state.push_back(pacing);
+        state.push_back(f->ivSrtt0);
+        f->ivTx0 = f->txSegs;
+        f->ivRetx0 = f->retxSegs;
+        f->ivDelivered0 = f->deliveredSegs;
+        f->ivSrtt0 = srtt;
+    }
+    rec.emplace_back("agent_counts", JoinValues(counts));
+    rec.emplace_back("agent_state", JoinValues(state));
+}
+
+/// A sender agent's answer: each agent flow's window times its gain (one gain: every flow's),
+/// within [1 segment, 2^21 segments] (rlbm_jax `sim.MAX_CWND_PKTS`); a gain of exactly 1
+/// leaves the window as it is.  Its congestion control goes on from the new window.
+void Scenario::ScaleAgentWindows(const std::vector<double>& gain) {
+    for (uint32_t a = 0; a < m_agentFlows.size(); ++a) {
+        const double g = gain[gain.size() == 1 ? 0 : a];
+        Flow* f = m_agentFlows[a];
+        if (f == nullptr || g == 1.0) continue;
+        Ptr<TcpSocketState> tcb = TcbOf::Get(f->socket);
+        const double mss = m_cfg.mssBytes;
+        const double w = std::clamp(std::round(double(tcb->m_cWnd.Get()) * g), mss, double(1u << 21) * mss);
+        tcb->m_cWnd = uint32_t(w);
+    }
 }
 
 /// Close the last full interval, whose boundary coincides with the end of the run.
@@ -2347,6 +2475,7 @@ JsonObject Scenario::ConfigJson() const {
         .Num("bdp_pkts", c.bottleneckRateBps * c.BaseRttS() / c.DataPktBits())
         .Num("mean_flow_size_bytes", m_sizes.Empty() ? std::nan("") : m_sizes.MeanBytes())
         .Num("arrival_rate_per_s", m_meanGapS > 0 ? 1.0 / m_meanGapS : 0.0);
+    if (c.agentFlows > 0) o.Num("agent_flows", c.agentFlows); // (absent without: earlier reports unchanged)
     return o;
 }
 
