@@ -188,12 +188,13 @@ def test_what_cannot_drive_a_sender_is_refused_by_name():
     with pytest.raises(ValueError, match="native backend does not implement agent_flows=1"):
         backends.resolve("native", alone)
     assert backends.resolve("auto", alone) == "jax"
-    # ns-3's scenario runs Orca's agent flow (test_cc_ns3) but has no rate sender: Aurora's cells are refused
+    # ns-3's scenario runs both agents' flows (test_cc_ns3): Orca's window and Aurora's rate sender
     cell = harness.Cell("cc", "long", scenarios.cc(rate_bps=10e6), 1.0)
     assert "--agent_flows=1" in harness.ns3_args(cell, 1)
-    cell = harness.Cell("cc", "long", scenarios.cc(rate_bps=10e6, agents=0, tcp=("rate", "cubic")), 1.0)
-    with pytest.raises(ValueError, match="no tcp 'rate'"):
-        harness.ns3_args(cell, 1)
+    cell = harness.Cell("cc", "long", scenarios.cc_rate(rate_bps=10e6), 1.0)
+    assert {"--tcp=rate,cubic", "--sender_rate_bps=5000000.0"} <= set(harness.ns3_args(cell, 1))
+    with pytest.raises(ValueError, match="no tcp 'vegas'"):
+        harness.ns3_args(harness.Cell("cc", "long", {**scenarios.cc(rate_bps=10e6), "tcp": ["vegas", "cubic"]}, 1.0), 1)
     # the scenario's own checks
     with pytest.raises(ValueError, match="rtt_s must be one value or one per flow"):
         scenarios.cc(rtt_s=[0.02, 0.04, 0.06])

@@ -1,18 +1,24 @@
 """A sender agent inside ns-3 (issue: RL congestion control judged in ns-3): the scenario's
-`--agent_flows` rows and its `cwnd_gain` answer, the lock-step driver's sender path, and the
-study kit's sender judging (`rlbm_jax.study.ns3_sender`).
+`--agent_flows` rows and its `cwnd_gain` / `rate_gain` answers, its rate sender (tcp rate,
+Aurora's), the lock-step driver's sender path, and the study kit's sender judging
+(`rlbm_jax.study.ns3_sender`).
 
-The known case: Orca's action 0 is cwnd x 4^0 = x 1, so a scripted agent that always answers
-0 must leave ns-3's CUBIC flow exactly as it is, as it does in JAX (test_cc)."""
+The known cases: Orca's action 0 is cwnd x 4^0 = x 1, so a scripted agent that always answers
+0 must leave ns-3's CUBIC flow exactly as it is, as it does in JAX (test_cc); Aurora's action 0
+holds the rate sender's rate, which below capacity it gets, in ns-3 as in JAX."""
 import dataclasses
 import json
 import subprocess
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import rlbm_jax
+from rlbm_jax import scenarios
 from rlbm_jax.env import metrics as mx
-from rlbm_jax.env.formulations.cc import ORCA
+from rlbm_jax.env.formulations.cc import AURORA, AURORA_STEP, ORCA
 from rlbm_jax.env.params import make_params
 from rlbm_jax.ns3 import harness
 from rlbm_jax.studies import orca
@@ -136,3 +142,51 @@ def test_the_sender_judging_scores_ns3_records_with_the_studys_functions(ns3_bin
         assert np.isfinite(r["reward"])
     assert by["delay-target-k4"]["agent_share"] <= by["cubic"]["agent_share"] + 0.05
     assert by["delay-target-k4"]["agent_queueing_delay"] < by["cubic"]["agent_queueing_delay"]
+
+
+def _aurora(kw, action: float):
+    env, ep = rlbm_jax.make("Aurora-v0", backend="jax", **kw)
+    fn = lambda obs: np.full((obs.shape[0], 1), action, np.float32)
+    return env, ep, harness.Agent(fn=fn, digest=f"aurora{action}", formulation=AURORA, env_params=ep)
+
+
+def test_aurora_scripted_at_zero_holds_its_rate_in_ns3_as_in_jax(ns3_binary, tmp_path):
+    # one rate sender alone at 3 of 10 Mbit/s: both simulators hold the rate and deliver it
+    kw = {**scenarios.cc_rate(rate_bps=10e6, tcp=("rate",), sender_rate_bps=3e6), "warmup_s": 0.0}
+    env, ep, agent = _aurora(kw, 0.0)
+    cell = harness.Cell("aurora-test", "long", kw, SECONDS)
+    rep, _ = _run(ns3_binary, cell, tmp_path / "rate.json", agent=agent)
+    rows = harness.read_intervals(tmp_path / "rate.json.csv")
+    rec = harness.records_to_interval(rows, 1, 16, 1)
+    state, counts = np.asarray(rec.agent_state)[:, 0], np.asarray(rec.agent_counts)[:, 0]
+    pps = 3e6 / (1448 * 8)
+    rate = state[:, mx.AGENT_STATE.index("pacing_rate_pps")]
+    assert rate[-1] == pytest.approx(pps, rel=1e-6) and np.all(np.abs(rate[rate > 0] - pps) < 1e-3 * pps)
+    iv = float(ep.agent_interval_s)
+    late_ns3 = counts[-100:, mx.AGENT_COUNTS.index("delivered_pkts")].sum() / (100 * iv)
+    assert late_ns3 == pytest.approx(pps, rel=0.02) and counts[:, 1].sum() == 0
+    assert rep["long_flows"][0]["tcp"] == "rate"
+
+    _, st = env.reset(jax.random.PRNGKey(3), ep)
+
+    def body(st, _):
+        _, st, _, _, _ = env.step_env(jax.random.PRNGKey(0), st, jnp.zeros((1,)), ep)
+        return st, st.sim.interval.agent_counts[0, mx.AGENT_COUNTS.index("delivered_pkts")]
+
+    _, delivered = jax.jit(lambda s: jax.lax.scan(body, s, None, len(rows)))(st)
+    late_jax = float(np.asarray(delivered)[-100:].sum()) / (100 * iv)
+    assert late_jax == pytest.approx(late_ns3, rel=0.02)
+
+
+def test_aurora_moves_the_rate_senders_rate_by_its_action_inside_ns3(ns3_binary, tmp_path):
+    # a = 2 every interval: the rate x 1.05 each time, from 1 Mbit/s, as the JAX env moves it (test_cc)
+    kw = {**scenarios.cc_rate(rate_bps=10e6, tcp=("rate",), sender_rate_bps=1e6), "warmup_s": 0.0}
+    _, _, agent = _aurora(kw, 2.0)
+    cell = harness.Cell("aurora-up", "long", kw, 1.5)
+    _run(ns3_binary, cell, tmp_path / "up.json", agent=agent)
+    state = np.asarray(harness.records_to_interval(harness.read_intervals(tmp_path / "up.json.csv"), 1, 16, 1)
+                       .agent_state)[:, 0]
+    rate = state[:, mx.AGENT_STATE.index("pacing_rate_pps")]
+    rate = rate[rate > 0]
+    assert len(rate) >= 20  # (the flow starts within its first second)
+    np.testing.assert_allclose(rate[1:] / rate[:-1], 1.0 + 2.0 * AURORA_STEP, rtol=1e-3)

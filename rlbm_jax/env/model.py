@@ -299,7 +299,7 @@ PARAMS: tuple[Param, ...] = (
           **POS, per_group=True),
     Param("sender_rate_bps", "tcp", "float", 1e6, "tcp=rate: the payload rate a rate sender starts at and holds "
           "until an agent moves it (no congestion window; knob rate_gain, Aurora's action): one, or one per flow "
-          "group", **POS, per_group=True, ns3=""),
+          "group", **POS, per_group=True),
     Param("pacing_ss_ratio", "tcp", "float", 2.0, "pacing: the rate as a multiple of cwnd / sRTT while cwnd < "
           "ssthresh / 2 (ns-3.37 PacingSsRatio: 200, in percent)", **POS),
     Param("pacing_ca_ratio", "tcp", "float", 1.2, "pacing: the rate as a multiple of cwnd / sRTT from cwnd >= "

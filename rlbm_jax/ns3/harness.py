@@ -17,9 +17,11 @@ own JAX functions (`records_to_interval`, `score_records`), so ns-3 and the JAX 
 share one definition of every formulation.  `drive` runs the lock-step protocol:
     scenario -> "rec K name=value ..."  (per-class values "v0,v1"; flows "size:class:slowdown;...")
     driver   -> "class_alpha=a0,a1,..." (policy rl), "mark_prob=p" (policy rl-mark),
-                "buffer_size_pkts=n" (policy rl-size) or "cwnd_gain=g" (a sender agent, Orca: the
-                agent flow's window times g, set in its socket's congestion state): the knobs
-                the formulation derives from the action
+                "buffer_size_pkts=n" (policy rl-size), "cwnd_gain=g" (a sender agent, Orca: the
+                agent flow's window times g, set in its socket's congestion state) or
+                "rate_gain=g" (Aurora: the agent flow is the scenario's rate sender, tcp rate,
+                and its pacing rate is multiplied by g): the knobs the formulation derives
+                from the action
 A sender agent's run (`agent_flows` = 1) adds the agent flow's rows to every record
 (`agent_counts`, `agent_state`: its transmissions, retransmissions and distinct packets
 delivered over the interval; its cwnd, ns-3's sRTT estimate, its least RTT sample and
@@ -63,8 +65,8 @@ SOURCE = NS3_DIR / "rlbm_scenario.cc"
 # record fields the scenario writes (the rest of metrics.INTERVAL_FIELDS follow from `flows`)
 NS3_RECORD_FIELDS = tuple(n for n, _ in mx.INTERVAL_FIELDS if n not in ("flows_logged", "flows_overflow"))
 # knobs the scenario reads back (rl: class_alpha, rl-mark: mark_prob, rl-size: buffer_size_pkts; a
-# sender agent, agent_flows > 0: cwnd_gain), in the reply's order
-KNOB_ORDER = ("class_alpha", "mark_prob", "buffer_size_pkts", "cwnd_gain")
+# sender agent, agent_flows > 0: cwnd_gain, or rate_gain where its flows are rate senders), in the reply's order
+KNOB_ORDER = ("class_alpha", "mark_prob", "buffer_size_pkts", "cwnd_gain", "rate_gain")
 
 
 def repo_root() -> Path:
@@ -183,8 +185,9 @@ def _capacity_file(spec, inputs: Path | None) -> Path | None:
     return write_capacity(s, path)
 
 
-# the congestion controls the scenario runs (its --tcp): ns-3.37's TcpCubic, TcpNewReno, TcpDctcp, TcpBbr
-NS3_TCPS = ("cubic", "newreno", "dctcp", "bbr")
+# the congestion controls the scenario runs (its --tcp): ns-3.37's TcpCubic, TcpNewReno, TcpDctcp, TcpBbr, and
+# the scenario's rate sender (tcp rate, Aurora's: its pacing rate held until an agent moves it)
+NS3_TCPS = ("cubic", "newreno", "dctcp", "bbr", "rate")
 
 
 def ns3_args(c: Cell, seed: int, inputs: Path | None = None) -> list[str]:

@@ -34,6 +34,11 @@
 // below floor(n) clipped to [1, its FIFO cap], checked at each arrival (packets queued above
 // a lowered limit stay and leave as served; no QueueDisc::SetMaxSize, which aborts below the
 // occupancy); until the first answer (or without an agent) the limit is the FIFO cap.
+// With --agent_flows=A the first A long flows are a sender agent's: each record adds their rows
+// (agent_counts: transmissions, retransmissions, distinct segments at the sink over the interval;
+// agent_state: cwnd, sRTT, least RTT sample, pacing rate, sRTT at the start), and with
+// --agent=stdio the knob line is "cwnd_gain=g" (their windows times g, Orca) or, where they run
+// --tcp=rate (a sender at a set pacing rate, --sender_rate_bps), "rate_gain=g" (Aurora).
 // Every record also carries capacity_pkts: the data packets the bottleneck could send in
 // the interval, the integral of its rate (constant, or --capacity_in's schedule) over the
 // interval divided by a data packet's bits.
@@ -207,6 +212,7 @@ struct Params {
     std::vector<std::string> groupTcp;
     std::vector<bool> groupPacing;            // TcpSocketState::EnablePacing of the group's senders
     std::vector<double> groupMaxPacingRateBps; // TcpSocketState::MaxPacingRate of the group's senders
+    std::vector<double> groupSenderRateBps;    // tcp rate: the payload rate the group's senders start at
     std::vector<double> groupLongFlowStartS;   // the group's long flows start this long after t = 0
     // buffer
     uint32_t numClasses;
@@ -398,6 +404,8 @@ Options DeclareOptions() {
                            "of one per flow group");
     o.Add("max_pacing_rate_bps", "4e9", "pacing: the highest pacing rate (TcpSocketState::MaxPacingRate, bit/s): "
                                         "one, or a comma list of one per flow group");
+    o.Add("sender_rate_bps", "1e6", "tcp rate: the payload rate a rate sender starts at and holds until a sender "
+                                    "agent moves it (rate_gain; bit/s): one, or one per flow group");
     o.Add("pacing_ss_ratio", "2", "pacing: rate / (cwnd / sRTT) while cwnd < ssthresh / 2 (PacingSsRatio / 100)");
     o.Add("pacing_ca_ratio", "1.2", "pacing: rate / (cwnd / sRTT) otherwise (PacingCaRatio / 100)");
     o.Add("pace_initial_window", "0", "pacing: pace the initial window too (TcpSocketState::PaceInitialWindow)");
@@ -635,7 +643,7 @@ Params ParseCommandLine(int argc, char* argv[]) {
     c.fqQuantumBytes = ToInt("fq_quantum_bytes", o["fq_quantum_bytes"], 0, 100000000);
 
     for (const auto& t : perGroup("tcp")) {
-        c.groupTcp.push_back(OneOf("tcp", t, {"cubic", "newreno", "dctcp", "bbr"}));
+        c.groupTcp.push_back(OneOf("tcp", t, {"cubic", "newreno", "dctcp", "bbr", "rate"}));
         if ((c.groupTcp.back() == "dctcp") != (c.groupTcp[0] == "dctcp")) {
             BadParameter("tcp", "dctcp turns ECN on for the whole run here: give every flow group dctcp, or none");
         }
@@ -644,6 +652,9 @@ Params ParseCommandLine(int argc, char* argv[]) {
     for (const auto& v : perGroup("pacing")) c.groupPacing.push_back(OneOf("pacing", v, {"off", "ns-3.37"}) != "off");
     for (const auto& v : perGroup("max_pacing_rate_bps")) {
         c.groupMaxPacingRateBps.push_back(ToFinite("max_pacing_rate_bps", v, 0, true));
+    }
+    for (const auto& v : perGroup("sender_rate_bps")) {
+        c.groupSenderRateBps.push_back(ToFinite("sender_rate_bps", v, 0, true));
     }
     for (const auto& v : perGroup("long_flow_start_s")) {
         c.groupLongFlowStartS.push_back(ToFinite("long_flow_start_s", v, 0, false));
@@ -715,6 +726,11 @@ Params ParseCommandLine(int argc, char* argv[]) {
     c.agentFlows = ToInt("agent_flows", o["agent_flows"], 0, c.longFlows);
     if (c.agentFlows > 0 && c.agentIntervalS == 0) {
         BadParameter("agent_flows", "the agent flows' rows are interval records: add --agent_interval_s");
+    }
+    for (uint32_t k = 0; k < c.agentFlows; ++k) {
+        if ((c.groupTcp[c.GroupOf(k % c.numSenders)] == "rate") != (c.groupTcp[c.GroupOf(0)] == "rate")) {
+            BadParameter("agent_flows", "the agent flows are all rate senders (knob rate_gain) or none (cwnd_gain)");
+        }
     }
     if (c.policy == "rl" && c.agent.empty()) {
         BadParameter("policy", "rl takes its alphas from an agent: add --agent=stdio and --agent_interval_s");
@@ -881,6 +897,67 @@ struct TcbOf : public TcpSocketBase {
         NS_ABORT_MSG_IF(!base, "an agent flow's socket is not a TcpSocketBase");
         return (*base).*(&TcbOf::m_tcb);
     }
+};
+
+/// A sender at a set rate (rlbm_jax tcp "rate", `tcp/rate.py`: Aurora's sender): no window of its
+/// own (after every ACK the window is 2^21 segments, as TcpBbr sets its own with HasCongControl),
+/// its pacing rate held at RateBps (payload bits/s) until a sender agent scales it (rate_gain,
+/// within 1 to 1e7 segments a second); GetSsThresh leaves ssthresh as it is, and a timeout's window
+/// of one segment lasts until the next ACK.  Losses are recovered by the socket as for every TCP,
+/// at the same rate.  Pacing is on whatever --pacing says (as ns-3.37's TcpBbr needs it).
+class TcpRateSender : public TcpCongestionOps {
+  public:
+    static TypeId GetTypeId() {
+        static TypeId tid =
+            TypeId("ns3::RlbmRateSender")
+                .SetParent<TcpCongestionOps>()
+                .SetGroupName("Internet")
+                .AddConstructor<TcpRateSender>()
+                .AddAttribute("RateBps", "the payload rate it starts at (bit/s)", DoubleValue(1e6),
+                              MakeDoubleAccessor(&TcpRateSender::m_rateBps), MakeDoubleChecker<double>(0))
+                .AddAttribute("SegmentBytes", "its segment's payload (bytes)", UintegerValue(1448),
+                              MakeUintegerAccessor(&TcpRateSender::m_segmentBytes),
+                              MakeUintegerChecker<uint32_t>(1));
+        return tid;
+    }
+
+    std::string GetName() const override { return "RlbmRateSender"; }
+
+    void Init(Ptr<TcpSocketState> tcb) override {
+        tcb->m_pacing = true;
+        m_tcb = PeekPointer(tcb);
+        Pace();
+    }
+
+    uint32_t GetSsThresh(Ptr<const TcpSocketState> tcb, uint32_t) override { return tcb->m_ssThresh; }
+
+    void IncreaseWindow(Ptr<TcpSocketState>, uint32_t) override {}
+
+    bool HasCongControl() const override { return true; }
+
+    void CongControl(Ptr<TcpSocketState> tcb, const TcpRateOps::TcpRateConnection&,
+                     const TcpRateOps::TcpRateSample&) override {
+        tcb->m_cWnd = uint32_t((1u << 21) * double(m_segmentBytes));
+        Pace();
+    }
+
+    /// A sender agent's rate_gain: the rate times `gain`, within [1, 1e7] segments a second.
+    void Scale(double gain) {
+        const double seg = 8.0 * m_segmentBytes;
+        m_rateBps = std::clamp(m_rateBps * gain, seg, 1e7 * seg);
+        Pace();
+    }
+
+    Ptr<TcpCongestionOps> Fork() override { return CopyObject<TcpRateSender>(this); }
+
+  private:
+    void Pace() {
+        if (m_tcb != nullptr) m_tcb->m_pacingRate = DataRate(uint64_t(std::llround(m_rateBps)));
+    }
+
+    double m_rateBps = 1e6;
+    uint32_t m_segmentBytes = 1448;
+    TcpSocketState* m_tcb = nullptr; // the socket's, which outlives its congestion control
 };
 
 /// ns-3's RTT estimator (RttMeanDeviation, the socket's default, unchanged) that also keeps the
@@ -1607,6 +1684,7 @@ TypeId CongestionOpsOf(const std::string& tcp) {
     return tcp == "cubic"   ? RtoCountingCongestionOps<TcpCubic>::GetTypeId()
            : tcp == "dctcp" ? RtoCountingCongestionOps<TcpDctcp>::GetTypeId()
            : tcp == "bbr"   ? RtoCountingCongestionOps<TcpBbr>::GetTypeId()
+           : tcp == "rate"  ? RtoCountingCongestionOps<TcpRateSender>::GetTypeId()
                             : RtoCountingCongestionOps<TcpNewReno>::GetTypeId();
 }
 
@@ -1973,6 +2051,10 @@ void Scenario::StartFlow(uint32_t sender, uint64_t sizeBytes, bool isLong, uint3
     // the socket's TcpSocketState takes the attribute defaults when it is made: its group's pacing
     const uint32_t g = m_cfg.GroupOf(sender);
     Config::SetDefault("ns3::TcpSocketState::EnablePacing", BooleanValue(m_cfg.groupPacing[g]));
+    if (m_cfg.groupTcp[g] == "rate") { // (a rate sender's congestion control takes its rate when it is made)
+        Config::SetDefault("ns3::RlbmRateSender::RateBps", DoubleValue(m_cfg.groupSenderRateBps[g]));
+        Config::SetDefault("ns3::RlbmRateSender::SegmentBytes", UintegerValue(m_cfg.mssBytes));
+    }
     Config::SetDefault("ns3::TcpSocketState::MaxPacingRate",
                        DataRateValue(DataRate(uint64_t(std::llround(m_cfg.groupMaxPacingRateBps[g])))));
     Ptr<Socket> s = Socket::CreateSocket(m_senders.Get(sender), TcpSocketFactory::GetTypeId());
@@ -2288,7 +2370,9 @@ std::vector<double> Scenario::AskAgent(uint32_t k, const Record& rec) const {
     const bool sender = m_cfg.agentFlows > 0;
     const bool marker = !sender && m_cfg.policy == "rl-mark";
     const bool sizer = !sender && m_cfg.policy == "rl-size";
-    const std::string key = sender ? "cwnd_gain=" : marker ? "mark_prob=" : sizer ? "buffer_size_pkts=" : "class_alpha=";
+    const bool rates = sender && m_cfg.groupTcp[m_cfg.GroupOf(0)] == "rate";
+    const std::string knobName = rates ? "rate_gain" : "cwnd_gain";
+    const std::string key = sender ? knobName + "=" : marker ? "mark_prob=" : sizer ? "buffer_size_pkts=" : "class_alpha=";
     const size_t want = sender ? m_cfg.agentFlows : marker ? 1 : m_cfg.numClasses;
     std::vector<double> alpha;
     bool ok = reply.rfind(key, 0) == 0 && reply.find(' ') == std::string::npos;
@@ -2304,7 +2388,7 @@ std::vector<double> Scenario::AskAgent(uint32_t k, const Record& rec) const {
     }
     if (!ok || (alpha.size() != want && !((sizer || sender) && alpha.size() == 1))) {
         std::cerr << "rlbm_scenario: interval " << k << ": the agent answered '" << reply << "'; expected "
-                  << (sender ? "cwnd_gain= and 1 or " + std::to_string(m_cfg.agentFlows) + " finite gains"
+                  << (sender ? knobName + "= and 1 or " + std::to_string(m_cfg.agentFlows) + " finite gains"
                       : marker ? std::string("mark_prob= and one finite probability")
                       : sizer ? "buffer_size_pkts= and 1 or " + std::to_string(m_cfg.numClasses) + " finite sizes"
                               : "class_alpha= and " + std::to_string(m_cfg.numClasses) + " finite alphas")
@@ -2318,7 +2402,7 @@ std::vector<double> Scenario::AskAgent(uint32_t k, const Record& rec) const {
     if (sender) {
         for (double x : alpha) {
             if (!(x > 0)) {
-                std::cerr << "rlbm_scenario: interval " << k << ": cwnd_gain must be positive, got '" << reply
+                std::cerr << "rlbm_scenario: interval " << k << ": " << knobName << " must be positive, got '" << reply
                           << "'" << std::endl;
                 std::exit(3);
             }
@@ -2365,13 +2449,20 @@ void Scenario::AgentRows(Record& rec) {
 }
 
 /// A sender agent's answer: each agent flow's window times its gain (one gain: every flow's),
-/// within [1 segment, 2^21 segments] (rlbm_jax `sim.MAX_CWND_PKTS`); a gain of exactly 1
-/// leaves the window as it is.  Its congestion control goes on from the new window.
+/// within [1 segment, 2^21 segments] (rlbm_jax `sim.MAX_CWND_PKTS`), and its congestion control
+/// goes on from the new window (cwnd_gain); a rate sender's rate times it (rate_gain).  A gain of
+/// exactly 1 leaves the flow as it is.
 void Scenario::ScaleAgentWindows(const std::vector<double>& gain) {
     for (uint32_t a = 0; a < m_agentFlows.size(); ++a) {
         const double g = gain[gain.size() == 1 ? 0 : a];
         Flow* f = m_agentFlows[a];
         if (f == nullptr || g == 1.0) continue;
+        PointerValue ops;
+        f->socket->GetAttribute("CongestionOps", ops);
+        if (Ptr<TcpRateSender> rate = DynamicCast<TcpRateSender>(ops.Get<TcpCongestionOps>())) {
+            rate->Scale(g); // rate_gain: a rate sender's rate
+            continue;
+        }
         Ptr<TcpSocketState> tcb = TcbOf::Get(f->socket);
         const double mss = m_cfg.mssBytes;
         const double w = std::clamp(std::round(double(tcb->m_cWnd.Get()) * g), mss, double(1u << 21) * mss);
