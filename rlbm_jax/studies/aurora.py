@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from rlbm_jax import scenarios
 from rlbm_jax.env.formulations.cc import AURORA, AURORA_ACTION_MAX, AURORA_INTERVAL_S
 from rlbm_jax.env.params import make_params
-from rlbm_jax.studies.orca import interval_metrics, record_step
+from rlbm_jax.studies.orca import agent_tcp, interval_metrics, record_step
 from rlbm_jax.study import Baseline, Seeds, Study
 
 PKT_BITS = 1500 * 8
@@ -89,15 +89,8 @@ def hold(args, carry, obs, state, first, ep):
     return carry, jnp.zeros((1,), jnp.float32)
 
 
-def _tcp(name: str):
-    def overrides(config: dict) -> dict:  # the agent's flow (flow 0) runs `name`, no agent acting
-        tcp = config["tcp"]
-        return {"tcp": name if isinstance(tcp, str) else [name, *list(tcp)[1:]]}
-    return overrides
-
-
 def baselines() -> list:
-    return ([Baseline(t, t, _tcp(t)) for t in ("cubic", "newreno", "bbr")]
+    return ([Baseline(t, t, agent_tcp(t)) for t in ("cubic", "newreno", "bbr")]
             + [Baseline("rate-hold", "rate-hold", {}, hold, jnp.zeros((), jnp.float32))]
             + [Baseline(f"delay-target-k{k:g}", "delay-target", {}, delay_target, jnp.asarray(k, jnp.float32))
                for k in DELAY_TARGET_GAINS])

@@ -99,7 +99,8 @@ def delay_target(args, carry, obs, state, first, ep):
     return carry, jnp.clip(carry * (ORCA_DELAY_MARGIN - 1.0 - q), -1.0, 0.0).reshape((1,))
 
 
-def _tcp(name: str):
+def agent_tcp(name: str):
+    """A TCP baseline's overrides: the agent's flow (flow 0) runs `name`, no agent acting."""
     def overrides(config: dict) -> dict:  # the agent's flow (flow 0) runs `name`, no agent acting
         tcp = config["tcp"]
         return {"tcp": name if isinstance(tcp, str) else [name, *list(tcp)[1:]]}
@@ -107,7 +108,7 @@ def _tcp(name: str):
 
 
 def baselines() -> list:
-    return [Baseline(t, t, _tcp(t)) for t in ("cubic", "newreno", "bbr")] + [
+    return [Baseline(t, t, agent_tcp(t)) for t in ("cubic", "newreno", "bbr")] + [
         Baseline(f"delay-target-k{k:g}", "delay-target", {}, delay_target, jnp.asarray(k, jnp.float32))
         for k in DELAY_TARGET_GAINS]
 

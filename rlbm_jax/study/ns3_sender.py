@@ -54,12 +54,12 @@ def _scores(formulation, record_metrics, rec, ep):
     return jax.vmap(one)(rec)
 
 
-def score_run(study, rows: list, rep: dict, ep) -> dict:
-    """One ns-3 run's scores: the means over its intervals after the warm-up of the reward and
-    the record metrics, and util_wire from its report (the same window)."""
+def score_run(study, rows: list, rep: dict, ep, n: int) -> dict:
+    """One ns-3 run's scores: the means over its first `n` intervals after the warm-up of the
+    reward and the record metrics, and util_wire from its report (the same window)."""
     from rlbm_jax.ns3 import harness
 
-    n, warm = study.steps(ep.sim, study.eval_s), int(round(study.warmup_s / study.step_s))
+    warm = int(round(study.warmup_s / study.step_s))
     if len(rows) < n:
         raise RuntimeError(f"ns-3 closed {len(rows)} intervals, fewer than the run's {n}")
     rec = harness.records_to_interval(rows[warm:n], ep.sim.num_classes, ep.sim.interval_log_size,
@@ -133,7 +133,6 @@ def run_all(study, kit: dict, progress: bool = True, pols: dict | None = None) -
     by_name = {b.name: b for b in study.baselines()}
     binary = harness.build_ns3()
     workdir = Path(kit["run_dir"]) / "ns3_runs"  # each run's files (cached by the harness), beside the run
-    env = study.make_env(make_params(**next(iter(configs.values()))))
     rows, wall = [], {p: 0.0 for p in pols}
     bar = Progress(len(pols) * len(configs), unit=" cells", label="ns-3 ") if progress else None
     done = 0
@@ -143,18 +142,20 @@ def run_all(study, kit: dict, progress: bool = True, pols: dict | None = None) -
             kw = {**kw, "warmup_s": study.warmup_s}
             if kind != AGENT:
                 kw = by_name[name].kw(kw)
-            ep = env.default_params.replace(sim=make_params(**kw))
+            sp = make_params(**kw)
+            ep = study.make_env(sp).default_params.replace(sim=sp)  # (its interval in ticks: per configuration)
             # the env's interval is a whole number of ticks (Orca's 20 ms is 17 packet slots at 10 Mbit/s,
             # 20.4 ms): ns-3 runs that interval, and the run's steps of it, as the JAX rollout does
             interval_s = float(ep.agent_interval_s)
-            seconds = study.steps(kw, study.eval_s) * interval_s
+            n = study.steps(kw, study.eval_s)
+            seconds = n * interval_s
             cell = harness.Cell(f"{study.name}/{_slug(name)}/{_slug(label)}", "long", kw, seconds)
             agent = None if fn is None else harness.Agent(fn=fn, digest=digest, formulation=study.formulation,
                                                           env_params=ep)
             res = harness.run_ns3(binary, [cell], seeds, kit["jobs"], workdir, show_progress=False, agent=agent,
                                   interval_s=interval_s)[cell.name]
             for k, s in enumerate(seeds):
-                sc = score_run(study, res["intervals"][k], res["seeds"][k], ep)
+                sc = score_run(study, res["intervals"][k], res["seeds"][k], ep, n)
                 rows.append({"policy": AGENT if kind == AGENT else name, "kind": kind,
                              "training_seed": name.rsplit("seed", 1)[1] if kind == AGENT else "",
                              "config": label, "seed": s, **sc})
@@ -234,9 +235,9 @@ def judge(kit: dict) -> int:
 
     t0 = time.perf_counter()
     study = get(kit["study"])
-    if not study.formulation.sender or study.record_metrics is None:
+    if not study.formulation.sender or study.record_metrics is None or study.run_kw is not None:
         raise ValueError(f"study {study.name}: the sender judging needs a sender formulation and the study's "
-                         "record_metrics")
+                         "record_metrics, and runs each configuration as declared (no run_kw)")
     out = Path(kit["out_dir"])
     out.mkdir(parents=True, exist_ok=True)
     configs = list(study.test_configs())
