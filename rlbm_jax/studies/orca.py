@@ -101,7 +101,7 @@ def delay_target(args, carry, obs, state, first, ep):
 
 def agent_tcp(name: str):
     """A TCP baseline's overrides: the agent's flow (flow 0) runs `name`, no agent acting."""
-    def overrides(config: dict) -> dict:  # the agent's flow (flow 0) runs `name`, no agent acting
+    def overrides(config: dict) -> dict:
         tcp = config["tcp"]
         return {"tcp": name if isinstance(tcp, str) else [name, *list(tcp)[1:]]}
     return overrides

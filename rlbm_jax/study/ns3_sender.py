@@ -88,9 +88,10 @@ def policies(study, kit: dict, agents: bool = True) -> dict:
     """{name: (kind, fn or None, digest)} of what the judging runs: the agent's exported graph
     per training seed ("agent-seed<s>"; `agents` False: none) and the chosen baselines."""
     from rlbm_jax import onnx_policy
+    from rlbm_jax.study.pipeline import study_run
 
     run = Path(kit["run_dir"])
-    seeds = _training_seeds(run) if agents else []
+    seeds = [int(s) for s in study_run(study, run)["seeds"]] if agents else []
     out = {}
     for s in seeds:
         path = run / f"policy_seed{s}.onnx"
@@ -110,13 +111,6 @@ def policies(study, kit: dict, agents: bool = True) -> dict:
         digest = hashlib.sha256(f"{study.name}/{name}".encode()).hexdigest()
         out[name] = ("baseline", fn, digest)
     return out
-
-
-def _training_seeds(run: Path) -> list:
-    import json
-
-    cfg = json.loads((run / "config.json").read_text())
-    return [int(s) for s in cfg["seeds"]]
 
 
 def run_all(study, kit: dict, progress: bool = True, pols: dict | None = None) -> tuple[list, dict]:
@@ -245,7 +239,7 @@ def judge(kit: dict) -> int:
     rows, wall = run_all(study, kit)
     t_ns3 = time.perf_counter() - t0
     baselines = list(dict.fromkeys(r["policy"] for r in rows if r["kind"] != AGENT))
-    fields = {"reward": True, **{m: h for m, h in study.metrics.items()}}
+    fields = {"reward": True, **study.metrics}
     jx = jax_rows(study, kit, configs, seeds)
     names = [AGENT, *baselines]
     rep = {"study": study.name, "title": study.title, "kit": kit, "configs": configs, "test_seeds": seeds,
@@ -255,14 +249,14 @@ def judge(kit: dict) -> int:
            "jax": {"summary": summary(jx, fields, names),
                    "verdict": verdict(jx, fields, baselines, configs, seeds) if jx else None,
                    "runs": len(jx)},
-           "per_config": per_config(rows, jx, configs, names)}
+           "per_config": per_config(rows, jx, configs, names, fields)}
     plot(rep, out / "ns3_vs_jax.png")
     return write_judging(out, rep, markdown, {"policies": wall}, t_ns3, t0)
 
 
-def per_config(rows: list, jx: list, configs: list, names: list) -> dict:
-    """{config: {policy: {"ns3": {field: mean}, "jax": {...}}}}: each cell's means (the agent's
-    over all its training seeds' runs)."""
+def per_config(rows: list, jx: list, configs: list, names: list, fields) -> dict:
+    """{config: {policy: {"ns3": {field: mean}, "jax": {...}}}}: each cell's means of `fields`
+    (the agent's over all its training seeds' runs)."""
     out = {}
     for c in configs:
         out[c] = {}
@@ -271,8 +265,7 @@ def per_config(rows: list, jx: list, configs: list, names: list) -> dict:
             for sim, rs in (("ns3", rows), ("jax", jx)):
                 mine = [r for r in rs if r["config"] == c and r["policy"] == p]
                 if mine:
-                    cell[sim] = {f: float(np.mean([float(r[f]) for r in mine]))
-                                 for f in ("reward", "agent_share", "competitor_share", "agent_loss") if f in mine[0]}
+                    cell[sim] = {f: float(np.mean([float(r[f]) for r in mine])) for f in fields if f in mine[0]}
             out[c][p] = cell
     return out
 

@@ -1741,7 +1741,7 @@ class Scenario {
     Record CloseInterval(uint32_t k);
     std::vector<double> AskAgent(uint32_t k, const Record& rec) const;
     void AgentRows(Record& rec);
-    void ScaleAgentWindows(const std::vector<double>& gain);
+    void ScaleAgentFlows(const std::vector<double>& gain);
     void FinishIntervals();
 
     bool Measuring() const { return Simulator::Now().GetSeconds() >= m_cfg.warmupS; }
@@ -2337,7 +2337,7 @@ void Scenario::OnAgentBoundary(uint32_t k) {
     if (m_cfg.agent == "stdio") {
         const std::vector<double> knob = AskAgent(k, rec);
         if (m_cfg.agentFlows > 0) {
-            ScaleAgentWindows(knob);
+            ScaleAgentFlows(knob);
         } else if (m_cfg.policy == "rl-mark") {
             m_buffer->SetMarkProb(knob[0]);
         } else if (m_cfg.policy == "rl-size") {
@@ -2452,7 +2452,7 @@ void Scenario::AgentRows(Record& rec) {
 /// within [1 segment, 2^21 segments] (rlbm_jax `sim.MAX_CWND_PKTS`), and its congestion control
 /// goes on from the new window (cwnd_gain); a rate sender's rate times it (rate_gain).  A gain of
 /// exactly 1 leaves the flow as it is.
-void Scenario::ScaleAgentWindows(const std::vector<double>& gain) {
+void Scenario::ScaleAgentFlows(const std::vector<double>& gain) {
     for (uint32_t a = 0; a < m_agentFlows.size(); ++a) {
         const double g = gain[gain.size() == 1 ? 0 : a];
         Flow* f = m_agentFlows[a];
