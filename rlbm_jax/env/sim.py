@@ -354,12 +354,26 @@ class Sink(NamedTuple):
     payload_bytes: jnp.ndarray  # [] distinct payload bytes
 
 
-def deliver_phase(state: SimState, clk: Clock, params: SimParams) -> Sink:
+def _wire_rows(state: SimState, t, params: SimParams):
+    """The delay line's rows tick t reads, in one gather: [1 + G, k, WIRE_FIELDS], the row
+    reaching the sink (from `sink_delay_ticks` ago), then the rows whose ACKs reach their
+    senders (from `ack_delay_ticks` ago; with G flow groups, group g's from its own
+    `group_ack_delay_ticks` ago).  One read, so that XLA orders it before the tick's write of
+    the delay line (`depart_phase`), which the ACKs feed: with the sink's read apart, which
+    nothing written this tick depends on, XLA copied the whole delay line twice a tick."""
+    L = params.delay_line_ticks
+    ack = params.ack_delay_ticks if params.flow_groups == 1 else params.group_ack_delay_ticks
+    ago = jnp.concatenate([jnp.reshape(params.sink_delay_ticks, (1,)), jnp.reshape(ack, (-1,))])
+    return state.wire[(t - ago) % L]
+
+
+def deliver_phase(state: SimState, clk: Clock, params: SimParams, wire_rows=None) -> Sink:
     """Phase 1: the packets that left the bottleneck `sink_delay_ticks` ago reach the
     sink; each flow's delivered count goes up and a flow whose last packet arrived gets
     its FCT logged (`_deliver`)."""
     sink_tick = clk.t - params.sink_delay_ticks
-    rows = jnp.where(sink_tick >= 0, state.wire[sink_tick % params.delay_line_ticks], 0)  # [k, WIRE_FIELDS]
+    wire_rows = _wire_rows(state, clk.t, params) if wire_rows is None else wire_rows
+    rows = jnp.where(sink_tick >= 0, wire_rows[0], 0)  # [k, WIRE_FIELDS]
     return Sink(*_deliver(state.flows, state.delivered, state.done_sink, rows, sink_tick,
                           state.metrics, state.interval, params))
 
@@ -464,31 +478,31 @@ def _timestamp_rtt(fl: tcp.FlowState, enq, real, oh_real, last_enq, clk: Clock, 
     return rtt_s, jnp.where(last_enq >= 0, last_enq, fl.echo_enq)
 
 
-def _ack_rows(state: SimState, t, params: SimParams):
+def _ack_rows(state: SimState, t, params: SimParams, wire_rows=None):
     """The departure records whose ACKs reach their senders at tick t: [k, WIRE_FIELDS] from
     `ack_delay_ticks` ago; with G flow groups [G * k], group g's records from its own
     `group_ack_delay_ticks` ago (the others of that departure tick emptied)."""
-    L = params.delay_line_ticks
     if params.flow_groups == 1:
-        rows = state.wire[(t - params.ack_delay_ticks) % L]
+        rows = wire_rows[1]
         return jnp.where(t >= params.ack_delay_ticks, rows, 0)
     G = params.flow_groups
     d = params.group_ack_delay_ticks  # [G]
-    rows = state.wire[(t - d) % L]  # [G, k, WIRE_FIELDS]
+    rows = wire_rows[1:]  # [G, k, WIRE_FIELDS]
     F = params.num_flow_slots
     sender = tcp.column(state.flows, "sender")[jnp.minimum(rows[..., qm.FLOW], F - 1)]  # [G, k]
     mine = (t >= d)[:, None] & (sender % G == jnp.arange(G)[:, None])
     return jnp.where(mine[..., None], rows, 0).reshape(G * rows.shape[1], rows.shape[2])
 
 
-def ack_phase(state: SimState, clk: Clock, params: SimParams) -> Events:
+def ack_phase(state: SimState, clk: Clock, params: SimParams, wire_rows=None) -> Events:
     """Phase 2: the event flows are chosen (`_select_events`: the flows named by the ACK
     records due now, the slot a flow arriving now takes, and a few flows with a due timer
     or an open window and access-link credit), their rows gathered, and the ACKs of the
     packets that left the bottleneck `ack_delay_ticks` ago reach their senders."""
     F = params.num_flow_slots
     t = clk.t
-    ack_rows = _ack_rows(state, t, params)  # [k * flow_groups, WIRE_FIELDS]
+    wire_rows = _wire_rows(state, t, params) if wire_rows is None else wire_rows
+    ack_rows = _ack_rows(state, t, params, wire_rows)  # [k * flow_groups, WIRE_FIELDS]
     due, slot, free, inc, resp = _arrival_due(state, clk, params)
     credit, budget = _earn_credit(state.access_credit, clk, params)
     pace_due = None
@@ -986,8 +1000,9 @@ def tick_phases(state: SimState, params: SimParams) -> tuple[SimState, Phases]:
     clk = clock(state, params)
     if tcp.chosen(params, "long_flow_syn", "queue"):  # some run asks for it (static)
         state = _long_flow_syns(state, clk, params)
-    sink = deliver_phase(state, clk, params)
-    ev = ack_phase(state, clk, params)
+    wire_rows = _wire_rows(state, clk.t, params)  # (one read of the delay line: `_wire_rows`)
+    sink = deliver_phase(state, clk, params, wire_rows)
+    ev = ack_phase(state, clk, params, wire_rows)
     flows, fired = timeout_phase(ev.flows, clk, params)
     arr = arrival_phase(state, clk, sink, ev, flows, params)
     tx = transmit_phase(arr.flows, ev, clk, params)
