@@ -37,6 +37,9 @@ OUT = "results/cc_bench/FINDINGS.md"
 BUFFERS = (0.2, 1.0, 4.0)
 # "up to three orders of magnitude": a ratio this large or more counts as the seed's finding
 SEED_RETX_RATIO = 10.0
+# "fills the buffer where CUBIC does not": Aurora's mean queue this fraction of the buffer above
+# CUBIC's in its place, at every buffer size
+FILL_MARGIN = 0.2
 
 
 def _gmean(vals) -> float:
@@ -67,6 +70,19 @@ def orca_cells(res: dict) -> list[dict]:
         out.append({"name": name, "rtt": (int(m[1]), int(m[2])), "buffer_bdp": float(m[3]), "competitor": m[4],
                     "per": per})
     return out
+
+
+def judged_share(c: dict, pol: str, sim: str) -> float:
+    """A judged cell's goodput share of `pol`'s flow: its throughput over the two flows' (the
+    study's `agent_share` and `competitor_share` are each over the link's capacity)."""
+    v = c["per"][pol][sim]
+    tot = v["agent_share"] + v["competitor_share"]
+    return v["agent_share"] / tot if tot > 0 else float("nan")
+
+
+def training_seeds(res: dict) -> int:
+    """How many training seeds' policies the judging ran (its agent rows)."""
+    return len({r["training_seed"] for r in res["ns3"]["rows"] if r["kind"] == "agent"})
 
 
 def flows_cells(grids: list[dict]) -> dict:
@@ -105,7 +121,7 @@ def _learned_rows(slices: list[dict], key: str, protos=("orca", "aurora")) -> li
 
     fds = [ccbench.findings(b)[key] for b in slices]
     return [(p, [_across(fd[p].get(b, float("nan")) for fd in fds) for b in BUFFERS]) for p in protos
-            if all(p in fd for fd in fds)]
+            if fds and all(p in fd for fd in fds)]
 
 
 def _flow_mean(rows, k, field) -> float:
@@ -122,7 +138,12 @@ def _ns(slices) -> str:
     return f"{len(slices)} training seed{'s' if len(slices) != 1 else ''}"
 
 
-def shallow_retx(bench: dict, orca: list[dict], flows: dict, slices: list[dict] = ()) -> tuple[list[str], dict]:
+def _orca(n_train) -> str:
+    return f"orca (learned{f', {n_train} training seeds' if n_train else ''})"
+
+
+def shallow_retx(bench: dict, orca: list[dict], flows: dict, slices: list[dict] = (),
+                 n_train: int | None = None) -> tuple[list[str], dict]:
     """Finding 1: retransmissions against CUBIC's by buffer size.  Returns the lines and the
     numbers the verdict reads (`orca_jax`, `orca_ns3`: the learned Orca's loss over CUBIC's
     in its place, per buffer, in its judged cells)."""
@@ -132,7 +153,8 @@ def shallow_retx(bench: dict, orca: list[dict], flows: dict, slices: list[dict] 
     rows, facts = [], {}
     for p in ("bbr", "newreno"):
         if p in fd:
-            rows.append((f"{p}, JAX, the benchmark (every rate and discipline)", [f"x{_f(fd[p].get(b))}" for b in BUFFERS]))
+            rows.append((f"{p}, JAX, the benchmark (every rate and discipline)",
+                         [f"x{_f(fd[p].get(b))}" for b in BUFFERS]))
     for p, vals in _learned_rows(slices, "retx_vs_cubic"):
         rows.append((f"{p} (learned, {_ns(slices)}), JAX, the benchmark at 10 Mbit/s",
                      [_pm(m, e, prefix="x") for m, e in vals]))
@@ -143,8 +165,8 @@ def shallow_retx(bench: dict, orca: list[dict], flows: dict, slices: list[dict] 
             vals.append(_gmean(c["per"]["agent"][sim]["agent_loss"] / c["per"]["cubic"][sim]["agent_loss"]
                                for c in cs if c["per"]["cubic"][sim]["agent_loss"] > 0))
         facts[f"orca_{sim}"] = vals
-        rows.append((f"orca (learned, 3 training seeds), {label}, its judged cells (retransmitted fraction over "
-                     "CUBIC's in its place)", [f"x{_f(v)}" for v in vals]))
+        rows.append((f"{_orca(n_train)}, {label}, its judged cells (retransmitted fraction over CUBIC's in its "
+                     "place)", [f"x{_f(v)}" for v in vals]))
     for sim, label in (("ours", "JAX"), ("ns3", "ns-3.37")):
         vals = []
         for b in BUFFERS:
@@ -157,7 +179,9 @@ def shallow_retx(bench: dict, orca: list[dict], flows: dict, slices: list[dict] 
              "The seed: in shallow buffers Orca's aggressiveness costs up to three orders of magnitude more "
              "retransmissions than CUBIC. Each entry: the protocol's retransmissions against one CUBIC competitor "
              "over CUBIC's own against CUBIC in the same cells (geometric mean over the cells at equal base RTTs; "
-             "> 1: more than CUBIC). The judged cells are Orca's test cells at 10 Mbit/s, drop-tail (3 test seeds, "
+             "> 1: more than CUBIC): in the benchmark, of (retransmissions + 1) per cell, as its summary takes it; in "
+             "the calibration grid, of (the seeds' mean + 1); in the judged cells, of the retransmitted fraction of "
+             "the flow's transmissions. The judged cells are Orca's test cells at 10 Mbit/s, drop-tail (3 test seeds, "
              "the same in both simulators); the calibration grid's are 10 and 100 Mbit/s, drop-tail and FQ-CoDel "
              "(10 seeds, 5 at 100 Mbit/s for BBR).", ""] + _table(rows)
     j, n = facts["orca_jax"][0], facts["orca_ns3"][0]
@@ -170,13 +194,15 @@ def shallow_retx(bench: dict, orca: list[dict], flows: dict, slices: list[dict] 
     aur = dict(_learned_rows(slices, "retx_vs_cubic", ("aurora",))).get("aurora")
     if aur:
         m = aur[0][0]
-        lines += [f"The learned Aurora at 0.2 BDP retransmits x{_f(m, 0)} CUBIC's in JAX (10 Mbit/s): the "
-                  f"orders of magnitude the seed saw for Orca are Aurora's here ({'at or above' if holds(m) else 'below'}"
-                  f" x{SEED_RETX_RATIO:g}); ns-3.37 has no Aurora judging to say."]
+        lines += [f"The learned Aurora at 0.2 BDP retransmits x{_f(m, 0)} CUBIC's in JAX (10 Mbit/s): "
+                  + (f"the orders of magnitude the seed saw for Orca are Aurora's here (x{SEED_RETX_RATIO:g} or more)"
+                     if holds(m) else f"below x{SEED_RETX_RATIO:g}, as Orca's")
+                  + "; ns-3.37 has no Aurora judging to say."]
     return lines, facts
 
 
-def friendliness(bench: dict, orca: list[dict], flows: dict, slices: list[dict] = ()) -> list[str]:
+def friendliness(bench: dict, orca: list[dict], flows: dict, slices: list[dict] = (),
+                 n_train: int | None = None) -> list[str]:
     """Friendliness to CUBIC: each protocol's goodput share against one CUBIC flow, by buffer."""
     from rlbm_jax import ccbench
 
@@ -186,18 +212,20 @@ def friendliness(bench: dict, orca: list[dict], flows: dict, slices: list[dict] 
     rows += [(f"{p} (learned, {_ns(slices)}), JAX, the benchmark at 10 Mbit/s", [_pm(m, e) for m, e in vals])
              for p, vals in _learned_rows(slices, "share_vs_cubic")]
     for sim, label in (("jax", "JAX"), ("ns3", "ns-3.37")):
-        for pol, name in (("agent", "orca (learned, 3 training seeds)"), ("cubic", "cubic in its place")):
+        for pol, name in (("agent", _orca(n_train)), ("cubic", "cubic in its place")):
             rows.append((f"{name}, {label}, Orca's judged cells",
-                         [_f(_mean(c["per"][pol][sim]["agent_share"] for c in orca
-                                   if c["competitor"] == "cubic" and c["buffer_bdp"] == b and c["rtt"][0] == c["rtt"][1]))
+                         [_f(_mean(judged_share(c, pol, sim) for c in orca if c["competitor"] == "cubic"
+                                   and c["buffer_bdp"] == b and c["rtt"][0] == c["rtt"][1]))
                           for b in BUFFERS]))
     for sim, label in (("ours", "JAX"), ("ns3", "ns-3.37")):
         rows.append((f"bbr, {label}, the calibration grid",
-                     [_f(_mean(_flow_mean(flows[k][sim], 0, "share") for k in flows if k[0] == "bbr-cubic" and k[2] == b))
+                     [_f(_mean(_flow_mean(flows[k][sim], 0, "share") for k in flows
+                               if k[0] == "bbr-cubic" and k[2] == b))
                       for b in BUFFERS]))
     return ["## 2. Friendliness to CUBIC, by buffer size", "",
             "The protocol's share of the two flows' goodput against one CUBIC flow at equal base RTTs (0.5: an even "
-            "split).", ""] + _table(rows)
+            "split; in the judged cells, its throughput over the two flows', from each cell's means).",
+            ""] + _table(rows)
 
 
 def rtt_fairness(bench: dict, orca: list[dict], flows: dict, slices: list[dict] = ()) -> list[str]:
@@ -219,16 +247,17 @@ def rtt_fairness(bench: dict, orca: list[dict], flows: dict, slices: list[dict] 
         cells = []
         for b in BUFFERS:
             ks = [k for k in flows if k[0] == "cubic-rtt" and k[2] == b and k[3] == disc]
-            cells.append(" / ".join(_f(_mean(_flow_mean(flows[k][s], 0, "share") for k in ks)) for s in ("ours", "ns3")))
+            cells.append(" / ".join(_f(_mean(_flow_mean(flows[k][s], 0, "share") for k in ks))
+                                    for s in ("ours", "ns3")))
         lines.append(f"| {disc} | " + " | ".join(cells) + " |")
-    lines += ["", "The learned Orca against one CUBIC flow at unequal base RTTs (its judged cells: the agent's share, "
-              "JAX / ns-3.37; CUBIC in the agent's place beside it):", "",
+    lines += ["", "The learned Orca against one CUBIC flow at unequal base RTTs (its judged cells: the agent's "
+              "throughput over the two flows', JAX / ns-3.37; CUBIC in the agent's place beside it):", "",
               "| agent's RTT | " + " | ".join(f"{b:g} BDP" for b in BUFFERS) + " |", "|---|" + "---:|" * len(BUFFERS)]
     for rtt in ((10, 200), (200, 10)):
         cells = []
         for b in BUFFERS:
             cs = [c for c in orca if c["competitor"] == "cubic" and c["rtt"] == rtt and c["buffer_bdp"] == b]
-            g = lambda pol, s: _mean(c["per"][pol][s]["agent_share"] for c in cs)  # noqa: E731
+            g = lambda pol, s: _mean(judged_share(c, pol, s) for c in cs)  # noqa: E731
             cells.append(f"{_f(g('agent', 'jax'))} / {_f(g('agent', 'ns3'))} (cubic {_f(g('cubic', 'jax'))} / "
                          f"{_f(g('cubic', 'ns3'))})")
         lines.append(f"| {rtt[0]} ms against {rtt[1]} ms | " + " | ".join(cells) + " |")
@@ -259,10 +288,11 @@ def aurora_buffer(bench: dict, slices: list[dict] = ()) -> list[str]:
                          [_pm(*_across(_queue_fraction(s, p, b) for s in slices)) for b in BUFFERS]))
         a = [_across(_queue_fraction(s, "aurora", b) for s in slices)[0] for b in BUFFERS]
         c = [_queue_fraction(slices[0], "cubic", b) for b in BUFFERS]
-        fills = all(x >= y + 0.2 for x, y in zip(a, c))
+        fills = all(x >= y + FILL_MARGIN for x, y in zip(a, c))
         verdict = ["", f"**The learned Aurora holds the queue at {', '.join(_f(x) for x in a)} of the buffer (0.2, 1, "
                    f"4 BDP) against CUBIC's {', '.join(_f(x) for x in c)} in CUBIC's place: the seed's finding "
-                   f"{'holds' if fills else 'does not hold'} in JAX; ns-3.37 cannot say here.**"]
+                   f"{'holds' if fills else 'does not hold'} in JAX (it holds where Aurora's queue is at least "
+                   f"{FILL_MARGIN:g} of the buffer above CUBIC's at every size); ns-3.37 cannot say here.**"]
     return ["## 4. Aurora fills the buffer", "",
             "The seed: Aurora fills the buffer where CUBIC does not. The mean queue as a fraction of the buffer, "
             "each protocol against one CUBIC flow at equal base RTTs, drop-tail and CoDel (FQ-CoDel's queue is per "
@@ -284,7 +314,8 @@ def render(root: Path | str = ".") -> str:
     """The findings page from the committed results under `root`."""
     root = Path(root)
     bench = json.loads((root / BENCH).read_text())
-    orca = orca_cells(json.loads((root / ORCA_NS3).read_text()))
+    judged = json.loads((root / ORCA_NS3).read_text())
+    orca, n_train = orca_cells(judged), training_seeds(judged)
     flows = flows_cells([json.loads((root / f).read_text()) for f in FLOWS])
     slices = learned(root)
     pols = sorted({(s["config"]["policies"]["orca"], s["config"]["policies"]["aurora"]) for s in slices})
@@ -296,8 +327,9 @@ def render(root: Path | str = ".") -> str:
             + f"), the learned Orca judged inside ns-3.37 beside its JAX test ({ORCA_NS3}) and the two-flow "
             "calibration grids (" + ", ".join(FLOWS) + "). Learned rows: mean ± standard error across training "
             "seeds.", ""]
-    r1, _ = shallow_retx(bench, orca, flows, slices)
-    body = (r1 + [""] + friendliness(bench, orca, flows, slices) + [""] + rtt_fairness(bench, orca, flows, slices)
+    r1, _ = shallow_retx(bench, orca, flows, slices, n_train)
+    body = (r1 + [""] + friendliness(bench, orca, flows, slices, n_train) + [""]
+            + rtt_fairness(bench, orca, flows, slices)
             + [""] + aurora_buffer(bench, slices))
     tail = ["", "## Where the model cannot say", "",
             "- Retransmissions: the calibration grids agree on them in few cells (calibration/REPORT.md, section 7): "

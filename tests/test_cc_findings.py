@@ -25,7 +25,15 @@ def test_the_committed_findings_page_is_what_its_sources_give():
 
 
 def test_cubic_against_cubic_is_the_unit_of_every_ratio():
+    from rlbm_jax import ccbench
+
     bench, orca, flows = _sources()
+    for res in [bench, *cf.learned(ROOT)]:
+        assert set(ccbench.findings(res)["retx_vs_cubic"]["cubic"].values()) == {1.0}
+    # the calibration grid's BBR row read against the cubic-cubic cells themselves: 1
+    same = {k: (flows[("cubic-cubic",) + k[1:]] if k[0] == "bbr-cubic" and ("cubic-cubic",) + k[1:] in flows else v)
+            for k, v in flows.items()}
+    assert "x1.00 | x1.00 | x1.00" in "\n".join(cf.shallow_retx(bench, cf.orca_cells(orca), same)[0])
     cells = cf.orca_cells(orca)
     # CUBIC in the agent's place divided by itself: exactly 1 in each simulator
     swapped = copy.deepcopy(cells)
@@ -42,11 +50,14 @@ def test_the_shallow_buffer_verdict_follows_the_numbers():
     cells = cf.orca_cells(orca)
     loud = copy.deepcopy(cells)
     for c in loud:
+        if c["buffer_bdp"] != 0.2:
+            continue  # the verdict reads the shallow buffer alone
         for sim in ("jax", "ns3"):
             c["per"]["agent"][sim] = dict(c["per"]["agent"][sim],
                                           agent_loss=c["per"]["cubic"][sim]["agent_loss"] * cf.SEED_RETX_RATIO * 2)
     lines, facts = cf.shallow_retx(bench, loud, flows)
     assert facts["orca_jax"][0] == pytest.approx(2 * cf.SEED_RETX_RATIO)
+    assert facts["orca_jax"][1:] == cf.shallow_retx(bench, cells, flows)[1]["orca_jax"][1:]
     assert any("holds in both simulators" in line for line in lines)
     one = copy.deepcopy(loud)
     for c in one:
@@ -57,3 +68,31 @@ def test_the_shallow_buffer_verdict_follows_the_numbers():
 def test_a_malformed_judging_configuration_is_refused_by_name():
     with pytest.raises(ValueError, match="rtt=ten"):
         cf.orca_cells({"per_config": {"rtt=ten B=1BDP vs cubic": {}}})
+
+
+def test_without_learned_slices_no_learned_row_is_printed():
+    bench, orca, flows = _sources()
+    cells = cf.orca_cells(orca)
+    lines, _ = cf.shallow_retx(bench, cells, flows, [])
+    assert not any("0 training seeds" in line or "Aurora at 0.2" in line for line in lines)
+    assert not any("training seeds), JAX, the benchmark" in line for line in cf.friendliness(bench, cells, flows, []))
+
+
+def test_the_buffer_filling_verdict_follows_the_queues():
+    from rlbm_jax import ccbench
+
+    slices = cf.learned(ROOT)
+    assert slices, "the learned slices are committed"
+    s = slices[0]
+    text = "\n".join(cf.aurora_buffer(s, slices))
+    assert "the seed's finding holds in JAX" in text
+    # Aurora's rows read as CUBIC's: the same queues, so the finding does not hold
+    calm = copy.deepcopy(s)
+    by_cell = {r["cell"]: r for r in calm["cells"]}
+    for r in calm["cells"]:
+        if r["protocol"] == "aurora" and r["flows"][1] == "cubic":
+            # (CUBIC against CUBIC is the cell "cubic/self/...")
+            r["queue_mean_pkts"] = by_cell[r["cell"].replace("aurora/cubic/", "cubic/self/", 1)]["queue_mean_pkts"]
+    assert cf._queue_fraction(calm, "aurora", 1.0) == cf._queue_fraction(calm, "cubic", 1.0)
+    assert "does not hold in JAX" in "\n".join(cf.aurora_buffer(calm, [calm]))
+    assert ccbench.select(calm["cells"], protocol="aurora")

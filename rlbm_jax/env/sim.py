@@ -478,9 +478,9 @@ def _timestamp_rtt(fl: tcp.FlowState, enq, real, oh_real, last_enq, clk: Clock, 
     return rtt_s, jnp.where(last_enq >= 0, last_enq, fl.echo_enq)
 
 
-def _ack_rows(state: SimState, t, params: SimParams, wire_rows=None):
-    """The departure records whose ACKs reach their senders at tick t: [k, WIRE_FIELDS] from
-    `ack_delay_ticks` ago; with G flow groups [G * k], group g's records from its own
+def _ack_rows(state: SimState, t, params: SimParams, wire_rows):
+    """The departure records whose ACKs reach their senders at tick t (from `wire_rows`,
+    `_wire_rows`' read): [k, WIRE_FIELDS] from `ack_delay_ticks` ago; with G flow groups [G * k], group g's records from its own
     `group_ack_delay_ticks` ago (the others of that departure tick emptied)."""
     if params.flow_groups == 1:
         rows = wire_rows[1]
