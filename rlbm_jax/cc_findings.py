@@ -25,6 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rlbm_jax import ccbench
+from rlbm_jax.ccbench import _mean
+
 BENCH = "results/cc_bench/cc_bench.json"
 ORCA_NS3 = "results/orca/ns3/results.json"
 FLOWS = ("calibration/results/flows-10mbps/results.json", "calibration/results/flows-100mbps/results.json",
@@ -45,11 +48,6 @@ FILL_MARGIN = 0.2
 def _gmean(vals) -> float:
     v = [x for x in vals if x is not None and math.isfinite(x) and x > 0]
     return float(np.exp(np.mean(np.log(v)))) if v else float("nan")
-
-
-def _mean(vals) -> float:
-    v = [x for x in vals if x is not None and math.isfinite(x)]
-    return float(np.mean(v)) if v else float("nan")
 
 
 def _f(v, d=2) -> str:
@@ -117,8 +115,6 @@ def _pm(m, e, d=2, prefix="") -> str:
 
 def _learned_rows(slices: list[dict], key: str, protos=("orca", "aurora")) -> list[tuple]:
     """(protocol, [(mean, se) per buffer]) of `ccbench.findings(...)[key]` across the slices."""
-    from rlbm_jax import ccbench
-
     fds = [ccbench.findings(b)[key] for b in slices]
     return [(p, [_across(fd[p].get(b, float("nan")) for fd in fds) for b in BUFFERS]) for p in protos
             if fds and all(p in fd for fd in fds)]
@@ -147,8 +143,6 @@ def shallow_retx(bench: dict, orca: list[dict], flows: dict, slices: list[dict] 
     """Finding 1: retransmissions against CUBIC's by buffer size.  Returns the lines and the
     numbers the verdict reads (`orca_jax`, `orca_ns3`: the learned Orca's loss over CUBIC's
     in its place, per buffer, in its judged cells)."""
-    from rlbm_jax import ccbench
-
     fd = ccbench.findings(bench)["retx_vs_cubic"]
     rows, facts = [], {}
     for p in ("bbr", "newreno"):
@@ -204,8 +198,6 @@ def shallow_retx(bench: dict, orca: list[dict], flows: dict, slices: list[dict] 
 def friendliness(bench: dict, orca: list[dict], flows: dict, slices: list[dict] = (),
                  n_train: int | None = None) -> list[str]:
     """Friendliness to CUBIC: each protocol's goodput share against one CUBIC flow, by buffer."""
-    from rlbm_jax import ccbench
-
     fd = ccbench.findings(bench)["share_vs_cubic"]
     rows = [(f"{p}, JAX, the benchmark (every rate and discipline)", [_f(fd[p].get(b)) for b in BUFFERS])
             for p in ("cubic", "newreno", "bbr") if p in fd]
@@ -230,8 +222,6 @@ def friendliness(bench: dict, orca: list[dict], flows: dict, slices: list[dict] 
 
 def rtt_fairness(bench: dict, orca: list[dict], flows: dict, slices: list[dict] = ()) -> list[str]:
     """RTT fairness: the short-RTT flow's share against a long-RTT one."""
-    from rlbm_jax import ccbench
-
     fd = ccbench.findings(bench)["rtt_ratio"]
     lr = [(p, _across(ccbench.findings(b)["rtt_ratio"].get(p, float("nan")) for b in slices))
           for p in ("orca", "aurora")] if slices else []
@@ -267,8 +257,6 @@ def rtt_fairness(bench: dict, orca: list[dict], flows: dict, slices: list[dict] 
 def _queue_fraction(bench: dict, p: str, b: float) -> float:
     """Mean queue over the buffer of protocol p against one CUBIC flow at equal base RTTs
     (drop-tail and CoDel)."""
-    from rlbm_jax import ccbench
-
     cs = [r for r in ccbench.select(bench["cells"], protocol=p, buffer_bdp=b) if r["flows"][1] == "cubic"
           and r["rtt_s"][0] == r["rtt_s"][1] and r["aqm"] != "fq-codel"]
     return _mean(r["queue_mean_pkts"]["mean"] / max(_buffer_pkts(r), 1) for r in cs)
@@ -303,8 +291,6 @@ def aurora_buffer(bench: dict, slices: list[dict] = ()) -> list[str]:
 
 def _buffer_pkts(row) -> float:
     """The buffer (packets) of a benchmark row's run."""
-    from rlbm_jax import ccbench
-
     key = ((row["flows"][0], row["rtt_s"][0]), (row["flows"][1], row["rtt_s"][1]), row["buffer_bdp"],
            row["rate_bps"], row["aqm"])
     return float(ccbench.run_kw(key)["buffer_per_class_pkts"])

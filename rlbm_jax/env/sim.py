@@ -367,12 +367,11 @@ def _wire_rows(state: SimState, t, params: SimParams):
     return state.wire[(t - ago) % L]
 
 
-def deliver_phase(state: SimState, clk: Clock, params: SimParams, wire_rows=None) -> Sink:
+def deliver_phase(state: SimState, clk: Clock, params: SimParams, wire_rows) -> Sink:
     """Phase 1: the packets that left the bottleneck `sink_delay_ticks` ago reach the
     sink; each flow's delivered count goes up and a flow whose last packet arrived gets
-    its FCT logged (`_deliver`)."""
+    its FCT logged (`_deliver`).  `wire_rows`: the tick's read of the delay line (`_wire_rows`)."""
     sink_tick = clk.t - params.sink_delay_ticks
-    wire_rows = _wire_rows(state, clk.t, params) if wire_rows is None else wire_rows
     rows = jnp.where(sink_tick >= 0, wire_rows[0], 0)  # [k, WIRE_FIELDS]
     return Sink(*_deliver(state.flows, state.delivered, state.done_sink, rows, sink_tick,
                           state.metrics, state.interval, params))
@@ -480,8 +479,9 @@ def _timestamp_rtt(fl: tcp.FlowState, enq, real, oh_real, last_enq, clk: Clock, 
 
 def _ack_rows(state: SimState, t, params: SimParams, wire_rows):
     """The departure records whose ACKs reach their senders at tick t (from `wire_rows`,
-    `_wire_rows`' read): [k, WIRE_FIELDS] from `ack_delay_ticks` ago; with G flow groups [G * k], group g's records from its own
-    `group_ack_delay_ticks` ago (the others of that departure tick emptied)."""
+    `_wire_rows`' read): [k, WIRE_FIELDS] from `ack_delay_ticks` ago; with G flow groups
+    [G * k], group g's records from its own `group_ack_delay_ticks` ago (the others of that
+    departure tick emptied)."""
     if params.flow_groups == 1:
         rows = wire_rows[1]
         return jnp.where(t >= params.ack_delay_ticks, rows, 0)
@@ -494,14 +494,14 @@ def _ack_rows(state: SimState, t, params: SimParams, wire_rows):
     return jnp.where(mine[..., None], rows, 0).reshape(G * rows.shape[1], rows.shape[2])
 
 
-def ack_phase(state: SimState, clk: Clock, params: SimParams, wire_rows=None) -> Events:
+def ack_phase(state: SimState, clk: Clock, params: SimParams, wire_rows) -> Events:
     """Phase 2: the event flows are chosen (`_select_events`: the flows named by the ACK
     records due now, the slot a flow arriving now takes, and a few flows with a due timer
     or an open window and access-link credit), their rows gathered, and the ACKs of the
-    packets that left the bottleneck `ack_delay_ticks` ago reach their senders."""
+    packets that left the bottleneck `ack_delay_ticks` ago reach their senders (read from
+    `wire_rows`, the tick's read of the delay line: `_wire_rows`)."""
     F = params.num_flow_slots
     t = clk.t
-    wire_rows = _wire_rows(state, t, params) if wire_rows is None else wire_rows
     ack_rows = _ack_rows(state, t, params, wire_rows)  # [k * flow_groups, WIRE_FIELDS]
     due, slot, free, inc, resp = _arrival_due(state, clk, params)
     credit, budget = _earn_credit(state.access_credit, clk, params)
