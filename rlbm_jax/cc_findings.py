@@ -296,6 +296,21 @@ def _buffer_pkts(row) -> float:
     return float(ccbench.run_kw(key)["buffer_per_class_pkts"])
 
 
+def _seed_roles(slices: list[dict]) -> str:
+    """Whether the learned slices' simulator seeds are held out from the agents' studies (a
+    line for the page)."""
+    from rlbm_jax.study import get
+
+    seeds = sorted({s for b in slices for s in b["seeds"]})
+    owned = {n: [s for s in seeds if s in get(n).seeds.train] for n in ("orca", "aurora")}
+    if not any(owned.values()):
+        return f"- The learned slices ran simulator seeds {seeds}, outside the agents' studies' training seeds."
+    return (f"- The learned slices ran simulator seeds {seeds}, which lie in the agents' studies' training range "
+            f"(orca: {owned['orca']}, aurora: {owned['aurora']}): they describe what the policies do, not a held-out "
+            "test. The held-out verdicts are the studies' (results/orca, results/aurora, on test seeds no run had "
+            "used) and Orca's judged cells here (the study's test seeds, in both simulators).")
+
+
 def render(root: Path | str = ".") -> str:
     """The findings page from the committed results under `root`."""
     root = Path(root)
@@ -317,7 +332,7 @@ def render(root: Path | str = ".") -> str:
     body = (r1 + [""] + friendliness(bench, orca, flows, slices, n_train) + [""]
             + rtt_fairness(bench, orca, flows, slices)
             + [""] + aurora_buffer(bench, slices))
-    tail = ["", "## Where the model cannot say", "",
+    tail = ["", "## Where the model cannot say", "", _seed_roles(slices),
             "- Retransmissions: the calibration grids agree on them in few cells (calibration/REPORT.md, section 7): "
             "ns-3.37's CUBIC holds a deeper standing queue and retransmits about twice as often as ours, and BBR "
             "differs most (ns-3.37's TcpBbr yields to CUBIC where ours takes most of the link); a retransmission "
